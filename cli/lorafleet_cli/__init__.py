@@ -1,0 +1,1 @@
+"""lorafleet command-line interface and standalone mode."""

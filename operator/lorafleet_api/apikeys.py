@@ -1,0 +1,122 @@
+"""Tenants, their API keys (as hashes only) and rate limits.
+
+Keys are 256-bit random tokens (`lf-<base64url>`). With that much entropy a single sha256 is a
+sound way to store them (a slow KDF protects low-entropy passwords, which these are not), and it
+keeps verification at one hash per request. The plaintext key is shown once by
+`lorafleet keys create` and never stored, logged or exported as a metric.
+
+Storage, the Kubernetes way: one Secret per tenant, labelled `lorafleet.dev/api-keys: "true"`,
+with string data:
+    tenant              the tenant name
+    keyHashes           one `sha256:<hex>` per line (several allow rotation)
+    requestsPerSecond   optional override of the gateway default
+    tokensPerMinute     optional override of the gateway default
+Standalone mode keeps the same Secret manifests as YAML files in its manifests folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lorafleet_api.models import DNS_LABEL, SHA256_REF
+from lorafleet_api.names import API_KEYS_SECRET_LABEL
+
+KEY_PREFIX = "lf-"
+
+
+def generate_key() -> str:
+    """A new random API key (shown to the user once)."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> str:
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+class TenantKeys(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tenant: str = Field(pattern=DNS_LABEL)
+    key_hashes: tuple[str, ...] = Field(min_length=1)
+    requests_per_second: float | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(default=None, gt=0)
+
+    def model_post_init(self, _context: Any) -> None:
+        import re
+
+        for h in self.key_hashes:
+            if not re.match(SHA256_REF, h):
+                raise ValueError("keyHashes must be sha256:<64 hex> lines")
+
+    def to_secret(self, namespace: str | None = None) -> dict[str, Any]:
+        """A Secret manifest (stringData) carrying only the hashes."""
+        data: dict[str, str] = {"tenant": self.tenant, "keyHashes": "\n".join(self.key_hashes)}
+        if self.requests_per_second is not None:
+            data["requestsPerSecond"] = str(self.requests_per_second)
+        if self.tokens_per_minute is not None:
+            data["tokensPerMinute"] = str(self.tokens_per_minute)
+        meta: dict[str, Any] = {
+            "name": f"lorafleet-keys-{self.tenant}",
+            "labels": {API_KEYS_SECRET_LABEL: "true"},
+        }
+        if namespace:
+            meta["namespace"] = namespace
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": meta,
+            "type": "Opaque",
+            "stringData": data,
+        }
+
+    @classmethod
+    def from_secret(cls, secret: Mapping[str, Any]) -> TenantKeys:
+        """From a Secret manifest or API object (`stringData` or base64 `data`)."""
+        fields: dict[str, str] = dict(secret.get("stringData") or {})
+        for k, v in (secret.get("data") or {}).items():
+            fields.setdefault(k, base64.b64decode(v).decode())
+        rps = fields.get("requestsPerSecond")
+        tpm = fields.get("tokensPerMinute")
+        return cls(
+            tenant=fields["tenant"],
+            key_hashes=tuple(
+                h.strip() for h in fields.get("keyHashes", "").splitlines() if h.strip()
+            ),
+            requests_per_second=float(rps) if rps else None,
+            tokens_per_minute=int(tpm) if tpm else None,
+        )
+
+
+class KeyIndex:
+    """Look up the tenant of a presented key by its hash, comparing in constant time."""
+
+    def __init__(self, tenants: Iterable[TenantKeys] = ()) -> None:
+        self._by_hash: dict[str, TenantKeys] = {}
+        for t in tenants:
+            for h in t.key_hashes:
+                self._by_hash[h] = t
+
+    def tenant_for(self, presented_key: str) -> TenantKeys | None:
+        """The tenant owning `presented_key`, or None.
+
+        The dict lookup is on the hash of the key, which reveals nothing usable about stored
+        hashes through timing; the final compare_digest guards the match itself.
+        """
+        presented = hash_key(presented_key)
+        found = self._by_hash.get(presented)
+        if found is None:
+            return None
+        for h in found.key_hashes:
+            if hmac.compare_digest(h, presented):
+                return found
+        return None
+
+    def __len__(self) -> int:
+        return len(self._by_hash)

@@ -1,0 +1,38 @@
+"""Names shared by every component: API group, kinds, label/annotation keys, HTTP headers.
+
+Keeping them in one module means a rename is one edit and a typo is an import error.
+"""
+
+from typing import Final
+
+GROUP: Final = "lorafleet.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+CATEGORY: Final = "lorafleet"
+
+KIND_ADAPTER: Final = "LoRAAdapter"
+KIND_ALIAS: Final = "AdapterAlias"
+KIND_POOL: Final = "ReplicaPool"
+
+PLURAL_ADAPTER: Final = "loraadapters"
+PLURAL_ALIAS: Final = "adapteraliases"
+PLURAL_POOL: Final = "replicapools"
+
+# Labels the operator puts on what it creates, so watches can select them.
+LABEL_POOL: Final = f"{GROUP}/pool"
+LABEL_COMPONENT: Final = f"{GROUP}/component"
+LABEL_TENANT: Final = f"{GROUP}/tenant"
+
+# Written by the operator on each replica pod; projected into the pod by the downward API
+# and read by the agent to pre-warm what the pod owns (see lorafleet_api.records).
+ANNOTATION_OWNED_ADAPTERS: Final = f"{GROUP}/owned-adapters"
+
+FINALIZER: Final = f"{GROUP}/finalizer"
+
+# Response headers the gateway and the agent set on every completion.
+HEADER_ADAPTER_ID: Final = "x-adapter-id"
+HEADER_ADAPTER_TIER: Final = "x-adapter-tier"
+HEADER_REPLICA_ID: Final = "x-replica-id"
+
+# Secret holding tenants' API key hashes and rate limits (never plaintext keys).
+API_KEYS_SECRET_LABEL: Final = f"{GROUP}/api-keys"

@@ -1,0 +1,63 @@
+"""Which replicas own an adapter: rendezvous (highest-random-weight) hashing.
+
+Each (adapter, replica) pair gets a score from a stable hash; an adapter's owners are the k
+replicas with the highest scores. Adding a replica moves only the placements it now wins
+(about k/(N+1) of them); removing one moves only its own. No coordination or stored table:
+the operator, the gateway and standalone mode compute the same owners from the same inputs.
+
+The hash is blake2b (stable across processes and machines; Python's hash() is salted per
+process and would give every gateway a different answer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+
+
+def _score(adapter_id: str, replica_id: str) -> int:
+    # Separator byte keeps ("ab","c") and ("a","bc") apart.
+    digest = hashlib.blake2b(
+        adapter_id.encode() + b"\x00" + replica_id.encode(), digest_size=8
+    ).digest()
+    return int.from_bytes(digest, "big")
+
+
+def owners(adapter_id: str, replica_ids: Sequence[str], k: int) -> list[str]:
+    """The k replicas that own `adapter_id`, best first (all of them when fewer than k).
+
+    Ties (astronomically rare with 64-bit scores) break on the replica id, so the result is a
+    pure function of its inputs and independent of the order of `replica_ids`.
+    """
+    if k <= 0 or not replica_ids:
+        return []
+    unique = set(replica_ids)
+    return heapq.nlargest(min(k, len(unique)), unique, key=lambda r: (_score(adapter_id, r), r))
+
+
+def ranked(adapter_id: str, replica_ids: Sequence[str]) -> list[str]:
+    """Every replica in rendezvous order for `adapter_id` (owners first, then spill order)."""
+    return sorted(set(replica_ids), key=lambda r: (_score(adapter_id, r), r), reverse=True)
+
+
+def choose_spill(
+    candidates: Sequence[str],
+    load: Mapping[str, float],
+    is_overloaded: Callable[[str], bool],
+) -> str | None:
+    """Least-loaded replica that is not overloaded, for a request whose owners are all busy.
+
+    `candidates` should be in rendezvous order (see `ranked`) so ties in load break the same
+    way on every gateway, keeping a spilled adapter on the same replica while load is equal.
+    Returns None when every candidate is overloaded (the caller queues or answers 503/429).
+    """
+    best: str | None = None
+    best_load = float("inf")
+    for replica in candidates:
+        if is_overloaded(replica):
+            continue
+        value = load.get(replica, 0.0)
+        if value < best_load:
+            best, best_load = replica, value
+    return best

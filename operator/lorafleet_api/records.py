@@ -1,0 +1,89 @@
+"""The registry record of one adapter: everything a replica needs to fetch and verify it.
+
+A replica only ever loads an adapter whose record it holds. Records come from the registry
+(LoRAAdapter objects) along two paths, never from a client request:
+
+- pre-warm: the operator writes the records a pod owns into the pod annotation
+  `lorafleet.dev/owned-adapters`; the downward API projects it into a file the agent watches;
+- on demand: the gateway (which watches LoRAAdapter objects) posts the record to the agent's
+  internal load endpoint before routing a request for an adapter the replica does not hold.
+
+Annotation format: a JSON array of compact records (keys below), sorted by id, so the same set
+always produces the same bytes and the operator can skip no-op patches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from lorafleet_api.models import DNS_SUBDOMAIN, SHA256_REF, WEIGHTS_URI, LoRAAdapterSpec
+
+
+class AdapterRecord(BaseModel):
+    """One adapter version as the data plane sees it; `id` is the LoRAAdapter's name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
+    tenant: str
+    base_model_hash: str = Field(pattern=SHA256_REF)
+    rank: int = Field(ge=1, le=256)
+    alpha: float = Field(gt=0)
+    target_modules: tuple[str, ...]
+    weights_uri: str = Field(pattern=WEIGHTS_URI)
+    checksum: str = Field(pattern=SHA256_REF)
+    size_bytes: int | None = None
+
+    @classmethod
+    def from_spec(cls, name: str, spec: LoRAAdapterSpec) -> AdapterRecord:
+        return cls(
+            id=name,
+            tenant=spec.tenant,
+            base_model_hash=spec.base_model_hash,
+            rank=spec.rank,
+            alpha=spec.alpha,
+            target_modules=tuple(spec.target_modules),
+            weights_uri=spec.weights_uri,
+            checksum=spec.checksum,
+            size_bytes=spec.size_bytes,
+        )
+
+
+def encode_owned(records: Iterable[AdapterRecord]) -> str:
+    """Annotation value for a set of records: deterministic compact JSON, sorted by id."""
+    rows = [r.model_dump(mode="json", exclude_none=True) for r in records]
+    rows.sort(key=lambda row: str(row["id"]))
+    return json.dumps(rows, separators=(",", ":"), sort_keys=True)
+
+
+def decode_owned(value: str) -> list[AdapterRecord]:
+    """Parse an annotation value written by `encode_owned`; raises ValueError when malformed."""
+    if not value.strip():
+        return []
+    data = json.loads(value)
+    if not isinstance(data, list):
+        raise ValueError("owned-adapters annotation must be a JSON array")
+    return [AdapterRecord.model_validate(row) for row in data]
+
+
+def parse_downward_annotations(text: str) -> dict[str, str]:
+    """Parse a downward-API annotations file: one `key="value"` per line, value Go-quoted.
+
+    Kubernetes writes values with Go's strconv.Quote, whose escapes are a subset of JSON's for
+    the printable text we store, so json.loads reads each value.
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip() or "=" not in line:
+            continue
+        key, _, raw = line.partition("=")
+        out[key.strip()] = json.loads(raw.strip())
+    return out
+
+
+def format_downward_annotations(annotations: dict[str, str]) -> str:
+    """Inverse of `parse_downward_annotations` (used by standalone mode and tests)."""
+    return "".join(f"{k}={json.dumps(v)}\n" for k, v in sorted(annotations.items()))
