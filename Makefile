@@ -36,8 +36,11 @@ pytest: install
 demo: install
 	$(BIN)/lorafleet up
 
+# Regenerate the CRD YAML from the pydantic models; the Helm chart ships the same files.
 crds: install
-	$(BIN)/lorafleet crds
+	$(BIN)/lorafleet crds --out crds
+	rm -f charts/lorafleet/crds/*.yaml
+	cp crds/*.yaml charts/lorafleet/crds/
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
