@@ -8,7 +8,7 @@ SRC := operator gateway replica-image cli
 # Extras for a full developer/CI environment: every component, the CPU engine, the test tools.
 EXTRAS := operator,gateway,agent,cli,demo,cpu,dev
 
-.PHONY: install test lint typecheck pytest demo crds bench clean
+.PHONY: install test lint typecheck pytest demo crds clean
 
 install: $(STAMP)
 

@@ -144,6 +144,7 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
     if not isinstance(header, dict):
         raise AdapterFormatError(f"{path.name}: header is not a JSON object")
     tensors: dict[str, TensorInfo] = {}
+    spans: list[tuple[int, int, str]] = []
     data_len = size - 8 - length
     for name, meta in header.items():
         if name == "__metadata__":
@@ -154,12 +155,26 @@ def read_safetensors_header(path: Path) -> dict[str, TensorInfo]:
             start, end = (int(x) for x in meta["data_offsets"])
         except (KeyError, TypeError, ValueError) as exc:
             raise AdapterFormatError(f"{path.name}: bad entry for tensor {name!r}") from exc
+        if dtype not in _DTYPE_BYTES:
+            raise AdapterFormatError(f"{path.name}: tensor {name!r} has unknown dtype {dtype!r}")
+        if any(d < 0 for d in shape):
+            raise AdapterFormatError(f"{path.name}: tensor {name!r} has a negative dimension")
         count = 1
         for d in shape:
             count *= d
-        if not (0 <= start <= end <= data_len) or end - start != count * _DTYPE_BYTES.get(dtype, 0):
+        if not (0 <= start <= end <= data_len) or end - start != count * _DTYPE_BYTES[dtype]:
             raise AdapterFormatError(f"{path.name}: tensor {name!r} offsets do not match its shape")
         tensors[name] = TensorInfo(name=name, dtype=dtype, shape=shape)
+        spans.append((start, end, name))
+    # Like the safetensors library: tensors tile the data section exactly, without gaps or
+    # overlaps, so no bytes hide in the file that the header does not account for.
+    position = 0
+    for start, end, name in sorted(spans):
+        if start != position:
+            raise AdapterFormatError(f"{path.name}: tensor {name!r} overlaps or leaves a gap")
+        position = end
+    if position != data_len:
+        raise AdapterFormatError(f"{path.name}: {data_len - position} bytes after the last tensor")
     return tensors
 
 
@@ -182,6 +197,12 @@ def inspect_adapter(folder: Path) -> AdapterInfo:
         alpha = float(config.get("lora_alpha", rank))
     except (KeyError, TypeError, ValueError) as exc:
         raise AdapterFormatError(f"{CONFIG_FILE}: needs an integer 'r' (rank)") from exc
+    if rank < 1:
+        raise AdapterFormatError(f"{CONFIG_FILE}: rank r must be >= 1, got {rank}")
+    # Per-module ranks would make tensor shapes differ from `r`; vLLM serves one rank.
+    for key in ("rank_pattern", "alpha_pattern"):
+        if config.get(key):
+            raise AdapterFormatError(f"{CONFIG_FILE}: {key} is not supported; use one rank")
     modules = config.get("target_modules") or []
     if isinstance(modules, str):  # PEFT allows a regex string; we need explicit names.
         raise AdapterFormatError("target_modules must be a list of module names, not a regex")
@@ -201,6 +222,7 @@ def check_shapes(info: AdapterInfo, dims: BaseModelDims) -> ShapeReport:
     """Every LoRA tensor must fit the base model: lora_A is (r, in), lora_B is (out, r)."""
     report = ShapeReport()
     seen_modules: set[str] = set()
+    halves: dict[tuple[int, str], set[str]] = {}
     for t in info.tensors:
         m = _TENSOR_NAME.search(t.name)
         if m is None:
@@ -208,6 +230,7 @@ def check_shapes(info: AdapterInfo, dims: BaseModelDims) -> ShapeReport:
             continue
         layer, module, ab = int(m["layer"]), m["module"], m["ab"]
         seen_modules.add(module)
+        halves.setdefault((layer, module), set()).add(ab)
         if layer >= dims.num_layers:
             report.problems.append(f"{t.name}: layer {layer} >= base model's {dims.num_layers}")
         io = dims.io_dims(module)
@@ -217,6 +240,10 @@ def check_shapes(info: AdapterInfo, dims: BaseModelDims) -> ShapeReport:
         expected = (info.rank, io[0]) if ab == "A" else (io[1], info.rank)
         if t.shape != expected:
             report.problems.append(f"{t.name}: shape {list(t.shape)}, expected {list(expected)}")
+    for (layer, module), found in sorted(halves.items()):
+        if found != {"A", "B"}:
+            missing = "B" if "A" in found else "A"
+            report.problems.append(f"layer {layer} {module}: lora_{missing} is missing")
     undeclared = seen_modules - set(info.target_modules)
     if undeclared:
         report.problems.append(f"tensors for modules not in target_modules: {sorted(undeclared)}")

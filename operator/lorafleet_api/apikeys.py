@@ -21,9 +21,9 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from lorafleet_api.models import DNS_LABEL, SHA256_REF
 from lorafleet_api.names import API_KEYS_SECRET_LABEL
@@ -40,20 +40,17 @@ def hash_key(key: str) -> str:
     return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
+KeyHash = Annotated[str, StringConstraints(pattern=SHA256_REF)]
+
+
 class TenantKeys(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tenant: str = Field(pattern=DNS_LABEL)
-    key_hashes: tuple[str, ...] = Field(min_length=1)
+    tenant: str = Field(pattern=DNS_LABEL, max_length=63)
+    # Validated per item so a malformed line fails as a pydantic ValidationError naming it.
+    key_hashes: tuple[KeyHash, ...] = Field(min_length=1)
     requests_per_second: float | None = Field(default=None, gt=0)
     tokens_per_minute: int | None = Field(default=None, gt=0)
-
-    def model_post_init(self, _context: Any) -> None:
-        import re
-
-        for h in self.key_hashes:
-            if not re.match(SHA256_REF, h):
-                raise ValueError("keyHashes must be sha256:<64 hex> lines")
 
     def to_secret(self, namespace: str | None = None) -> dict[str, Any]:
         """A Secret manifest (stringData) carrying only the hashes."""

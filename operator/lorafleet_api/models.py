@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic.alias_generators import to_camel
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -27,6 +27,12 @@ WEIGHTS_URI = r"^(s3|file)://.+$"
 _NAME_PART = r"[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?"
 ALIAS_MODEL = rf"^[a-z0-9]([-a-z0-9]{{0,61}}[a-z0-9])?/{_NAME_PART}:{_NAME_PART}$"
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+# Bounded item types: the API server estimates CEL cost from maxLength, so every string a rule
+# can reach carries one.
+ModuleName = Annotated[str, StringConstraints(pattern=MODULE_NAME, max_length=128)]
+ReplicaId = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+AdapterName = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN, max_length=253)]
 
 # The seven projections of a Llama-style decoder layer.
 ALL_TARGET_MODULES: tuple[str, ...] = (
@@ -130,7 +136,7 @@ class LoRAAdapterSpec(CamelModel):
         description="LoRA rank r (1-256); must not exceed the pool's maxRank.", ge=1, le=256
     )
     alpha: float = Field(description="LoRA alpha (scaling = alpha / rank).", gt=0, le=4096)
-    target_modules: list[str] = Field(
+    target_modules: list[ModuleName] = Field(
         description="Projection modules the adapter modifies, e.g. q_proj, v_proj.",
         min_length=1,
         max_length=32,
@@ -164,6 +170,8 @@ class LoRAAdapterSpec(CamelModel):
 
 
 class LoRAAdapterStatus(CamelModel):
+    """Written by the operator: validation outcome, placement and readiness."""
+
     phase: AdapterPhase | None = Field(
         default=None,
         description="Pending until validated and placed; Ready when servable; "
@@ -174,8 +182,10 @@ class LoRAAdapterStatus(CamelModel):
         description="Validated, Placed and Ready conditions with reasons and messages.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    owners: list[str] = Field(
-        default_factory=list, description="Replica ids that keep this adapter warm."
+    owners: list[ReplicaId] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Replica ids that keep this adapter warm.",
     )
     owner_count: int | None = Field(
         default=None,
@@ -231,14 +241,24 @@ class AdapterAliasSpec(CamelModel):
 
 
 class AliasHistoryEntry(CamelModel):
-    adapter: str = Field(description="Adapter the alias pointed to.")
+    """One deploy of an alias."""
+
+    adapter: str = Field(
+        description="Adapter the alias pointed to.", pattern=DNS_SUBDOMAIN, max_length=253
+    )
     at: datetime = Field(description="When the alias started pointing to it.")
 
 
 class AdapterAliasStatus(CamelModel):
-    adapter: str | None = Field(default=None, description="Adapter currently served.")
+    """Written by the operator: what the alias serves now and its deploy history."""
+
+    adapter: str | None = Field(
+        default=None, description="Adapter currently served.", max_length=253
+    )
     previous_adapter: str | None = Field(
-        default=None, description="Adapter served before the last deploy (the rollback target)."
+        default=None,
+        description="Adapter served before the last deploy (the rollback target).",
+        max_length=253,
     )
     updated_at: datetime | None = Field(default=None, description="When adapter last changed.")
     history: list[AliasHistoryEntry] = Field(
@@ -259,6 +279,8 @@ class AdapterAliasStatus(CamelModel):
 
 
 class BaseModelRef(CamelModel):
+    """The base model every replica of the pool serves."""
+
     name: str = Field(description="Display name of the base model.", min_length=1, max_length=253)
     hash: str = Field(
         description="sha256 of the base model, sha256:<64 hex>; adapters must match.",
@@ -273,9 +295,13 @@ class BaseModelRef(CamelModel):
 
 
 class EngineSpec(CamelModel):
+    """How each replica runs vLLM: image, LoRA slots and the rank cap."""
+
     image: str = Field(
         default="ghcr.io/lorafleet/replica:0.1.0",
         description="Replica image (vLLM + lorafleet agent).",
+        min_length=1,
+        max_length=1024,
     )
     gpu_slots: int = Field(
         default=250, ge=1, le=4096, description="LoRA slots on the GPU (vLLM --max-loras)."
@@ -289,7 +315,7 @@ class EngineSpec(CamelModel):
     max_rank: int = Field(
         default=16, ge=1, le=256, description="Largest LoRA rank served (vLLM --max-lora-rank)."
     )
-    allowed_target_modules: list[str] = Field(
+    allowed_target_modules: list[ModuleName] = Field(
         default_factory=lambda: list(ALL_TARGET_MODULES),
         description="Modules adapters may target; others are rejected.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
@@ -297,8 +323,8 @@ class EngineSpec(CamelModel):
     max_model_len: int | None = Field(
         default=None, ge=16, description="vLLM --max-model-len (optional)."
     )
-    extra_args: list[str] = Field(
-        default_factory=list, description="Extra vLLM command-line arguments."
+    extra_args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=list, max_length=64, description="Extra vLLM command-line arguments."
     )
     resources: dict[str, Any] = Field(
         default_factory=dict,
@@ -308,6 +334,8 @@ class EngineSpec(CamelModel):
 
 
 class ReplicaBounds(CamelModel):
+    """Replica count bounds; spec.replicas.desired is the scale subresource's target."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
@@ -335,6 +363,8 @@ class ReplicaBounds(CamelModel):
 
 
 class AutoscalingSpec(CamelModel):
+    """Autoscaling on load scraped from the replicas' state endpoints."""
+
     enabled: bool = Field(default=True, description="Scale on scraped replica load.")
     target_tokens_in_flight: int = Field(
         default=4096, ge=1, description="Tokens in flight per replica the autoscaler aims for."
@@ -360,6 +390,8 @@ class AutoscalingSpec(CamelModel):
 
 
 class CacheSpec(CamelModel):
+    """Byte budgets of the agent's caches."""
+
     disk_bytes: int = Field(
         default=50 * 2**30, ge=0, description="Byte budget of the agent's disk cache (LRU)."
     )
@@ -373,6 +405,8 @@ class CacheSpec(CamelModel):
 
 
 class ReplicaPoolSpec(CamelModel):
+    """A pool of identical replicas serving one base model and many adapters."""
+
     base_model: BaseModelRef = Field(description="The shared base model every adapter extends.")
     engine: EngineSpec = Field(default_factory=EngineSpec, description="vLLM engine settings.")
     replicas: ReplicaBounds = Field(
@@ -388,13 +422,17 @@ class ReplicaPoolSpec(CamelModel):
 
 
 class ReplicaPoolStatus(CamelModel):
+    """Written by the operator: replica counts and the autoscaler's last decision."""
+
     replicas: int | None = Field(default=None, ge=0, description="Replica pods that exist.")
     ready_replicas: int | None = Field(default=None, ge=0, description="Replica pods ready.")
     desired_replicas: int | None = Field(
         default=None, ge=0, description="What the autoscaler last decided."
     )
     selector: str | None = Field(
-        default=None, description="Label selector of the pool's pods (for the scale subresource)."
+        default=None,
+        max_length=4096,
+        description="Label selector of the pool's pods (for the scale subresource).",
     )
     conditions: list[Condition] = Field(
         default_factory=list,
@@ -423,27 +461,50 @@ class ObjectMeta(BaseModel):
 
 
 class LoRAAdapter(CamelModel):
+    """One immutable version of a tenant's LoRA adapter.
+
+    Short name: lora. A new version is a new object; the spec never changes.
+    """
+
     api_version: Literal["lorafleet.dev/v1alpha1"] = "lorafleet.dev/v1alpha1"
     kind: Literal["LoRAAdapter"] = "LoRAAdapter"
     metadata: ObjectMeta
-    spec: LoRAAdapterSpec
-    status: LoRAAdapterStatus | None = None
+    spec: LoRAAdapterSpec = Field(description="The adapter version; immutable once created.")
+    status: LoRAAdapterStatus | None = Field(
+        default=None, description="Observed state, written by the operator."
+    )
 
 
 class AdapterAlias(CamelModel):
+    """A tenant's public model name (tenant/name:tag) pointing at one LoRAAdapter.
+
+    Short name: alias. Changing spec.adapter deploys; setting it back rolls back.
+    """
+
     api_version: Literal["lorafleet.dev/v1alpha1"] = "lorafleet.dev/v1alpha1"
     kind: Literal["AdapterAlias"] = "AdapterAlias"
     metadata: ObjectMeta
-    spec: AdapterAliasSpec
-    status: AdapterAliasStatus | None = None
+    spec: AdapterAliasSpec = Field(description="The public name and the adapter it serves.")
+    status: AdapterAliasStatus | None = Field(
+        default=None, description="Observed state, written by the operator."
+    )
 
 
 class ReplicaPool(CamelModel):
+    """A scalable pool of vLLM replicas serving one base model with many adapters.
+
+    Short name: rpool.
+    """
+
     api_version: Literal["lorafleet.dev/v1alpha1"] = "lorafleet.dev/v1alpha1"
     kind: Literal["ReplicaPool"] = "ReplicaPool"
     metadata: ObjectMeta
-    spec: ReplicaPoolSpec
-    status: ReplicaPoolStatus | None = None
+    spec: ReplicaPoolSpec = Field(
+        description="Base model, engine, replica bounds, placement and autoscaling."
+    )
+    status: ReplicaPoolStatus | None = Field(
+        default=None, description="Observed state, written by the operator."
+    )
 
 
 AnyResource = LoRAAdapter | AdapterAlias | ReplicaPool

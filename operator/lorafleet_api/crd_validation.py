@@ -1,0 +1,266 @@
+"""Validate a manifest the way the API server would, offline: defaults, schema, then CEL.
+
+Used by the tests (examples and bad manifests) and usable by standalone mode and the CLI, where
+no API server checks what a user wrote. Needs `openapi-schema-validator` and `cel-python`
+(imported lazily, so importing lorafleet_api never requires them).
+
+What the API server does, and this module mirrors:
+1. apply `default`s of absent properties (only inside objects that are present);
+2. check the OpenAPI v3.0 schema (types, patterns, bounds, enums, required);
+3. evaluate every `x-kubernetes-validations` rule with `self` bound to the value at its node,
+   and `oldSelf` to the old value at the same path on update. Rules that mention `oldSelf`
+   (transition rules) are skipped on create and where no old value exists.
+
+Messages read like the API server's: `spec.rank: 0 is less than the minimum of 1`,
+`spec: spec is immutable: ... (rule: self == oldSelf)`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+Schema = dict[str, Any]
+
+_MISSING = object()
+
+
+def schema_of(kind: str) -> Schema:
+    """The generated openAPIV3Schema for a kind (LoRAAdapter, AdapterAlias, ReplicaPool)."""
+    from lorafleet_api.crds import RESOURCES, openapi_schema
+
+    for resource in RESOURCES:
+        if resource.kind == kind:
+            return openapi_schema(resource.model)
+    raise KeyError(f"unknown kind {kind!r}")
+
+
+def schema_in_crd(crd: Schema) -> Schema:
+    """The openAPIV3Schema of a CRD manifest's first (storage) version."""
+    versions: list[Schema] = crd["spec"]["versions"]
+    version = next((v for v in versions if v.get("storage")), versions[0])
+    schema: Schema = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def apply_defaults(schema: Schema, obj: Any) -> Any:
+    """A copy of `obj` with the schema's defaults filled in, as the API server stores it."""
+    obj = copy.deepcopy(obj)
+    _fill_defaults(schema, obj)
+    return obj
+
+
+def _fill_defaults(schema: Schema, value: Any) -> None:
+    if isinstance(value, dict):
+        for name, sub in schema.get("properties", {}).items():
+            if name not in value and "default" in sub:
+                value[name] = copy.deepcopy(sub["default"])
+            if name in value:
+                _fill_defaults(sub, value[name])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, item in value.items():
+                if key not in schema.get("properties", {}):
+                    _fill_defaults(extra, item)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for item in value:
+            _fill_defaults(schema["items"], item)
+
+
+def _path(parts: Any) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<root>"
+
+
+@functools.lru_cache(maxsize=1)
+def _validator_class() -> Any:
+    r"""OAS 3.0 validator whose `pattern` follows Go's RE2 as the API server does.
+
+    Python's `$` also matches before a trailing newline, so "acme\n" would pass
+    `^[a-z0-9]...$` here while the API server (and pydantic) refuse it; `\Z` is Go's `$`.
+    """
+    import re
+
+    from jsonschema import ValidationError, validators  # type: ignore[import-untyped]
+    from openapi_schema_validator import OAS30Validator
+
+    def pattern(validator: Any, patrn: str, instance: Any, schema: Schema) -> Any:
+        go_like = re.sub(r"(?<!\\)\$", r"\\Z", patrn)
+        if validator.is_type(instance, "string") and not re.search(go_like, instance):
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    return validators.extend(OAS30Validator, {"pattern": pattern})
+
+
+def schema_errors(schema: Schema, obj: Any) -> list[str]:
+    """OpenAPI v3.0 schema violations, one message per problem, sorted by path."""
+    validator = _validator_class()(schema)
+    errors = sorted(validator.iter_errors(obj), key=lambda e: (list(map(str, e.path)), e.message))
+    out = [f"{_path(e.path)}: {e.message}" for e in errors]
+    _list_type_errors(schema, obj, [], out)
+    return out
+
+
+def _list_type_errors(schema: Schema, value: Any, path: list[Any], out: list[str]) -> None:
+    """What `x-kubernetes-list-type` adds: sets hold no duplicates, map lists no duplicate keys."""
+    if isinstance(value, dict):
+        props: dict[str, Schema] = schema.get("properties", {})
+        for key, item in value.items():
+            if key in props:
+                _list_type_errors(props[key], item, [*path, key], out)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        list_type = schema.get("x-kubernetes-list-type")
+        keys: list[Any] = []
+        if list_type == "set":
+            keys = list(value)
+        elif list_type == "map":
+            keys = [_map_key(schema, v) for v in value if isinstance(v, dict)]
+        seen: list[Any] = []
+        for i, key in enumerate(keys):
+            if key in seen:
+                out.append(f"{_path([*path, i])}: Duplicate value: {key!r}")
+            seen.append(key)
+        for i, item in enumerate(value):
+            _list_type_errors(schema["items"], item, [*path, i], out)
+
+
+@functools.lru_cache(maxsize=256)
+def _program(rule: str) -> Any:
+    import celpy
+
+    env = celpy.Environment()
+    return env.program(env.compile(rule))
+
+
+def _is_transition_rule(rule: str) -> bool:
+    return "oldSelf" in rule
+
+
+def _evaluate(rule: str, value: Any, old: Any) -> tuple[bool, str | None]:
+    """(passed, evaluation error or None) for one rule."""
+    import celpy
+
+    activation = {"self": celpy.json_to_cel(value)}
+    if old is not _MISSING:
+        activation["oldSelf"] = celpy.json_to_cel(old)
+    try:
+        result = _program(rule).evaluate(activation)
+    except celpy.CELEvalError as exc:
+        return False, str(exc.args[0] if exc.args else exc)
+    if isinstance(result, celpy.CELEvalError):
+        return False, str(result.args[0] if result.args else result)
+    return bool(result), None
+
+
+def cel_errors(schema: Schema, obj: Any, old: Any = _MISSING) -> list[str]:
+    """Messages of the `x-kubernetes-validations` rules that fail for `obj`.
+
+    Pass `old` (the stored object) to check an update; transition rules run only then.
+    """
+    out: list[str] = []
+    _walk_cel(schema, obj, old, [], out)
+    return out
+
+
+def _walk_cel(schema: Schema, value: Any, old: Any, path: list[Any], out: list[str]) -> None:
+    for check in schema.get("x-kubernetes-validations", []):
+        rule = str(check["rule"])
+        if _is_transition_rule(rule) and old is _MISSING:
+            continue
+        passed, error = _evaluate(rule, value, old)
+        if not passed:
+            message = check.get("message") or f"failed rule: {rule}"
+            detail = f"{message} (rule: {rule})"
+            if error is not None:
+                detail += f" [evaluation error: {error}]"
+            out.append(f"{_path(path)}: {detail}")
+    if isinstance(value, dict):
+        props: dict[str, Schema] = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key, item in value.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is None:
+                continue
+            old_item = old.get(key, _MISSING) if isinstance(old, dict) else _MISSING
+            _walk_cel(sub, item, old_item, [*path, key], out)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        items: Schema = schema["items"]
+        old_by_key = _correlate(schema, old)
+        for i, item in enumerate(value):
+            old_item = _MISSING
+            if old_by_key is not None and isinstance(item, dict):
+                old_item = old_by_key.get(_map_key(schema, item), _MISSING)
+            _walk_cel(items, item, old_item, [*path, i], out)
+
+
+def _map_key(schema: Schema, item: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(item.get(k) for k in schema.get("x-kubernetes-list-map-keys", []))
+
+
+def _correlate(schema: Schema, old: Any) -> dict[tuple[Any, ...], Any] | None:
+    """Old items by map key: only `map` lists correlate items across an update."""
+    if schema.get("x-kubernetes-list-type") != "map" or not isinstance(old, list):
+        return None
+    return {_map_key(schema, o): o for o in old if isinstance(o, dict)}
+
+
+def validate(schema: Schema, obj: Any, old: Any = None) -> list[str]:
+    """Every problem the API server would report for a create (old=None) or an update."""
+    new = apply_defaults(schema, obj)
+    errors = schema_errors(schema, new)
+    previous = _MISSING if old is None else apply_defaults(schema, old)
+    errors += cel_errors(schema, new, previous)
+    return errors
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m lorafleet_api.crd_validation FILE... : check manifests before `kubectl apply`
+
+
+def check_files(paths: list[str]) -> list[str]:
+    """`file: Kind/name: problem` for every lorafleet object in the YAML files; others skipped."""
+    from pathlib import Path
+
+    import yaml
+
+    from lorafleet_api.crds import RESOURCES
+
+    kinds = {r.kind for r in RESOURCES}
+    problems: list[str] = []
+    for name in paths:
+        try:
+            docs = [d for d in yaml.safe_load_all(Path(name).read_text()) if d]
+        except (OSError, yaml.YAMLError) as exc:
+            problems.append(f"{name}: cannot read: {exc}")
+            continue
+        for doc in docs:
+            if not isinstance(doc, dict) or doc.get("kind") not in kinds:
+                continue
+            label = f"{doc['kind']}/{(doc.get('metadata') or {}).get('name', '?')}"
+            problems += [f"{name}: {label}: {e}" for e in validate(schema_of(doc["kind"]), doc)]
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m lorafleet_api.crd_validation",
+        description="Validate lorafleet manifests offline against the CRD schemas and CEL "
+        "rules, as the API server would on create.",
+    )
+    parser.add_argument("files", nargs="+", help="YAML files (multi-document allowed)")
+    args = parser.parse_args(argv)
+    problems = check_files(args.files)
+    for line in problems:
+        print(line)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
