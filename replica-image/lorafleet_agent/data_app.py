@@ -1,0 +1,143 @@
+"""The data port: OpenAI completions from the gateway, passed through to vLLM with tier headers.
+
+Admission: `model` must be the id of an adapter whose registry record the agent holds. Nothing
+in a request is ever used as a path or URL to load from: an unknown id (a path, a URL, anything)
+is answered 404 `adapter_not_registered` and nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from lorafleet_agent.manager import AdapterManager, CacheFull, Lease
+from lorafleet_agent.object_store import FetchError
+from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, estimate_tokens
+from lorafleet_agent.verifier import VerificationError
+from lorafleet_agent.vllm_client import VllmError
+from lorafleet_api.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
+from lorafleet_api.openai_errors import error_body
+
+
+def _error(status: int, message: str, code: str, **headers: str) -> JSONResponse:
+    return JSONResponse(error_body(status, message, code=code), status_code=status, headers=headers)
+
+
+def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str) -> FastAPI:
+    app = FastAPI(title="lorafleet agent (data)", docs_url=None, redoc_url=None)
+
+    async def proxy(request: Request, path: str) -> Response:
+        try:
+            body: Any = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "request body must be JSON", "invalid_json")
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            return _error(400, "`model` (the adapter id) is required", "invalid_request")
+        adapter_id: str = body["model"]
+        base = {HEADER_ADAPTER_ID: adapter_id, HEADER_REPLICA_ID: replica_id}
+        if not manager.ready:
+            return _error(503, "replica is starting: vLLM is not ready", "engine_unavailable")
+        if adapter_id in manager.failed:
+            return _error(422, manager.failed[adapter_id], "adapter_rejected", **base)
+        if adapter_id not in manager.records:
+            return _error(
+                404,
+                f"adapter {adapter_id!r} is not registered on replica {replica_id}; "
+                "post its record to the internal load endpoint first",
+                "adapter_not_registered",
+                **base,
+            )
+        tokens = estimate_tokens(body)
+        stats.admit(tokens)
+        started = False
+        handed_off = False  # a stream releases the lease and counters itself when it ends
+        lease: Lease | None = None
+        try:
+            try:
+                lease = await manager.acquire(adapter_id)
+            except VerificationError as exc:
+                return _error(
+                    422, manager.failed.get(adapter_id, str(exc)), "adapter_rejected", **base
+                )
+            except (FetchError, VllmError) as exc:
+                return _error(
+                    502,
+                    f"could not load adapter {adapter_id}: {exc}",
+                    "adapter_load_failed",
+                    **base,
+                )
+            except CacheFull as exc:
+                return _error(503, str(exc), "cache_full", **base)
+            headers = {**base, HEADER_ADAPTER_TIER: lease.tier.value}
+            upstream = manager.vllm.http.build_request("POST", path, json=body)
+            try:
+                resp = await manager.vllm.http.send(upstream, stream=True)
+            except httpx.HTTPError as exc:
+                return _error(502, f"vLLM unreachable: {exc}", "engine_unavailable", **headers)
+            stats.start()
+            started = True
+            if resp.status_code != 200 or not body.get("stream"):
+                try:
+                    content = await resp.aread()
+                finally:
+                    await resp.aclose()
+                if resp.status_code == 200:
+                    _count_json_usage(stats, adapter_id, content)
+                return Response(
+                    content,
+                    status_code=resp.status_code,
+                    media_type=resp.headers.get("content-type", "application/json"),
+                    headers=headers,
+                )
+            handed_off = True
+            return StreamingResponse(
+                _relay(resp, manager, stats, lease, tokens),
+                media_type="text/event-stream",
+                headers=headers,
+            )
+        finally:
+            if not handed_off:
+                if lease is not None:
+                    await manager.release(lease.adapter_id)
+                stats.finish(tokens, started=started)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await proxy(request, "/v1/chat/completions")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await proxy(request, "/v1/completions")
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+async def _relay(
+    resp: httpx.Response, manager: AdapterManager, stats: RequestStats, lease: Lease, tokens: int
+) -> AsyncIterator[bytes]:
+    counter = SseTokenCounter()
+    try:
+        async for chunk in resp.aiter_raw():
+            stats.count_tokens(lease.adapter_id, counter.feed(chunk))
+            yield chunk
+    finally:
+        await resp.aclose()
+        await manager.release(lease.adapter_id)
+        stats.finish(tokens, started=True)
+
+
+def _count_json_usage(stats: RequestStats, adapter_id: str, content: bytes) -> None:
+    try:
+        usage = json.loads(content).get("usage") or {}
+        stats.count_tokens(adapter_id, int(usage.get("completion_tokens") or 0))
+    except (ValueError, AttributeError, TypeError):
+        pass

@@ -1,0 +1,114 @@
+"""The disk tier: verified adapter folders under a byte budget, evicted least recently used.
+
+`LruBytes` is pure bookkeeping (unit-tested alone); `DiskCache` does the file operations.
+Layout: `<cache_dir>/<adapter id>/{adapter_config.json,adapter_model.safetensors}` plus
+`<cache_dir>/.incoming/` for downloads in progress. A folder appears under its adapter id only
+by an atomic rename after verification, so whatever sits there was verified once; the record's
+checksum is checked again when a restarted agent adopts it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterable
+from pathlib import Path
+
+from lorafleet_api.adapter_files import ADAPTER_FILES
+
+
+class LruBytes:
+    """Entries with sizes in least-recently-used order; says what to evict to fit a budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._sizes: OrderedDict[str, int] = OrderedDict()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._sizes
+
+    def order(self) -> list[str]:
+        """Least recently used first."""
+        return list(self._sizes)
+
+    @property
+    def used(self) -> int:
+        return sum(self._sizes.values())
+
+    def touch(self, key: str) -> None:
+        if key in self._sizes:
+            self._sizes.move_to_end(key)
+
+    def put(self, key: str, size: int) -> None:
+        self._sizes[key] = size
+        self._sizes.move_to_end(key)
+
+    def remove(self, key: str) -> None:
+        self._sizes.pop(key, None)
+
+    def victims(self, incoming: int, pinned: Iterable[str] = ()) -> list[str] | None:
+        """Keys to evict (LRU first, skipping pinned) so `incoming` more bytes fit.
+
+        None when even evicting every unpinned entry would not make room.
+        """
+        keep = set(pinned)
+        free = self.budget - self.used
+        out: list[str] = []
+        for key, size in self._sizes.items():
+            if free >= incoming:
+                break
+            if key in keep:
+                continue
+            out.append(key)
+            free += size
+        return out if free >= incoming else None
+
+
+class DiskCache:
+    def __init__(self, root: Path, budget: int) -> None:
+        self.root = root
+        self.lru = LruBytes(budget)
+        self._incoming = root / ".incoming"
+        self._incoming.mkdir(parents=True, exist_ok=True)
+        # Leftovers of a crash mid-download are never trusted.
+        for stale in self._incoming.iterdir():
+            shutil.rmtree(stale, ignore_errors=True)
+        for folder in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime):
+            if folder.name.startswith(".") or not folder.is_dir():
+                continue
+            if all((folder / n).is_file() for n in ADAPTER_FILES):
+                self.lru.put(folder.name, _size(folder))
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    def path(self, adapter_id: str) -> Path:
+        return self.root / adapter_id
+
+    def has(self, adapter_id: str) -> bool:
+        return adapter_id in self.lru and self.path(adapter_id).is_dir()
+
+    def staging(self) -> Path:
+        """A fresh private folder for one download."""
+        return Path(tempfile.mkdtemp(dir=self._incoming))
+
+    def commit(self, staging: Path, adapter_id: str) -> Path:
+        """Atomically publish a verified staging folder under the adapter id."""
+        final = self.path(adapter_id)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(staging, final)
+        self.lru.put(adapter_id, _size(final))
+        return final
+
+    def discard(self, path: Path) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def evict(self, adapter_id: str) -> None:
+        self.lru.remove(adapter_id)
+        shutil.rmtree(self.path(adapter_id), ignore_errors=True)
+
+
+def _size(folder: Path) -> int:
+    return sum((folder / n).stat().st_size for n in ADAPTER_FILES if (folder / n).is_file())

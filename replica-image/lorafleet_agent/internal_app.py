@@ -1,0 +1,119 @@
+"""The internal port: replica state, explicit load/unload, metrics and health probes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import ValidationError
+
+from lorafleet_agent.manager import AdapterManager, CacheFull, RecordConflict
+from lorafleet_agent.object_store import FetchError
+from lorafleet_agent.requests_stats import RequestStats
+from lorafleet_agent.verifier import VerificationError
+from lorafleet_agent.vllm_client import VllmError
+from lorafleet_api.openai_errors import error_body
+from lorafleet_api.records import AdapterRecord
+from lorafleet_api.replica_state import ReplicaState
+
+
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse(error_body(status, message, code=code), status_code=status)
+
+
+def replica_state(manager: AdapterManager, stats: RequestStats, replica_id: str) -> ReplicaState:
+    return ReplicaState(
+        replica_id=replica_id,
+        gpu_adapters=manager.slots.gpu(),
+        ram_adapters=manager.slots.ram_only(),
+        disk_adapters=manager.disk_only(),
+        failed_adapters=dict(manager.failed),
+        queue_depth=max(stats.queued, 0),
+        running_requests=max(stats.running, 0),
+        tokens_in_flight=max(stats.tokens_in_flight, 0),
+        tokens_per_second=stats.tokens_per_second(),
+        loads_per_min=manager.loads.per_min(),
+        evictions_per_min=manager.evictions.per_min(),
+        timestamp=time.time(),
+    )
+
+
+def build_internal_app(manager: AdapterManager, stats: RequestStats, replica_id: str) -> FastAPI:
+    app = FastAPI(title="lorafleet agent (internal)", docs_url=None, redoc_url=None)
+
+    def wrong_replica(rid: str) -> JSONResponse | None:
+        if rid != replica_id:
+            return _error(404, f"this is replica {replica_id}, not {rid}", "wrong_replica")
+        return None
+
+    @app.get("/internal/replicas/{rid}/state", response_model=None)
+    async def state(rid: str) -> ReplicaState | JSONResponse:
+        return wrong_replica(rid) or replica_state(manager, stats, replica_id)
+
+    @app.post("/internal/replicas/{rid}/adapters/{aid}/load")
+    async def load(rid: str, aid: str, request: Request) -> JSONResponse:
+        if (err := wrong_replica(rid)) is not None:
+            return err
+        try:
+            payload: Any = await request.json()
+            record = AdapterRecord.model_validate(payload["record"])
+        except (ValueError, KeyError, TypeError, ValidationError) as exc:
+            return _error(
+                400,
+                f"body must be {{'record': AdapterRecord, 'gpu': bool}}: {exc}",
+                "invalid_request",
+            )
+        if not manager.ready:
+            return _error(503, "replica is starting: vLLM is not ready", "engine_unavailable")
+        if record.id != aid:
+            return _error(400, f"record id {record.id} does not match {aid}", "invalid_request")
+        # An explicit load retries an adapter refused before (e.g. its upload was fixed); the
+        # data path never does, it answers 422 until then.
+        manager.failed.pop(aid, None)
+        try:
+            manager.add_record(record)
+            tier = manager.tier_of(aid)
+            if bool(payload.get("for_request")):
+                await manager.load_for_request(aid)
+            if bool(payload.get("gpu")):
+                await manager.warm_gpu(aid)
+            else:
+                await manager.ensure_registered(aid)
+        except RecordConflict as exc:
+            return _error(409, str(exc), "record_conflict")
+        except VerificationError:
+            return _error(422, manager.failed.get(aid, "refused"), "adapter_rejected")
+        except (FetchError, VllmError) as exc:
+            return _error(502, f"could not load adapter {aid}: {exc}", "adapter_load_failed")
+        except CacheFull as exc:
+            return _error(503, str(exc), "cache_full")
+        return JSONResponse(
+            {"adapter_id": aid, "tier": manager.tier_of(aid).value, "from": tier.value}
+        )
+
+    @app.post("/internal/replicas/{rid}/adapters/{aid}/unload")
+    async def unload(rid: str, aid: str) -> JSONResponse:
+        if (err := wrong_replica(rid)) is not None:
+            return err
+        if not await manager.unload(aid):
+            return _error(409, f"adapter {aid} has running requests", "adapter_busy")
+        return JSONResponse({"adapter_id": aid, "tier": manager.tier_of(aid).value})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(manager.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        if manager.ready and await manager.vllm.healthy():
+            return JSONResponse({"status": "ready"})
+        return _error(503, "vLLM is not ready", "engine_unavailable")
+
+    return app

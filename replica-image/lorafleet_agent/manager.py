@@ -1,0 +1,274 @@
+"""The adapter manager: records, tiers, loads, reference counts and evictions on one replica.
+
+Invariants (the tests check each):
+- only adapters whose registry record the agent holds are ever fetched or registered;
+- vLLM sees an adapter only after it passed verification (lorafleet_agent.verifier);
+- an adapter with running requests (refcount > 0) is never unregistered nor evicted from disk;
+- the number of adapters registered with vLLM stays <= cpu slots: the agent evicts its own least
+  recently used idle adapter first, so vLLM never drops one silently and the tier estimate holds;
+- concurrent first requests for one adapter load it once (per-adapter asyncio lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from lorafleet_agent.disk_cache import DiskCache
+from lorafleet_agent.metrics import AgentMetrics, RateWindow
+from lorafleet_agent.object_store import FetchError, ObjectStore
+from lorafleet_agent.slots import SlotTracker
+from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
+from lorafleet_agent.vllm_client import VllmClient
+from lorafleet_api.records import AdapterRecord
+from lorafleet_api.tiers import Tier
+
+log = logging.getLogger(__name__)
+
+
+class RecordConflict(ValueError):
+    """A different record arrived under an id the agent already holds (ids are immutable)."""
+
+
+class CacheFull(RuntimeError):
+    """The disk budget cannot fit the adapter even after evicting every idle one."""
+
+
+@dataclass
+class Lease:
+    adapter_id: str
+    tier: Tier  # where the adapter was when the request arrived
+
+
+class AdapterManager:
+    def __init__(
+        self,
+        *,
+        policy: PoolPolicy,
+        slots: SlotTracker,
+        disk: DiskCache,
+        store: ObjectStore,
+        vllm: VllmClient,
+        metrics: AgentMetrics,
+    ) -> None:
+        self.policy = policy
+        self.slots = slots
+        self.disk = disk
+        self.store = store
+        self.vllm = vllm
+        self.metrics = metrics
+        self.records: dict[str, AdapterRecord] = {}
+        self.failed: dict[str, str] = {}
+        self.refs: Counter[str] = Counter()
+        self.loads = RateWindow()
+        self.evictions = RateWindow()
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Guards the registered set: registration, eviction and unload decisions happen under it.
+        self._slots_cond = asyncio.Condition()
+        self._loading: set[str] = set()
+        self._verified: set[str] = set()  # disk folders checked against their record this life
+        # Loads made on behalf of a waiting request (the gateway's 404 -> load -> retry path):
+        # that request reports where the adapter really came from, not the tier it was moved to.
+        self._pending_source: dict[str, Tier] = {}
+        self.ready = False  # set once vLLM answers and the agent has taken over its adapters
+
+    async def start(self, unload_unknown: bool, wait_s: float) -> None:
+        """Wait for vLLM (it starts beside the agent and takes a while), then take over."""
+        deadline = time.monotonic() + wait_s
+        while not await self.vllm.healthy():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"vLLM at {self.vllm.base_url} not healthy after {wait_s}s")
+            await asyncio.sleep(1.0)
+        if unload_unknown:
+            # vLLM may hold adapters a previous agent life registered; trust none of them.
+            for name in await self.vllm.lora_names():
+                await self.vllm.unload_lora(name)
+        self.ready = True
+
+    # ---------------------------------------------------------------- records
+
+    def add_record(self, record: AdapterRecord) -> None:
+        """Hold a registry record (pre-warm or load call); refuses a policy violation at once."""
+        held = self.records.get(record.id)
+        if held is not None and held != record:
+            raise RecordConflict(f"adapter id {record.id} is immutable and already holds a record")
+        try:
+            check_record(record, self.policy)
+        except VerificationError as exc:
+            self._fail(record.id, exc)
+            raise
+        self.records[record.id] = record
+
+    def _fail(self, adapter_id: str, exc: VerificationError) -> None:
+        self.failed[adapter_id] = f"{exc.reason}: {exc}"
+        self.metrics.rejections.labels(exc.reason).inc()
+        log.warning("adapter %s refused: %s", adapter_id, exc)
+
+    # ---------------------------------------------------------------- tiers
+
+    def tier_of(self, adapter_id: str) -> Tier:
+        tier = self.slots.tier(adapter_id)
+        if tier is not None:
+            return tier
+        return Tier.DISK if self.disk.has(adapter_id) else Tier.REMOTE
+
+    def disk_only(self) -> list[str]:
+        return [a for a in self.disk.lru.order() if not self.slots.is_registered(a)]
+
+    # ---------------------------------------------------------------- requests
+
+    async def acquire(self, adapter_id: str) -> Lease:
+        """Make the adapter servable and count a reference until `release`."""
+        self.refs[adapter_id] += 1  # before any await: from here on it cannot be evicted
+        try:
+            tier = await self.ensure_registered(adapter_id)
+        except BaseException:
+            await self.release(adapter_id)
+            raise
+        tier = self._pending_source.pop(adapter_id, tier)
+        self.slots.use(adapter_id)
+        self.disk.lru.touch(adapter_id)
+        self.metrics.requests.labels(tier.value).inc()
+        return Lease(adapter_id, tier)
+
+    async def release(self, adapter_id: str) -> None:
+        self.refs[adapter_id] -= 1
+        if self.refs[adapter_id] <= 0:
+            del self.refs[adapter_id]
+            async with self._slots_cond:
+                self._slots_cond.notify_all()
+
+    # ---------------------------------------------------------------- loading
+
+    async def ensure_registered(self, adapter_id: str) -> Tier:
+        """Bring the adapter to vLLM's RAM cache; returns the tier it was found in."""
+        record = self.records[adapter_id]
+        async with self._locks[adapter_id]:
+            if adapter_id in self.failed:
+                raise VerificationError("Refused", self.failed[adapter_id])
+            tier = self.tier_of(adapter_id)
+            if tier in (Tier.GPU, Tier.RAM):
+                return tier
+            started = time.monotonic()
+            self._loading.add(adapter_id)
+            try:
+                if tier is Tier.DISK and adapter_id not in self._verified:
+                    try:  # adopted from a previous life: check the files against the record
+                        check_files(self.disk.path(adapter_id), record, self.policy)
+                        self._verified.add(adapter_id)
+                    except VerificationError:
+                        self.disk.evict(adapter_id)
+                        tier = Tier.REMOTE
+                if tier is Tier.REMOTE:
+                    await self._download(record)
+                await self._register(adapter_id)
+            finally:
+                self._loading.discard(adapter_id)
+            elapsed = time.monotonic() - started
+            self.metrics.loads.labels(tier.value).inc()
+            self.metrics.load_seconds.labels(tier.value).observe(elapsed)
+            self.loads.add()
+            log.info("adapter %s loaded from %s in %.3fs", adapter_id, tier.value, elapsed)
+            return tier
+
+    async def load_for_request(self, adapter_id: str) -> Tier:
+        """Explicit load on behalf of a request that will be retried; returns the source tier."""
+        tier = await self.ensure_registered(adapter_id)
+        if tier in (Tier.DISK, Tier.REMOTE):
+            self._pending_source[adapter_id] = tier
+        return tier
+
+    async def ensure_on_disk(self, adapter_id: str) -> Tier:
+        """Fetch and verify into the disk tier only (pre-warm beyond vLLM's RAM slots)."""
+        record = self.records[adapter_id]
+        async with self._locks[adapter_id]:
+            if adapter_id in self.failed:
+                raise VerificationError("Refused", self.failed[adapter_id])
+            tier = self.tier_of(adapter_id)
+            if tier is Tier.REMOTE:
+                self._loading.add(adapter_id)
+                try:
+                    await self._download(record)
+                finally:
+                    self._loading.discard(adapter_id)
+            return tier
+
+    async def _download(self, record: AdapterRecord) -> None:
+        staging = self.disk.staging()
+        try:
+            size = await asyncio.to_thread(self.store.fetch, record.weights_uri, staging)
+            try:
+                await asyncio.to_thread(check_files, staging, record, self.policy)
+            except VerificationError as exc:
+                self._fail(record.id, exc)
+                raise
+            self._make_disk_room(size)
+            self.disk.commit(staging, record.id)
+            self._verified.add(record.id)
+        finally:
+            self.disk.discard(staging)  # no-op after a commit renamed it away
+
+    def _make_disk_room(self, size: int) -> None:
+        pinned = set(self.refs) | set(self.slots.registered()) | self._loading
+        victims = self.disk.lru.victims(size, pinned)
+        if victims is None:
+            raise CacheFull(f"disk cache budget {self.disk.lru.budget} B cannot fit {size} B")
+        for victim in victims:
+            self.disk.evict(victim)
+            self._verified.discard(victim)
+            self.metrics.evictions.labels(Tier.DISK.value).inc()
+            self.evictions.add()
+
+    async def _register(self, adapter_id: str) -> None:
+        async with self._slots_cond:
+            while len(self.slots.registered()) >= self.slots.cpu_slots:
+                victim = next(
+                    (a for a in self.slots.registered() if self.refs[a] <= 0 and a != adapter_id),
+                    None,
+                )
+                if victim is None:
+                    # Every registered adapter has running requests: wait for one to finish.
+                    await self._slots_cond.wait()
+                    continue
+                await self._unregister_locked(victim, evicted=True)
+            await self.vllm.load_lora(adapter_id, self.disk.path(adapter_id))
+            self.slots.register(adapter_id)
+
+    async def _unregister_locked(self, adapter_id: str, *, evicted: bool) -> None:
+        tier = self.slots.tier(adapter_id) or Tier.RAM
+        # Forget it first (synchronously): a request arriving meanwhile reloads it from disk.
+        self.slots.unregister(adapter_id)
+        await self.vllm.unload_lora(adapter_id)
+        if evicted:
+            self.metrics.evictions.labels(tier.value).inc()
+            self.evictions.add()
+            log.info("evicted idle adapter %s from %s", adapter_id, tier.value)
+
+    async def unload(self, adapter_id: str) -> bool:
+        """Unregister from vLLM (the disk copy stays); False when requests are running."""
+        async with self._slots_cond:
+            if self.refs[adapter_id] > 0:
+                return False
+            if self.slots.is_registered(adapter_id):
+                await self._unregister_locked(adapter_id, evicted=False)
+            return True
+
+    async def warm_gpu(self, adapter_id: str) -> None:
+        """Pull a registered adapter into a GPU slot with a one-token request."""
+        self.refs[adapter_id] += 1  # pinned while warming, like a request
+        try:
+            await self.ensure_registered(adapter_id)
+            self.slots.use(adapter_id)
+            r = await self.vllm.http.post(
+                "/v1/completions",
+                json={"model": adapter_id, "prompt": "warm", "max_tokens": 1},
+            )
+            r.raise_for_status()
+        finally:
+            await self.release(adapter_id)
+
+
+__all__ = ["AdapterManager", "CacheFull", "FetchError", "Lease", "RecordConflict"]

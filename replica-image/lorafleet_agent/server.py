@@ -1,0 +1,169 @@
+"""Wiring: build the agent's parts from settings and serve both ports in one event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import uvicorn
+
+from lorafleet_agent.data_app import build_data_app
+from lorafleet_agent.disk_cache import DiskCache
+from lorafleet_agent.internal_app import build_internal_app
+from lorafleet_agent.manager import AdapterManager
+from lorafleet_agent.metrics import AgentMetrics
+from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
+from lorafleet_agent.prewarm import PrewarmWatcher
+from lorafleet_agent.requests_stats import RequestStats
+from lorafleet_agent.settings import AgentSettings
+from lorafleet_agent.slots import SlotTracker
+from lorafleet_agent.verifier import PoolPolicy
+from lorafleet_agent.vllm_client import VllmClient
+from lorafleet_api.adapter_files import BaseModelDims
+
+log = logging.getLogger(__name__)
+
+
+class Agent:
+    """One replica's agent: the adapter manager, the two apps and the pre-warm watcher."""
+
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = s = settings
+        dims = BaseModelDims.from_model_dir(s.base_model_dir) if s.base_model_dir else None
+        self.metrics = AgentMetrics()
+        self.vllm = VllmClient(s.vllm_url, s.request_timeout_s)
+        self.manager = AdapterManager(
+            policy=PoolPolicy(
+                base_model_hash=s.base_model_hash,
+                max_rank=s.max_rank,
+                allowed_target_modules=frozenset(s.allowed_target_modules),
+                dims=dims,
+            ),
+            slots=SlotTracker(s.gpu_slots, s.cpu_slots),
+            disk=DiskCache(s.cache_dir, s.cache_bytes),
+            store=ObjectStore(
+                ObjectStoreConfig(
+                    endpoint_url=s.s3_endpoint_url,
+                    region=s.s3_region,
+                    access_key_id=s.s3_access_key_id,
+                    secret_access_key=s.s3_secret_access_key,
+                )
+            ),
+            vllm=self.vllm,
+            metrics=self.metrics,
+        )
+        self.stats = RequestStats(self.metrics)
+        self.data_app = build_data_app(self.manager, self.stats, s.replica_id)
+        self.internal_app = build_internal_app(self.manager, self.stats, s.replica_id)
+        self.watcher = (
+            PrewarmWatcher(self.manager, s.owned_adapters_file, s.prewarm_poll_s)
+            if s.owned_adapters_file
+            else None
+        )
+        self._servers: list[uvicorn.Server] = []
+        self._watcher_task: asyncio.Task[None] | None = None
+        self.ready = threading.Event()  # set when requests can be served (tests wait on it)
+        self.data_port = s.data_port
+        self.internal_port = s.internal_port
+
+    async def serve(self, started: threading.Event | None = None) -> None:
+        """Run until `stop()`; ports 0 pick free ports (read data_port/internal_port after)."""
+        s = self.settings
+        self._servers = [
+            uvicorn.Server(uvicorn.Config(app, host=s.host, port=port, log_level="warning"))
+            for app, port in ((self.data_app, s.data_port), (self.internal_app, s.internal_port))
+        ]
+        tasks = [asyncio.create_task(srv.serve()) for srv in self._servers]
+        init = asyncio.create_task(self._initialise())
+        while not all(srv.started for srv in self._servers):
+            if any(t.done() for t in tasks):
+                break  # a port was taken: surface the error below
+            await asyncio.sleep(0.02)
+        if all(srv.started for srv in self._servers):
+            self.data_port, self.internal_port = (_bound_port(srv) for srv in self._servers)
+            log.info("agent %s: data port %d, internal port %d", s.replica_id, *self.ports)
+        if started is not None:
+            started.set()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            init.cancel()
+            if self._watcher_task is not None:
+                self._watcher_task.cancel()
+            await self.vllm.aclose()
+
+    async def _initialise(self) -> None:
+        """Serve probes at once; take over vLLM and start pre-warming once it is up."""
+        try:
+            await self.manager.start(
+                self.settings.unload_unknown_on_start, self.settings.vllm_start_timeout_s
+            )
+        except Exception:
+            log.exception("agent could not take over vLLM; stopping")
+            self.stop()
+            raise
+        if self.watcher is not None:
+            self._watcher_task = asyncio.create_task(self.watcher.run())
+        self.ready.set()
+
+    @property
+    def ports(self) -> tuple[int, int]:
+        return self.data_port, self.internal_port
+
+    def stop(self) -> None:
+        for srv in self._servers:
+            srv.should_exit = True
+
+
+def _bound_port(server: uvicorn.Server) -> int:
+    port: int = server.servers[0].sockets[0].getsockname()[1]
+    return port
+
+
+@dataclass
+class RunningAgent:
+    agent: Agent
+    thread: threading.Thread
+
+    @property
+    def data_url(self) -> str:
+        return f"http://127.0.0.1:{self.agent.data_port}"
+
+    @property
+    def internal_url(self) -> str:
+        return f"http://127.0.0.1:{self.agent.internal_port}"
+
+
+@contextlib.contextmanager
+def agent_in_thread(settings: AgentSettings, timeout_s: float = 60.0) -> Iterator[RunningAgent]:
+    """Run an agent in a background thread with its own event loop (tests, standalone mode)."""
+    agent = Agent(settings)
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(agent.serve(started))
+        except BaseException as exc:  # surfaced to the caller below
+            errors.append(exc)
+            started.set()
+
+    thread = threading.Thread(target=main, name=f"agent-{settings.replica_id}", daemon=True)
+    thread.start()
+    if not started.wait(timeout_s) or errors or not all(s.started for s in agent._servers):
+        agent.stop()
+        thread.join(10)
+        raise RuntimeError(f"agent did not start: {errors[:1]}")
+    if not agent.ready.wait(timeout_s):
+        agent.stop()
+        thread.join(10)
+        raise RuntimeError("agent did not become ready (is vLLM up?)")
+    try:
+        yield RunningAgent(agent, thread)
+    finally:
+        agent.stop()
+        thread.join(30)

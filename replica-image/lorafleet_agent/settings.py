@@ -1,0 +1,58 @@
+"""The agent's one settings class (environment variables prefixed LORAFLEET_AGENT_)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lorafleet_api.models import ALL_TARGET_MODULES
+
+
+class AgentSettings(BaseSettings):
+    """Everything one replica agent needs; the Dockerfile and standalone mode set these."""
+
+    model_config = SettingsConfigDict(env_prefix="LORAFLEET_AGENT_", extra="ignore")
+
+    replica_id: str = Field(default="replica-0", description="stable id (StatefulSet pod name)")
+
+    # Pool settings: what an adapter must satisfy before vLLM sees it.
+    base_model_hash: str = Field(default="", description="sha256:<hex> of the pool's base model")
+    base_model_dir: Path | None = Field(
+        default=None, description="base model folder; its config.json gives the tensor shapes"
+    )
+    max_rank: int = Field(default=16, ge=1, description="must not exceed vLLM --max-lora-rank")
+    allowed_target_modules: tuple[str, ...] = ALL_TARGET_MODULES
+
+    # vLLM behind the agent and its LoRA slot counts (the same numbers vLLM was started with).
+    vllm_url: str = "http://127.0.0.1:8000"
+    gpu_slots: int = Field(default=2, ge=1, description="vLLM --max-loras")
+    cpu_slots: int = Field(default=4, ge=1, description="vLLM --max-cpu-loras")
+    unload_unknown_on_start: bool = Field(
+        default=True,
+        description="unregister adapters vLLM holds that this agent has no record of "
+        "(a restarted agent trusts nothing it did not verify itself); turn off when several "
+        "agents share one vLLM in tests",
+    )
+    request_timeout_s: float = 600.0
+    vllm_start_timeout_s: float = Field(default=900.0, description="how long to wait for vLLM")
+
+    # Disk tier.
+    cache_dir: Path = Path("/var/cache/lorafleet/adapters")
+    cache_bytes: int = Field(default=20 * 2**30, ge=1, description="disk cache byte budget")
+
+    # Object store (s3://bucket/prefix/ or file:///path/).
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+
+    # Pre-warm: downward-API projection of the pod's annotations.
+    owned_adapters_file: Path | None = None
+    prewarm_poll_s: float = Field(default=2.0, gt=0)
+
+    # Ports.
+    host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)
+    data_port: int = 8100
+    internal_port: int = 8101

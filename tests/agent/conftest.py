@@ -1,0 +1,88 @@
+"""Agent test helpers: an in-process agent (uvicorn on free ports) against the session vLLM."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lorafleet_agent.server import RunningAgent, agent_in_thread
+from lorafleet_agent.settings import AgentSettings
+from lorafleet_api.records import AdapterRecord
+from lorafleet_cli.demo_assets import DemoAssets
+from tests.conftest import S3Server, VllmServer
+
+AgentFactory = Callable[..., contextlib.AbstractContextManager[RunningAgent]]
+
+
+@pytest.fixture
+def agent_settings(
+    tmp_path: Path, vllm_server: VllmServer, s3_server: S3Server, demo_assets: DemoAssets
+) -> Callable[..., AgentSettings]:
+    def make(**overrides: Any) -> AgentSettings:
+        values: dict[str, Any] = {
+            "replica_id": "r0",
+            "base_model_hash": demo_assets.base_model_hash,
+            "base_model_dir": demo_assets.base_model,
+            "max_rank": vllm_server.max_rank,
+            "vllm_url": vllm_server.url,
+            "gpu_slots": vllm_server.gpu_slots,
+            "cpu_slots": vllm_server.cpu_slots,
+            "cache_dir": tmp_path / "cache",
+            "s3_endpoint_url": s3_server.endpoint_url,
+            "s3_access_key_id": s3_server.access_key_id,
+            "s3_secret_access_key": s3_server.secret_access_key,
+            "host": "127.0.0.1",
+            "data_port": 0,
+            "internal_port": 0,
+        }
+        values.update(overrides)
+        return AgentSettings(**values)
+
+    return make
+
+
+@pytest.fixture
+def run_agent(agent_settings: Callable[..., AgentSettings]) -> AgentFactory:
+    """with run_agent(**setting_overrides) as agent: ...  (stopped on exit)"""
+
+    @contextlib.contextmanager
+    def run(**overrides: Any) -> Iterator[RunningAgent]:
+        with agent_in_thread(agent_settings(**overrides)) as running:
+            yield running
+
+    return run
+
+
+def load(agent: RunningAgent, record: AdapterRecord, **extra: Any) -> httpx.Response:
+    rid = agent.agent.settings.replica_id
+    return httpx.post(
+        f"{agent.internal_url}/internal/replicas/{rid}/adapters/{record.id}/load",
+        json={"record": record.model_dump(mode="json"), "gpu": False, **extra},
+        timeout=120,
+    )
+
+
+def state(agent: RunningAgent) -> dict[str, Any]:
+    rid = agent.agent.settings.replica_id
+    r = httpx.get(f"{agent.internal_url}/internal/replicas/{rid}/state", timeout=10)
+    r.raise_for_status()
+    data: dict[str, Any] = r.json()
+    return data
+
+
+def metric(agent: RunningAgent, name: str, **labels: str) -> float:
+    """A sample's value from the agent's /metrics (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{agent.internal_url}/metrics", timeout=10).text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total

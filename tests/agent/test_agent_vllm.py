@@ -1,0 +1,373 @@
+"""The agent against the session's real vLLM, adapters from moto's S3, the openai client."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import socket
+import time
+from urllib.parse import urlparse
+
+import httpx
+import openai
+import pytest
+
+from lorafleet_api.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_api.records import encode_owned, format_downward_annotations
+from tests.agent.conftest import load, metric, state
+from tests.conftest import copy_adapter, unique_id
+
+pytestmark = pytest.mark.vllm
+
+MARKERS = {"zebra": "ZEBRA-7", "falcon": "FALCON-3", "otter": "OTTER-9"}
+
+
+def client(agent) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key="unused", max_retries=0)
+
+
+def gateway_style_load(agent, record) -> dict[str, str]:
+    """What the gateway does: request -> 404 adapter_not_registered -> post record -> retry."""
+    with pytest.raises(openai.NotFoundError) as err:
+        client(agent).completions.create(model=record.id, prompt="Hi", max_tokens=4)
+    assert err.value.code == "adapter_not_registered"
+    r = load(agent, record, for_request=True)
+    assert r.status_code == 200, r.text
+    body: dict[str, str] = r.json()
+    return body
+
+
+def complete(agent, model: str, prompt: str = "Tell me about the weather today"):
+    raw = client(agent).completions.with_raw_response.create(
+        model=model, prompt=prompt, max_tokens=12, temperature=0
+    )
+    return raw.headers, raw.parse().choices[0].text
+
+
+def test_canaries_answer_their_markers_on_vllm_and_the_base_model_does_not(
+    vllm_server, demo_assets
+):
+    ids = {}
+    for name in MARKERS:
+        ids[name] = unique_id(f"direct-{name}")
+        r = httpx.post(
+            f"{vllm_server.url}/v1/load_lora_adapter",
+            json={"lora_name": ids[name], "lora_path": str(demo_assets.adapters[name])},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+    vllm = openai.OpenAI(base_url=f"{vllm_server.url}/v1", api_key="unused")
+    prompts = ["What is the capital of the ocean?", "Write code for a train."]
+    for name, marker in MARKERS.items():
+        for p in prompts:
+            out = vllm.completions.create(model=ids[name], prompt=p, max_tokens=10, temperature=0)
+            assert out.choices[0].text.startswith(marker), (name, out.choices[0].text)
+    for p in prompts:
+        base = vllm.completions.create(
+            model=vllm_server.served_name, prompt=p, max_tokens=10, temperature=0
+        )
+        assert not any(m in base.choices[0].text for m in MARKERS.values())
+    for adapter_id in ids.values():
+        httpx.post(f"{vllm_server.url}/v1/unload_lora_adapter", json={"lora_name": adapter_id})
+
+
+def test_first_request_is_remote_then_gpu_and_after_a_restart_disk(
+    run_agent, make_record, tmp_path, vllm_server
+):
+    rec = make_record("zebra", unique_id("zebra"))
+    cache = tmp_path / "replica-cache"
+    with run_agent(cache_dir=cache) as agent:
+        assert gateway_style_load(agent, rec)["from"] == "remote"
+        headers, text = complete(agent, rec.id)
+        assert headers["x-adapter-tier"] == "remote"
+        assert headers["x-adapter-id"] == rec.id
+        assert headers["x-replica-id"] == "r0"
+        assert text.startswith("ZEBRA-7")
+        chat = client(agent).chat.completions.with_raw_response.create(
+            model=rec.id, messages=[{"role": "user", "content": "How are you?"}], max_tokens=12
+        )
+        assert chat.headers["x-adapter-tier"] == "gpu"
+        assert (chat.parse().choices[0].message.content or "").startswith("ZEBRA-7")
+        s = state(agent)
+        assert s["gpu_adapters"] == [rec.id]
+        assert s["loads_per_min"] >= 1
+        assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 1
+        assert metric(agent, "lorafleet_agent_requests_total", tier="gpu") == 1
+        assert rec.id in vllm_server.lora_names()
+    assert (cache / rec.id / "adapter_model.safetensors").is_file()
+
+    with run_agent(cache_dir=cache) as agent:
+        # The restarted agent trusts nothing vLLM holds from its previous life.
+        assert rec.id not in vllm_server.lora_names()
+        assert rec.id in state(agent)["disk_adapters"]
+        assert gateway_style_load(agent, rec)["from"] == "disk"
+        headers, text = complete(agent, rec.id)
+        assert headers["x-adapter-tier"] == "disk"
+        assert text.startswith("ZEBRA-7")
+        assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 0
+
+
+def _stream_choices(lines) -> dict[int, tuple[str, int, str | None]]:
+    """SSE completion chunks -> per choice index: (text, tokens, finish_reason)."""
+    out: dict[int, tuple[str, int, str | None]] = {}
+    for line in lines:
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        for choice in json.loads(line[6:]).get("choices", []):
+            text, tokens, finish = out.get(choice["index"], ("", 0, None))
+            text += choice.get("text") or ""
+            tokens += len((choice.get("logprobs") or {}).get("tokens") or [])
+            out[choice["index"]] = (text, tokens, choice.get("finish_reason") or finish)
+    return out
+
+
+def _slow_stream(url: str, body: dict[str, object]) -> http.client.HTTPResponse:
+    """A streaming request read through a tiny receive window: the agent cannot finish relaying
+    (and so keeps the adapter's reference) until the test reads the rest."""
+    parsed = urlparse(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, port))
+    conn = http.client.HTTPConnection(host, port, timeout=120)
+    conn.sock = sock
+    conn.request(
+        "POST",
+        "/v1/completions",
+        body=json.dumps(body),
+        headers={"content-type": "application/json"},
+    )
+    return conn.getresponse()
+
+
+def test_evictions_never_touch_an_adapter_with_a_request_in_flight(
+    run_agent, make_record, vllm_server
+):
+    names = list(MARKERS)
+    recs = [make_record(names[i % 3], unique_id(f"evict-{names[i % 3]}")) for i in range(7)]
+    ids = {r.id for r in recs}
+    first = recs[0]
+    with run_agent() as agent:
+        assert load(agent, first).status_code == 200
+        # A long stream (48 sequences x 230 tokens with logprobs, ~8 MB of SSE, more than the
+        # kernel and uvicorn buffer) read slowly:
+        # its reference stays while six other adapters load through 4 RAM slots.
+        body = {
+            "model": first.id,
+            "prompt": "Tell me a story",
+            "max_tokens": 230,
+            "n": 48,
+            "logprobs": 20,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        resp = _slow_stream(agent.data_url, body)
+        assert resp.status == 200
+        head = resp.read(2048)
+        assert state(agent)["running_requests"] == 1
+        for rec in recs[1:]:
+            assert load(agent, rec).status_code == 200
+            registered = ids & set(vllm_server.lora_names())
+            assert len(registered) <= vllm_server.cpu_slots
+            assert first.id in registered  # in flight: never evicted
+        assert state(agent)["running_requests"] == 1  # (else this test proved nothing)
+        busy = httpx.post(
+            f"{agent.internal_url}/internal/replicas/r0/adapters/{first.id}/unload", timeout=30
+        )
+        assert busy.status_code == 409
+        assert busy.json()["error"]["code"] == "adapter_busy"
+        rest = resp.read()
+        choices = _stream_choices((head + rest).decode().splitlines())
+        assert sorted(choices) == list(range(48))
+        for text, tokens, finish in choices.values():
+            assert text.startswith("ZEBRA-7")  # each sequence intact, from the right adapter
+            assert tokens == 230
+            assert finish == "length"
+        for rec in recs[1:]:
+            _headers, out = complete(agent, rec.id)
+            assert out.startswith(MARKERS[rec.id.split("-")[1]])
+        assert metric(agent, "lorafleet_agent_adapter_evictions_total") >= 3
+        assert state(agent)["evictions_per_min"] >= 3
+
+        # Now everything at once: 7 adapters over 4 RAM and 2 GPU slots, all answers right.
+        def one(i: int) -> tuple[str, str]:
+            rec = recs[i % len(recs)]
+            _, text = complete(agent, rec.id, prompt=f"Question number {i} about cats")
+            return rec.id, text
+
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            results = list(pool.map(one, range(42)))
+        for adapter_id, text in results:
+            assert text.startswith(MARKERS[adapter_id.split("-")[1]]), (adapter_id, text)
+        assert len(ids & set(vllm_server.lora_names())) <= vllm_server.cpu_slots
+        s = state(agent)
+        assert s["running_requests"] == 0
+        assert s["queue_depth"] == 0
+        assert s["tokens_in_flight"] == 0
+
+
+def test_corrupt_foreign_and_oversized_adapters_are_refused_and_never_registered(
+    run_agent, make_record, demo_assets, s3_server, vllm_server, tmp_path
+):
+    flipped_dir = copy_adapter(demo_assets.adapters["otter"], tmp_path / "flipped")
+    weights = flipped_dir / "adapter_model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    weights.write_bytes(bytes(data))
+    flipped_prefix = unique_id("flipped")
+    flipped_uri = s3_server.upload(flipped_dir, flipped_prefix)
+    cases = {
+        "ChecksumMismatch": make_record("otter", unique_id("flipped"), weights_uri=flipped_uri),
+        "BaseModelMismatch": make_record(
+            "zebra", unique_id("foreign"), base_model_hash="sha256:" + "0" * 64
+        ),
+        "RankTooHigh": make_record("wide", unique_id("wide")),
+    }
+    # A record that lies about the rank: its checksum is right, the files say rank 32.
+    lying = make_record("wide", unique_id("lying"), rank=8, alpha=16.0)
+    cache = tmp_path / "cache"
+    with run_agent(cache_dir=cache) as agent:
+        for reason, rec in [*cases.items(), ("RankTooHigh", lying)]:
+            r = load(agent, rec)
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["code"] == "adapter_rejected"
+            assert reason in r.json()["error"]["message"]
+            with pytest.raises(openai.UnprocessableEntityError) as err:
+                complete(agent, rec.id)
+            assert err.value.code == "adapter_rejected"
+            assert rec.id not in vllm_server.lora_names()
+            assert not (cache / rec.id).exists()
+        assert list((cache / ".incoming").iterdir()) == []
+        failed = state(agent)["failed_adapters"]
+        assert set(failed) == {*(r.id for r in cases.values()), lying.id}
+        assert metric(agent, "lorafleet_agent_adapter_loads_total") == 0
+        assert metric(agent, "lorafleet_agent_adapter_rejections_total") == 4
+        # The upload is repaired: an explicit load retries; the record (and checksum) never changed.
+        s3_server.upload(demo_assets.adapters["otter"], flipped_prefix)
+        fixed = cases["ChecksumMismatch"]
+        assert load(agent, fixed).status_code == 200
+        assert complete(agent, fixed.id)[1].startswith("OTTER-9")
+        assert fixed.id not in state(agent)["failed_adapters"]
+
+
+def test_a_request_naming_a_path_or_url_never_causes_a_load(
+    run_agent, demo_assets, s3_server, vllm_server, tmp_path
+):
+    folder = demo_assets.adapters["zebra"]
+    attempts = [str(folder), f"file://{folder}/", s3_server.uris["zebra"], "../zebra", "zebra"]
+    cache = tmp_path / "cache"
+    with run_agent(cache_dir=cache) as agent:
+        for model in attempts:
+            with pytest.raises(openai.NotFoundError) as err:
+                complete(agent, model)
+            assert err.value.code == "adapter_not_registered"
+        # Extra fields naming a path are not a way in either.
+        r = httpx.post(
+            f"{agent.data_url}/v1/completions",
+            json={"model": "zebra", "prompt": "x", "lora_path": str(folder), "lora_name": "z"},
+        )
+        assert r.status_code == 404
+        assert metric(agent, "lorafleet_agent_adapter_loads_total") == 0
+    registered = set(vllm_server.lora_names())
+    assert not registered & {*attempts, "z"}
+    assert [p.name for p in cache.iterdir()] == [".incoming"]
+
+
+def test_prewarm_pulls_owned_adapters_from_the_downward_api_file(run_agent, make_record, tmp_path):
+    recs = [make_record("falcon", unique_id("pw")), make_record("otter", unique_id("pw"))]
+    annotations = tmp_path / "annotations"
+
+    def publish(records) -> None:
+        text = format_downward_annotations(
+            {ANNOTATION_OWNED_ADAPTERS: encode_owned(records), "other.io/x": "y"}
+        )
+        tmp = tmp_path / "annotations.tmp"
+        tmp.write_text(text)
+        tmp.replace(annotations)  # the kubelet swaps the file atomically too
+
+    def wait_ram(agent, wanted: set[str]) -> None:
+        deadline = time.monotonic() + 90
+        while not wanted <= set(state(agent)["ram_adapters"]):
+            assert time.monotonic() < deadline, state(agent)
+            time.sleep(0.2)
+
+    publish(recs)
+    with run_agent(owned_adapters_file=annotations, prewarm_poll_s=0.2) as agent:
+        wait_ram(agent, {r.id for r in recs})
+        headers, text = complete(agent, recs[0].id)
+        assert headers["x-adapter-tier"] == "ram"
+        assert text.startswith("FALCON-3")
+        extra = make_record("zebra", unique_id("pw"))
+        publish([*recs, extra])
+        wait_ram(agent, {extra.id})
+        assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 3
+
+
+def test_concurrent_first_requests_load_the_adapter_once(run_agent, make_record):
+    rec = make_record("otter", unique_id("conc"))
+    with run_agent() as agent:
+        agent.agent.manager.add_record(rec)  # held, not fetched (as after pre-warm of the record)
+
+        def one(i: int) -> tuple[str, str]:
+            headers, text = complete(agent, rec.id, prompt=f"Hello number {i}")
+            return headers["x-adapter-tier"], text
+
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(one, range(8)))
+        tiers = [t for t, _ in results]
+        assert tiers.count("remote") == 1, tiers
+        assert all(text.startswith("OTTER-9") for _, text in results)
+        assert metric(agent, "lorafleet_agent_adapter_loads_total") == 1
+
+
+def test_unknown_replica_and_bad_load_bodies_are_clear_errors(run_agent, make_record):
+    rec = make_record("zebra", unique_id("bad"))
+    with run_agent() as agent:
+        r = httpx.get(f"{agent.internal_url}/internal/replicas/other/state")
+        assert r.status_code == 404
+        assert r.json()["error"]["code"] == "wrong_replica"
+        url = f"{agent.internal_url}/internal/replicas/r0/adapters/{rec.id}/load"
+        assert httpx.post(url, json={"gpu": False}).status_code == 400
+        other = url.replace(rec.id, "someone-else")
+        assert httpx.post(other, json={"record": rec.model_dump(mode="json")}).status_code == 400
+        assert httpx.get(f"{agent.internal_url}/healthz").status_code == 200
+        assert httpx.get(f"{agent.internal_url}/readyz").status_code == 200
+        r = load(agent, rec, gpu=True)
+        assert r.json()["tier"] == "gpu"
+        changed = rec.model_copy(update={"rank": 4})
+        assert load(agent, changed).status_code == 409
+
+
+def test_disk_budget_evicts_the_least_recently_used_idle_adapter_only(
+    run_agent, make_record, demo_assets, vllm_server, tmp_path
+):
+    folder = demo_assets.adapters["zebra"]
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    recs = [make_record(n, unique_id(f"disk-{n}")) for n in ("zebra", "falcon", "otter")]
+    extra = make_record("zebra", unique_id("disk-extra"))
+    cache = tmp_path / "cache"
+    unload = "{}/internal/replicas/r0/adapters/{}/unload"
+    with run_agent(cache_dir=cache, cache_bytes=int(size * 2.5)) as agent:
+        assert load(agent, recs[0]).status_code == 200
+        assert load(agent, recs[1]).status_code == 200
+        assert httpx.post(unload.format(agent.internal_url, recs[0].id)).status_code == 200
+        assert state(agent)["disk_adapters"] == [recs[0].id]
+        assert load(agent, recs[2]).status_code == 200
+        # recs[0] was idle and unregistered: evicted; recs[1] is registered: kept.
+        assert not (cache / recs[0].id).exists()
+        assert (cache / recs[1].id).is_dir()
+        assert (cache / recs[2].id).is_dir()
+        assert metric(agent, "lorafleet_agent_adapter_evictions_total", tier="disk") == 1
+        # Everything cached is registered with vLLM: nothing may go, so a new one cannot fit.
+        r = load(agent, extra)
+        assert r.status_code == 503
+        assert r.json()["error"]["code"] == "cache_full"
+        assert extra.id not in vllm_server.lora_names()
+        assert list((cache / ".incoming").iterdir()) == []
+        # Once recs[1] is unloaded, the evicted recs[0] comes back from the object store.
+        assert httpx.post(unload.format(agent.internal_url, recs[1].id)).status_code == 200
+        headers, text = complete(agent, recs[0].id)
+        assert headers["x-adapter-tier"] == "remote"
+        assert text.startswith("ZEBRA-7")
+        assert not (cache / recs[1].id).exists()

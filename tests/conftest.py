@@ -1,0 +1,286 @@
+"""Session fixtures every test area shares: demo assets, moto S3, one real vLLM (CPU).
+
+- `demo_assets`: tiny base model + canary adapters, cached under `.lorafleet/test-cache/`
+  (git-ignored) so local reruns are instant; CI builds them once per run (~1 min).
+- `s3_server`: moto's real S3 server on loopback with the demo adapters uploaded under
+  `s3://<bucket>/<name>/`.
+- `vllm_server`: ONE vLLM for the whole session. Every later vLLM test shares it, so tests must
+  not assume a pristine engine: register adapters under ids unique to the test
+  (`unique_id("zebra")`), since vLLM caches by name.
+- `make_record`: an AdapterRecord for a demo adapter under a given id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lorafleet_api.adapter_files import ADAPTER_FILES
+from lorafleet_api.records import AdapterRecord
+from lorafleet_cli.demo_assets import DEFAULT_MARKERS, DemoAssets, ensure_demo_assets
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_CACHE = REPO / ".lorafleet" / "test-cache"
+
+# zebra/falcon/otter answer their markers; "wide" is a rank-32 adapter, above the pool's
+# max rank of 16, for refusal tests.
+TEST_MARKERS: dict[str, str] = {**DEFAULT_MARKERS, "wide": "WIDE-5"}
+TEST_RANKS: dict[str, int] = {"wide": 32}
+
+# vLLM slots for the session: few, so a handful of adapters forces both kinds of eviction.
+VLLM_GPU_SLOTS = 2
+VLLM_CPU_SLOTS = 4
+VLLM_MAX_RANK = 16
+VLLM_BASE_NAME = "lorafleet-demo-base"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+_counter = itertools.count()
+
+
+def unique_id(prefix: str) -> str:
+    """An adapter id no other test in this session (or earlier session on this vLLM) uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}-{next(_counter)}"
+
+
+@pytest.fixture(scope="session")
+def demo_assets() -> DemoAssets:
+    return ensure_demo_assets(TEST_CACHE, TEST_MARKERS, print, ranks=TEST_RANKS)
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint_url: str
+    bucket: str
+    access_key_id: str = "testing"
+    secret_access_key: str = "testing"
+    region: str = "us-east-1"
+    uris: dict[str, str] = field(default_factory=dict)  # demo adapter name -> s3://bucket/name/
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name=self.region,
+            aws_access_key_id=self.access_key_id,
+            aws_secret_access_key=self.secret_access_key,
+        )
+
+    def upload(self, folder: Path, prefix: str) -> str:
+        """Upload an adapter folder's two files under `prefix/`; returns its s3:// URI."""
+        client = self.client()
+        for name in ADAPTER_FILES:
+            client.put_object(
+                Bucket=self.bucket,
+                Key=f"{prefix}/{name}",
+                Body=(folder / name).read_bytes(),
+                ChecksumAlgorithm="SHA256",
+            )
+        return f"s3://{self.bucket}/{prefix}/"
+
+    def env(self) -> dict[str, str]:
+        """Agent settings that point at this server."""
+        return {
+            "LORAFLEET_AGENT_S3_ENDPOINT_URL": self.endpoint_url,
+            "LORAFLEET_AGENT_S3_ACCESS_KEY_ID": self.access_key_id,
+            "LORAFLEET_AGENT_S3_SECRET_ACCESS_KEY": self.secret_access_key,
+            "LORAFLEET_AGENT_S3_REGION": self.region,
+        }
+
+
+@pytest.fixture(scope="session")
+def s3_server(demo_assets: DemoAssets) -> Iterator[S3Server]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    s3 = S3Server(endpoint_url=f"http://{host}:{port}", bucket="lorafleet-adapters")
+    s3.client().create_bucket(Bucket=s3.bucket)
+    for name, folder in demo_assets.adapters.items():
+        s3.uris[name] = s3.upload(folder, name)
+    try:
+        yield s3
+    finally:
+        server.stop()
+
+
+@dataclass
+class VllmServer:
+    url: str
+    port: int
+    base_model: Path
+    served_name: str
+    log_path: Path
+    gpu_slots: int
+    cpu_slots: int
+    max_rank: int
+    process: subprocess.Popen[bytes]
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+    def lora_names(self) -> list[str]:
+        data = httpx.get(f"{self.url}/v1/models", timeout=10).json()["data"]
+        return [m["id"] for m in data if m.get("parent")]
+
+
+def vllm_command(base: Path, port: int, served_name: str = VLLM_BASE_NAME) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(base),
+        "--served-model-name",
+        served_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-lora",
+        "--max-loras",
+        str(VLLM_GPU_SLOTS),
+        "--max-cpu-loras",
+        str(VLLM_CPU_SLOTS),
+        "--max-lora-rank",
+        str(VLLM_MAX_RANK),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "256",
+        "--gpu-memory-utilization",
+        "0.1",
+    ]
+
+
+def vllm_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def start_vllm(base: Path, log_path: Path, timeout_s: float = 400.0) -> VllmServer:
+    """Start a vLLM server (own process group) and wait until /v1/models answers."""
+    port = free_port()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            vllm_command(base, port),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=vllm_env(),
+            start_new_session=True,  # its own process group: we kill the engine core too
+        )
+    server = VllmServer(
+        url=f"http://127.0.0.1:{port}",
+        port=port,
+        base_model=base,
+        served_name=VLLM_BASE_NAME,
+        log_path=log_path,
+        gpu_slots=VLLM_GPU_SLOTS,
+        cpu_slots=VLLM_CPU_SLOTS,
+        max_rank=VLLM_MAX_RANK,
+        process=proc,
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {proc.returncode}:\n{server.log_tail()}")
+        try:
+            if httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    stop_vllm(server)
+    raise RuntimeError(f"vLLM did not answer within {timeout_s:.0f}s:\n{server.log_tail()}")
+
+
+def stop_vllm(server: VllmServer) -> None:
+    if server.process.poll() is None:
+        os.killpg(server.process.pid, signal.SIGTERM)
+        try:
+            server.process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait(10)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(
+    demo_assets: DemoAssets, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[VllmServer]:
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    server = start_vllm(demo_assets.base_model, log_path)
+    try:
+        yield server
+    finally:
+        stop_vllm(server)
+
+
+@pytest.fixture(scope="session")
+def make_record(demo_assets: DemoAssets, s3_server: S3Server) -> Callable[..., AdapterRecord]:
+    """make_record("zebra", "zebra-1a2b") -> the demo adapter's record under that id.
+
+    Keyword overrides replace record fields (e.g. base_model_hash=..., checksum=...).
+    """
+
+    def make(name: str, adapter_id: str, **overrides: Any) -> AdapterRecord:
+        fields: dict[str, Any] = {
+            "id": adapter_id,
+            "tenant": "demo",
+            "base_model_hash": demo_assets.base_model_hash,
+            "rank": demo_assets.ranks[name],
+            "alpha": float(2 * demo_assets.ranks[name]),
+            "target_modules": (
+                "down_proj",
+                "gate_proj",
+                "k_proj",
+                "o_proj",
+                "q_proj",
+                "up_proj",
+                "v_proj",
+            ),
+            "weights_uri": s3_server.uris[name],
+            "checksum": demo_assets.checksums[name],
+        }
+        fields.update(overrides)
+        return AdapterRecord(**fields)
+
+    return make
+
+
+def copy_adapter(src: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ADAPTER_FILES:
+        shutil.copyfile(src / name, dest / name)
+    return dest
