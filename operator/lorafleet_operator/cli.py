@@ -1,0 +1,39 @@
+"""Operator entry points: `python -m lorafleet_operator` and `lorafleet operator`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from lorafleet_operator.settings import OperatorSettings
+
+
+def run_operator(namespaces: list[str] | None = None, verbose: bool = False) -> int:
+    import kopf
+
+    import lorafleet_operator.handlers  # noqa: F401  (registers the handlers)
+
+    settings = OperatorSettings()
+    ns = namespaces if namespaces else settings.namespace_list()
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO)
+    kopf.configure(verbose=verbose)
+    kopf.run(
+        standalone=settings.standalone,
+        namespaces=ns,
+        clusterwide=not ns,
+        liveness_endpoint=settings.liveness_endpoint,
+    )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `lorafleet operator` to the CLI (the lead wires it into lorafleet_cli.main)."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "operator", help="run the Kubernetes operator (kopf)"
+    )
+    parser.add_argument(
+        "-n", "--namespace", action="append", default=[], help="namespace to serve (repeatable)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.set_defaults(func=lambda args: run_operator(args.namespace, args.verbose))

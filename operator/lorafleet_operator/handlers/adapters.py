@@ -1,0 +1,51 @@
+"""LoRAAdapter: keep the index current; on deletion, wait for aliases and for pre-warm.
+
+Status (phase, conditions, owners) is written by the namespace's FleetSync, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from lorafleet_api.names import GROUP, PLURAL_ADAPTER, VERSION
+from lorafleet_operator.errors import NotReadyError, mapped
+from lorafleet_operator.runtime import runtime
+
+DELETE_RETRY_SECONDS = 5.0
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL_ADAPTER)
+async def adapter_event(
+    *, type: str, body: kopf.Body, name: str, namespace: str | None, **_: Any
+) -> None:
+    assert namespace is not None  # lorafleet resources and pods are namespaced
+    fleet = runtime().fleet(namespace)
+    if type == "DELETED":
+        fleet.remove_adapter(name)
+    else:
+        fleet.upsert_adapter(body)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL_ADAPTER)
+@mapped
+async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
+    """Refuse (hold the finalizer) while an alias serves or targets the adapter.
+
+    Deleting an adapter an alias points to would break that tenant's model name, so the
+    deletion waits, the adapter keeps serving and its status says `DeletionBlocked` with the
+    aliases to repoint. Otherwise: drop it from placement and return only once the owners'
+    annotations no longer list it.
+    """
+    assert namespace is not None
+    fleet = runtime().fleet(namespace)
+    fleet.upsert_adapter(body)
+    referencing = fleet.aliases_referencing(name)
+    if referencing:
+        raise NotReadyError(
+            f"LoRAAdapter {name} is referenced by AdapterAlias {', '.join(referencing)}; "
+            "point them to another adapter first",
+            delay=DELETE_RETRY_SECONDS,
+        )
+    await fleet.flush()

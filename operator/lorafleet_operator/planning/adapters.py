@@ -1,0 +1,256 @@
+"""LoRAAdapter planning: validation against pools, owner count from traffic, the status.
+
+Validation outcomes (condition `Validated`, reason):
+
+- `Valid`: a ReplicaPool with the adapter's base-model hash accepts its rank and modules.
+- `NoMatchingPool` (phase Pending, retried): no ReplicaPool exists in the namespace yet, so
+  nothing can be said; re-validated whenever a pool appears.
+- `BaseModelMismatch`, `RankTooHigh`, `TargetModuleNotAllowed`, `UnsupportedUriScheme`,
+  `InvalidChecksum`, `InvalidSpec` (phase Rejected, final): the spec is immutable, so the
+  adapter can never be served by this fleet; the message says what to change in a new version.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from lorafleet_api.models import (
+    AdapterPhase,
+    LoRAAdapter,
+    LoRAAdapterSpec,
+    LoRAAdapterStatus,
+    ReplicaPool,
+)
+from lorafleet_operator.planning.conditions import condition, merge_conditions
+
+VALIDATED = "Validated"
+PLACED = "Placed"
+READY = "Ready"
+DELETION_BLOCKED = "DeletionBlocked"
+
+# Reasons a program can switch on.
+VALID = "Valid"
+NO_MATCHING_POOL = "NoMatchingPool"
+BASE_MODEL_MISMATCH = "BaseModelMismatch"
+RANK_TOO_HIGH = "RankTooHigh"
+TARGET_MODULE_NOT_ALLOWED = "TargetModuleNotAllowed"
+UNSUPPORTED_URI_SCHEME = "UnsupportedUriScheme"
+INVALID_CHECKSUM = "InvalidChecksum"
+INVALID_SPEC = "InvalidSpec"
+
+_FIELD_REASONS = {"weightsUri": UNSUPPORTED_URI_SCHEME, "checksum": INVALID_CHECKSUM}
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Outcome of validating one adapter; `final` means Rejected for good."""
+
+    ok: bool
+    reason: str
+    message: str
+    pool: str | None = None
+    final: bool = False
+
+
+def parse_adapter(raw: Mapping[str, Any]) -> LoRAAdapter | Validation:
+    """The adapter model, or a final Validation naming the first bad field.
+
+    The API server normally enforces the CRD schema first; this catches what slips past it
+    (no schema in emulators, or manifests in standalone mode).
+    """
+    try:
+        return LoRAAdapter.model_validate({k: v for k, v in raw.items() if k != "status"})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        reason = next((_FIELD_REASONS[p] for p in loc if p in _FIELD_REASONS), INVALID_SPEC)
+        where = ".".join(loc)
+        return Validation(False, reason, f"{where}: {first['msg']}", final=True)
+
+
+def validate_adapter(spec: LoRAAdapterSpec, pools: Sequence[ReplicaPool]) -> Validation:
+    """Check the adapter against the pools whose base-model hash matches.
+
+    Pools are tried in name order and the first that accepts the adapter serves it, so the
+    answer does not depend on the order objects were observed.
+    """
+    if not pools:
+        return Validation(
+            False, NO_MATCHING_POOL, "no ReplicaPool in this namespace yet; waiting for one"
+        )
+    ordered = sorted(pools, key=lambda p: p.metadata.name)
+    matching = [p for p in ordered if p.spec.base_model.hash == spec.base_model_hash]
+    if not matching:
+        served = ", ".join(sorted({p.spec.base_model.hash for p in ordered}))
+        return Validation(
+            False,
+            BASE_MODEL_MISMATCH,
+            f"baseModelHash {spec.base_model_hash} matches no ReplicaPool (pools serve: "
+            f"{served}); retrain on a served base model and publish a new LoRAAdapter",
+            final=True,
+        )
+    first_problem: Validation | None = None
+    for pool in matching:
+        problem = _check_pool(spec, pool)
+        if problem is None:
+            return Validation(
+                True,
+                VALID,
+                f"accepted by ReplicaPool {pool.metadata.name}: rank {spec.rank} <= "
+                f"{pool.spec.engine.max_rank}, modules allowed",
+                pool=pool.metadata.name,
+            )
+        first_problem = first_problem or problem
+    assert first_problem is not None
+    return first_problem
+
+
+def _check_pool(spec: LoRAAdapterSpec, pool: ReplicaPool) -> Validation | None:
+    name = pool.metadata.name
+    engine = pool.spec.engine
+    if spec.rank > engine.max_rank:
+        return Validation(
+            False,
+            RANK_TOO_HIGH,
+            f"rank {spec.rank} exceeds ReplicaPool {name} maxRank {engine.max_rank}; "
+            f"publish a version with rank <= {engine.max_rank}",
+            final=True,
+        )
+    allowed = set(engine.allowed_target_modules)
+    bad = sorted(set(spec.target_modules) - allowed)
+    if bad:
+        return Validation(
+            False,
+            TARGET_MODULE_NOT_ALLOWED,
+            f"targetModules {bad} are not allowed by ReplicaPool {name} (allowed: "
+            f"{sorted(allowed)})",
+            final=True,
+        )
+    if not spec.weights_uri.startswith(("s3://", "file://")):
+        return Validation(
+            False, UNSUPPORTED_URI_SCHEME, "weightsUri must be s3:// or file://", final=True
+        )
+    return None
+
+
+def plan_owner_count(
+    tokens_per_second: float,
+    current: int | None,
+    owners_per_adapter: int,
+    replica_capacity_tps: float,
+    replicas: int,
+    hot_share: float = 0.5,
+) -> int:
+    """How many replicas should own an adapter, from its traffic.
+
+    One owner should carry at most `hot_share` of a replica's token capacity for a single
+    adapter (the rest of the replica serves the long tail). The count grows at once when
+    traffic needs it and shrinks only when traffic falls 20% below the smaller count's limit,
+    so owners do not flap around a threshold. Never below ownersPerAdapter; above it, never
+    more than the replica count.
+    """
+    per_owner = max(replica_capacity_tps * hot_share, 1e-9)
+    need = max(owners_per_adapter, math.ceil(tokens_per_second / per_owner))
+    # Shrink only if the smaller count would still be comfortable (20% headroom).
+    if current is not None and need < current:
+        comfortable = tokens_per_second <= (current - 1) * per_owner * 0.8
+        need = need if comfortable else current
+    # More owners than replicas means nothing; fewer than ownersPerAdapter is never planned.
+    return max(owners_per_adapter, min(need, replicas)) if replicas > 0 else need
+
+
+@dataclass(frozen=True)
+class AdapterInputs:
+    """What the status of one adapter is computed from (besides the adapter itself)."""
+
+    validation: Validation
+    owners: list[str] = field(default_factory=list)
+    owner_count: int | None = None
+    ready_replicas: int = 0
+    failed_on: Mapping[str, str] = field(default_factory=dict)  # replica -> reason
+    blocked_by_aliases: list[str] = field(default_factory=list)
+
+
+def plan_adapter_status(
+    adapter: LoRAAdapter, inputs: AdapterInputs, now: datetime
+) -> LoRAAdapterStatus:
+    """The adapter's status: phase, Validated/Placed/Ready conditions, owners.
+
+    A Rejected adapter keeps its status unchanged: the spec is immutable, so the verdict
+    cannot change, and re-validating against later pools would make Rejected flap.
+    """
+    old = adapter.status or LoRAAdapterStatus()
+    gen = adapter.metadata.generation
+    if old.phase == AdapterPhase.REJECTED and not inputs.blocked_by_aliases:
+        return old
+    v = inputs.validation
+    conds = [condition(VALIDATED, v.ok, v.reason, v.message, now, gen)]
+    owners: list[str] = []
+    owner_count: int | None = None
+    if v.final:
+        phase = AdapterPhase.REJECTED
+        conds += [
+            condition(PLACED, False, "Rejected", "adapter was rejected; see Validated", now, gen),
+            condition(READY, False, "Rejected", v.message, now, gen),
+        ]
+    elif not v.ok:
+        phase = AdapterPhase.PENDING
+        conds += [
+            condition(PLACED, False, "NotValidated", v.message, now, gen),
+            condition(READY, False, "NotValidated", v.message, now, gen),
+        ]
+    elif not inputs.owners:
+        phase = AdapterPhase.PENDING
+        msg = f"ReplicaPool {v.pool} has no ready replicas yet"
+        conds += [
+            condition(PLACED, False, "NoReadyReplicas", msg, now, gen),
+            condition(READY, False, "NoReadyReplicas", msg, now, gen),
+        ]
+    else:
+        owners = list(inputs.owners)
+        owner_count = inputs.owner_count
+        placed_msg = (
+            f"owned by {len(owners)} of {inputs.ready_replicas} ready replicas of "
+            f"ReplicaPool {v.pool}: {', '.join(owners)}"
+        )
+        conds.append(condition(PLACED, True, "OwnersAssigned", placed_msg, now, gen))
+        failed = {r: why for r, why in inputs.failed_on.items() if r in owners}
+        if failed and len(failed) == len(owners):
+            phase = AdapterPhase.FAILED
+            detail = "; ".join(f"{r}: {why}" for r, why in sorted(failed.items()))
+            conds.append(condition(READY, False, "ReplicaRejected", detail, now, gen))
+        else:
+            phase = AdapterPhase.READY
+            conds.append(
+                condition(
+                    READY, True, "Servable", "owners pre-warm it; any replica can load it", now, gen
+                )
+            )
+    if inputs.blocked_by_aliases:
+        names = ", ".join(sorted(inputs.blocked_by_aliases))
+        conds.append(
+            condition(
+                DELETION_BLOCKED,
+                True,
+                "ReferencedByAlias",
+                f"deletion waits until no AdapterAlias points here; repoint: {names}",
+                now,
+                gen,
+            )
+        )
+    if old.phase == AdapterPhase.REJECTED:
+        phase = AdapterPhase.REJECTED
+        conds = [c for c in conds if c.type == DELETION_BLOCKED]
+    return LoRAAdapterStatus(
+        phase=phase,
+        conditions=merge_conditions(old.conditions, conds),
+        owners=owners,
+        owner_count=owner_count,
+        observed_generation=gen,
+    )

@@ -1,0 +1,165 @@
+"""AdapterAlias planning: deploy, rollback, refusal of bad targets, conflicts.
+
+Only `status.adapter` is served (the gateway resolves `spec.model` through it). A deploy is
+a change of `spec.adapter`; the operator copies it to `status.adapter` only once the target
+exists, belongs to the alias's tenant and is Ready. Until then the condition `Deployed` says
+why, and the previous adapter keeps serving. Rollback is the same path: set spec.adapter back.
+Two aliases claiming one model: the older (creationTimestamp, then name) keeps it; the newer
+gets `Conflict=True` and must not be served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lorafleet_api.models import (
+    AdapterAlias,
+    AdapterAliasStatus,
+    AdapterPhase,
+    AliasHistoryEntry,
+    ObjectMeta,
+)
+from lorafleet_operator.planning.conditions import condition, merge_conditions
+
+HISTORY_MAX = 10
+
+DEPLOYED = "Deployed"
+READY = "Ready"
+CONFLICT = "Conflict"
+
+ADAPTER_NOT_FOUND = "AdapterNotFound"
+TENANT_MISMATCH = "TenantMismatch"
+ADAPTER_NOT_READY = "AdapterNotReady"
+ADAPTER_DELETING = "AdapterDeleting"
+MODEL_CLAIMED = "ModelClaimed"
+
+
+@dataclass(frozen=True)
+class AdapterView:
+    """What an alias needs to know about a LoRAAdapter."""
+
+    tenant: str
+    phase: AdapterPhase | None
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class AliasClaim:
+    """Another alias's claim on a model name (for conflict detection)."""
+
+    name: str
+    model: str
+    created: datetime | None
+
+
+@dataclass(frozen=True)
+class AliasPlan:
+    status: AdapterAliasStatus
+    deployed: str | None  # adapter newly served by this plan (for an event), else None
+    conflict_with: str | None
+
+
+def created_at(meta: ObjectMeta) -> datetime | None:
+    """metadata.creationTimestamp as a datetime (ObjectMeta keeps it as an extra field)."""
+    raw: Any = (meta.model_extra or {}).get("creationTimestamp")
+    if isinstance(raw, datetime):
+        return raw
+    if isinstance(raw, str) and raw:
+        return datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    return None
+
+
+def _claim_key(created: datetime | None, name: str) -> tuple[int, float, str]:
+    # Objects without a timestamp (manifests in standalone mode) count as newest, then by name.
+    return (1, 0.0, name) if created is None else (0, created.timestamp(), name)
+
+
+def plan_alias(
+    alias: AdapterAlias,
+    adapters: Mapping[str, AdapterView],
+    other_aliases: Sequence[AliasClaim],
+    now: datetime,
+) -> AliasPlan:
+    """The alias's next status from the adapters and the other aliases in its namespace."""
+    old = alias.status or AdapterAliasStatus()
+    gen = alias.metadata.generation
+    spec = alias.spec
+    mine = _claim_key(created_at(alias.metadata), alias.metadata.name)
+    rivals = sorted(
+        (c for c in other_aliases if c.model == spec.model and c.name != alias.metadata.name),
+        key=lambda c: _claim_key(c.created, c.name),
+    )
+    older = next((c for c in rivals if _claim_key(c.created, c.name) < mine), None)
+
+    adapter, previous, updated_at = old.adapter, old.previous_adapter, old.updated_at
+    history = list(old.history)
+    deployed: str | None = None
+    conds = []
+    if older is not None:
+        msg = f"model {spec.model} is already claimed by AdapterAlias {older.name}"
+        conds += [
+            condition(CONFLICT, True, MODEL_CLAIMED, msg, now, gen),
+            condition(DEPLOYED, False, MODEL_CLAIMED, msg, now, gen),
+            condition(READY, False, MODEL_CLAIMED, f"not served: {msg}", now, gen),
+        ]
+        return AliasPlan(
+            status=AdapterAliasStatus(
+                adapter=adapter,
+                previous_adapter=previous,
+                updated_at=updated_at,
+                history=history,
+                conditions=merge_conditions(old.conditions, conds),
+                observed_generation=gen,
+            ),
+            deployed=None,
+            conflict_with=older.name,
+        )
+    conds.append(condition(CONFLICT, False, "NoConflict", "", now, gen))
+
+    target = adapters.get(spec.adapter)
+    problem: tuple[str, str] | None = None
+    if target is None:
+        problem = (ADAPTER_NOT_FOUND, f"LoRAAdapter {spec.adapter} does not exist")
+    elif target.tenant != spec.tenant:
+        problem = (
+            TENANT_MISMATCH,
+            f"LoRAAdapter {spec.adapter} belongs to tenant {target.tenant}, not {spec.tenant}",
+        )
+    elif target.deleting:
+        problem = (ADAPTER_DELETING, f"LoRAAdapter {spec.adapter} is being deleted")
+    elif target.phase != AdapterPhase.READY:
+        problem = (
+            ADAPTER_NOT_READY,
+            f"LoRAAdapter {spec.adapter} is {target.phase or 'Pending'}, not Ready",
+        )
+
+    if problem is None and adapter != spec.adapter:
+        previous, adapter, updated_at = adapter, spec.adapter, now
+        history = [AliasHistoryEntry(adapter=spec.adapter, at=now), *history][:HISTORY_MAX]
+        deployed = spec.adapter
+
+    if problem is None:
+        conds.append(condition(DEPLOYED, True, "Deployed", f"serving {spec.adapter}", now, gen))
+    else:
+        keep = f"; still serving {adapter}" if adapter else "; nothing served yet"
+        conds.append(condition(DEPLOYED, False, problem[0], problem[1] + keep, now, gen))
+    if adapter:
+        conds.append(condition(READY, True, "Serving", f"{spec.model} -> {adapter}", now, gen))
+    else:
+        msg = problem[1] if problem else "nothing deployed"
+        conds.append(condition(READY, False, "NothingToServe", msg, now, gen))
+    return AliasPlan(
+        status=AdapterAliasStatus(
+            adapter=adapter,
+            previous_adapter=previous,
+            updated_at=updated_at,
+            history=history,
+            conditions=merge_conditions(old.conditions, conds),
+            observed_generation=gen,
+        ),
+        deployed=deployed,
+        conflict_with=None,
+    )

@@ -1,0 +1,228 @@
+"""The whole namespace at once: adapters' status and owners, aliases' status, pods' pre-warm.
+
+`plan_fleet` is what the operator's coalescing sync loop (and standalone mode) calls after
+any change: it is a pure function of the observed objects, so re-running it on an unchanged
+world yields byte-identical output and the caller writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from lorafleet_api.models import (
+    AdapterAlias,
+    AdapterAliasStatus,
+    AdapterPhase,
+    LoRAAdapter,
+    LoRAAdapterStatus,
+    ReplicaPool,
+)
+from lorafleet_api.records import AdapterRecord
+from lorafleet_api.replica_state import ReplicaState
+from lorafleet_operator.planning.adapters import (
+    AdapterInputs,
+    Validation,
+    plan_adapter_status,
+    plan_owner_count,
+    validate_adapter,
+)
+from lorafleet_operator.planning.aliases import (
+    AdapterView,
+    AliasClaim,
+    created_at,
+    plan_alias,
+)
+from lorafleet_operator.planning.conditions import condition
+from lorafleet_operator.planning.prewarm import plan_owned_annotations
+
+
+@dataclass(frozen=True)
+class AdapterEntry:
+    """One observed LoRAAdapter: the parsed object, or why its spec does not parse."""
+
+    name: str
+    adapter: LoRAAdapter | None
+    invalid: Validation | None = None
+    status: LoRAAdapterStatus | None = None
+    deleting: bool = False
+    generation: int | None = None
+
+
+@dataclass(frozen=True)
+class PodView:
+    """The parts of a replica pod the planner reads."""
+
+    name: str
+    pool: str
+    ready: bool
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class FleetParams:
+    replica_capacity_tps: float = 2000.0  # tokens/s one replica serves at its best
+    hot_share: float = 0.5  # most of a replica's capacity one adapter may take per owner
+
+
+@dataclass(frozen=True)
+class FleetSnapshot:
+    pools: Sequence[ReplicaPool]
+    adapters: Sequence[AdapterEntry]
+    aliases: Sequence[AdapterAlias]
+    pods: Sequence[PodView]
+    states: Mapping[str, ReplicaState] = field(default_factory=dict)
+
+
+@dataclass
+class FleetPlan:
+    pod_annotations: dict[str, str] = field(default_factory=dict)  # pod -> owned-adapters
+    adapter_status: dict[str, LoRAAdapterStatus] = field(default_factory=dict)
+    alias_status: dict[str, AdapterAliasStatus] = field(default_factory=dict)
+    alias_deploys: dict[str, str] = field(default_factory=dict)  # alias -> newly served
+    blocked_deletions: dict[str, list[str]] = field(default_factory=dict)  # adapter -> aliases
+    dropped: dict[str, list[str]] = field(default_factory=dict)  # pod -> not pre-warmed
+
+
+def ready_replicas(pods: Sequence[PodView], pool: str) -> list[str]:
+    return sorted(p.name for p in pods if p.pool == pool and p.ready and not p.deleting)
+
+
+def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = None) -> FleetPlan:
+    params = params or FleetParams()
+    plan = FleetPlan()
+    pools = {p.metadata.name: p for p in snap.pools}
+    replicas_of = {name: ready_replicas(snap.pods, name) for name in pools}
+
+    tps: dict[str, float] = defaultdict(float)
+    failed_on: dict[str, dict[str, str]] = defaultdict(dict)
+    for rid, state in snap.states.items():
+        for aid, value in state.tokens_per_second.items():
+            tps[aid] += value
+        for aid, why in state.failed_adapters.items():
+            failed_on[aid][rid] = why
+
+    referenced: dict[str, list[str]] = defaultdict(list)
+    for alias in snap.aliases:
+        targets = {alias.spec.adapter, (alias.status.adapter if alias.status else None)}
+        for t in targets:
+            if t:
+                referenced[t].append(alias.metadata.name)
+
+    # 1. validate; collect what each pool must place.
+    validations: dict[str, Validation] = {}
+    by_pool: dict[str, list[AdapterEntry]] = defaultdict(list)
+    for entry in snap.adapters:
+        blocked = entry.deleting and bool(referenced.get(entry.name))
+        if entry.deleting and not blocked:
+            continue  # leaving: drop from placement; the finalizer waits for this plan
+        if blocked:
+            plan.blocked_deletions[entry.name] = sorted(referenced[entry.name])
+        if entry.status is not None and entry.status.phase == AdapterPhase.REJECTED:
+            validations[entry.name] = Validation(False, "Rejected", "rejected", final=True)
+            continue
+        if entry.adapter is None:
+            assert entry.invalid is not None
+            validations[entry.name] = entry.invalid
+            continue
+        v = validate_adapter(entry.adapter.spec, snap.pools)
+        validations[entry.name] = v
+        if v.ok and v.pool is not None:
+            by_pool[v.pool].append(entry)
+
+    # 2. owners and pre-warm annotations, pool by pool.
+    owners: dict[str, list[str]] = {}
+    counts: dict[str, int] = {}
+    for pool_name, entries in sorted(by_pool.items()):
+        pool = pools[pool_name]
+        replicas = replicas_of[pool_name]
+        k_by: dict[str, int] = {}
+        records: list[AdapterRecord] = []
+        for e in entries:
+            assert e.adapter is not None
+            current = e.status.owner_count if e.status else None
+            k_by[e.name] = plan_owner_count(
+                tps.get(e.name, 0.0),
+                current,
+                pool.spec.owners_per_adapter,
+                params.replica_capacity_tps,
+                len(replicas),
+                params.hot_share,
+            )
+            records.append(AdapterRecord.from_spec(e.name, e.adapter.spec))
+        pre = plan_owned_annotations(
+            records, replicas, k_by, pool.spec.cache.owned_annotation_max_bytes, tps
+        )
+        plan.pod_annotations.update(pre.annotations)
+        plan.dropped.update(pre.dropped)
+        owners.update(pre.owners)
+        counts.update(k_by)
+    # Ready pods of pools with nothing placed still get an (empty) annotation, so a pod that
+    # lost all its adapters drops them.
+    for pool_name, replicas in replicas_of.items():
+        if pool_name not in by_pool:
+            for r in replicas:
+                plan.pod_annotations[r] = "[]"
+
+    # 3. adapter status.
+    for entry in snap.adapters:
+        if entry.name not in validations:
+            continue
+        v = validations[entry.name]
+        inputs = AdapterInputs(
+            validation=v,
+            owners=owners.get(entry.name, []),
+            owner_count=counts.get(entry.name),
+            ready_replicas=len(replicas_of.get(v.pool or "", [])),
+            failed_on=failed_on.get(entry.name, {}),
+            blocked_by_aliases=plan.blocked_deletions.get(entry.name, []),
+        )
+        plan.adapter_status[entry.name] = _adapter_status(entry, inputs, now)
+
+    # 4. aliases, against the adapters' *planned* phases.
+    views = {
+        e.name: AdapterView(
+            tenant=_tenant(e),
+            phase=plan.adapter_status[e.name].phase if e.name in plan.adapter_status else None,
+            deleting=e.deleting,
+        )
+        for e in snap.adapters
+        if e.adapter is not None
+    }
+    claims = [
+        AliasClaim(a.metadata.name, a.spec.model, created_at(a.metadata)) for a in snap.aliases
+    ]
+    for alias in snap.aliases:
+        ap = plan_alias(alias, views, claims, now)
+        plan.alias_status[alias.metadata.name] = ap.status
+        if ap.deployed:
+            plan.alias_deploys[alias.metadata.name] = ap.deployed
+    return plan
+
+
+def _tenant(entry: AdapterEntry) -> str:
+    assert entry.adapter is not None
+    return entry.adapter.spec.tenant
+
+
+def _adapter_status(entry: AdapterEntry, inputs: AdapterInputs, now: datetime) -> LoRAAdapterStatus:
+    if entry.adapter is not None:
+        adapter = entry.adapter.model_copy(update={"status": entry.status})
+        return plan_adapter_status(adapter, inputs, now)
+    # Unparseable spec: no model to hang the status on; Rejected with the parse error.
+    v = inputs.validation
+    old = entry.status or LoRAAdapterStatus()
+    if old.phase == AdapterPhase.REJECTED:
+        return old
+    gen = entry.generation
+    return LoRAAdapterStatus(
+        phase=AdapterPhase.REJECTED,
+        conditions=[
+            condition("Placed", False, "Rejected", "adapter was rejected; see Validated", now, gen),
+            condition("Ready", False, "Rejected", v.message, now, gen),
+            condition("Validated", False, v.reason, v.message, now, gen),
+        ],
+        observed_generation=gen,
+    )

@@ -1,0 +1,235 @@
+"""ReplicaPool -> StatefulSet, headless Service and PodDisruptionBudget manifests.
+
+A StatefulSet (not a Deployment) because replica ids must be stable: the id is the pod name
+(`<pool>-0`, `<pool>-1`, ...), rendezvous placement hashes it, and a restarted pod coming back
+under the same id finds the same owned adapters. Each pod runs two containers from the pool's
+image: vLLM bound to 127.0.0.1:8000 (only the agent talks to it) and the lorafleet agent on
+8100 (data) and 8101 (internal). The pod's annotations are projected by the downward API to
+`/etc/lorafleet/podinfo/annotations`, which the agent watches to pre-warm owned adapters.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from lorafleet_api.models import ReplicaPool
+from lorafleet_api.names import LABEL_COMPONENT, LABEL_POOL
+
+COMPONENT_REPLICA = "replica"
+PODINFO_DIR = "/etc/lorafleet/podinfo"
+ANNOTATIONS_FILE = f"{PODINFO_DIR}/annotations"
+CACHE_DIR = "/var/cache/lorafleet"
+VLLM_PORT = 8000
+DATA_PORT = 8100
+INTERNAL_PORT = 8101
+INTERNAL_PORT_NAME = "internal"
+
+
+@dataclass(frozen=True)
+class PoolObjects:
+    statefulset: dict[str, Any]
+    service: dict[str, Any]
+    pdb: dict[str, Any]
+
+
+def replica_labels(pool_name: str) -> dict[str, str]:
+    return {LABEL_POOL: pool_name, LABEL_COMPONENT: COMPONENT_REPLICA}
+
+
+def selector_string(pool_name: str) -> str:
+    """Label selector of the pool's pods, as the scale subresource's status.selector wants."""
+    return ",".join(f"{k}={v}" for k, v in sorted(replica_labels(pool_name).items()))
+
+
+def clamp_replicas(pool: ReplicaPool, wanted: int | None) -> int:
+    bounds = pool.spec.replicas
+    value = bounds.desired if wanted is None else wanted
+    return max(bounds.min, min(bounds.max, bounds.min if value is None else value))
+
+
+def engine_args(pool: ReplicaPool) -> list[str]:
+    """vLLM command line: multi-LoRA slots and rank cap from the pool's engine spec."""
+    e = pool.spec.engine
+    args = [
+        "--model",
+        pool.spec.base_model.uri,
+        "--served-model-name",
+        pool.spec.base_model.name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(VLLM_PORT),
+        "--enable-lora",
+        "--max-loras",
+        str(e.gpu_slots),
+        "--max-cpu-loras",
+        str(e.host_ram_slots),
+        "--max-lora-rank",
+        str(e.max_rank),
+    ]
+    if e.max_model_len is not None:
+        args += ["--max-model-len", str(e.max_model_len)]
+    return args + list(e.extra_args)
+
+
+def _owner_refs(pool: ReplicaPool) -> list[dict[str, Any]]:
+    uid = (pool.metadata.model_extra or {}).get("uid")
+    if not uid:
+        return []
+    return [
+        {
+            "apiVersion": pool.api_version,
+            "kind": pool.kind,
+            "name": pool.metadata.name,
+            "uid": uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _meta(pool: ReplicaPool, namespace: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": pool.metadata.name,
+        "namespace": namespace,
+        "labels": replica_labels(pool.metadata.name),
+    }
+    refs = _owner_refs(pool)
+    if refs:
+        meta["ownerReferences"] = refs
+    return meta
+
+
+def _agent_env(pool: ReplicaPool) -> list[dict[str, Any]]:
+    """Environment of the agent container, named after lorafleet_agent.settings.AgentSettings."""
+    spec = pool.spec
+    plain = {
+        # The downward-API annotations file; the agent reads owned-adapters from it.
+        "LORAFLEET_AGENT_OWNED_ADAPTERS_FILE": ANNOTATIONS_FILE,
+        "LORAFLEET_AGENT_CACHE_DIR": f"{CACHE_DIR}/adapters",
+        "LORAFLEET_AGENT_CACHE_BYTES": str(spec.cache.disk_bytes),
+        "LORAFLEET_AGENT_BASE_MODEL_HASH": spec.base_model.hash,
+        "LORAFLEET_AGENT_MAX_RANK": str(spec.engine.max_rank),
+        "LORAFLEET_AGENT_ALLOWED_TARGET_MODULES": json.dumps(spec.engine.allowed_target_modules),
+        "LORAFLEET_AGENT_GPU_SLOTS": str(spec.engine.gpu_slots),
+        "LORAFLEET_AGENT_CPU_SLOTS": str(spec.engine.host_ram_slots),
+        "LORAFLEET_AGENT_VLLM_URL": f"http://127.0.0.1:{VLLM_PORT}",
+        "LORAFLEET_AGENT_DATA_PORT": str(DATA_PORT),
+        "LORAFLEET_AGENT_INTERNAL_PORT": str(INTERNAL_PORT),
+    }
+    if spec.base_model.uri.startswith("/"):
+        # A folder inside the image: the agent reads its config.json for tensor shapes.
+        plain["LORAFLEET_AGENT_BASE_MODEL_DIR"] = spec.base_model.uri
+    env: list[dict[str, Any]] = [
+        # The replica id is the pod name: stable under a StatefulSet, hashed by placement.
+        {
+            "name": "LORAFLEET_AGENT_REPLICA_ID",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+        }
+    ]
+    env += [{"name": k, "value": v} for k, v in plain.items()]
+    return env
+
+
+def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolObjects:
+    name = pool.metadata.name
+    labels = replica_labels(name)
+    engine = pool.spec.engine
+    http_get = {"port": INTERNAL_PORT_NAME}
+    vllm = {
+        "name": "vllm",
+        "image": engine.image,
+        "command": ["python", "-m", "vllm.entrypoints.openai.api_server"],
+        "args": engine_args(pool),
+        "env": [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}],
+        "resources": engine.resources,
+        "volumeMounts": [
+            {"name": "cache", "mountPath": CACHE_DIR},
+            {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 (vLLM's shared memory)
+        ],
+    }
+    agent = {
+        "name": "agent",
+        "image": engine.image,
+        "command": ["python", "-m", "lorafleet_agent"],
+        "env": _agent_env(pool),
+        "ports": [
+            {"name": "data", "containerPort": DATA_PORT},
+            {"name": INTERNAL_PORT_NAME, "containerPort": INTERNAL_PORT},
+        ],
+        # Ready only when vLLM answers behind the agent (the agent's /readyz checks it).
+        "readinessProbe": {"httpGet": {**http_get, "path": "/readyz"}, "periodSeconds": 5},
+        "livenessProbe": {
+            "httpGet": {**http_get, "path": "/healthz"},
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "volumeMounts": [
+            {"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True},
+            {"name": "cache", "mountPath": CACHE_DIR},
+        ],
+    }
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(pool, namespace),
+        "spec": {
+            "serviceName": name,
+            "replicas": replicas,
+            # Replicas are independent: start and stop them in parallel, not one by one.
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [vllm, agent],
+                    "terminationGracePeriodSeconds": 60,
+                    "volumes": [
+                        {
+                            "name": "podinfo",
+                            "downwardAPI": {
+                                "items": [
+                                    {
+                                        "path": "annotations",
+                                        "fieldRef": {"fieldPath": "metadata.annotations"},
+                                    }
+                                ]
+                            },
+                        },
+                        {
+                            "name": "cache",
+                            "emptyDir": {"sizeLimit": str(pool.spec.cache.disk_bytes)},
+                        },
+                        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(pool, namespace),
+        "spec": {
+            "clusterIP": "None",
+            "selector": labels,
+            "ports": [
+                {"name": "data", "port": DATA_PORT, "targetPort": "data"},
+                {
+                    "name": INTERNAL_PORT_NAME,
+                    "port": INTERNAL_PORT,
+                    "targetPort": INTERNAL_PORT_NAME,
+                },
+            ],
+        },
+    }
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(pool, namespace),
+        # One replica at a time: its adapters' other owners keep them warm meanwhile.
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+    }
+    return PoolObjects(statefulset=statefulset, service=service, pdb=pdb)

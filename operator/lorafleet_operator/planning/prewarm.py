@@ -1,0 +1,84 @@
+"""Pre-warm plan: the `lorafleet.dev/owned-adapters` annotation value for every replica pod.
+
+Each adapter's owners come from rendezvous hashing (`lorafleet_api.placement.owners`); a pod's
+annotation lists the records of the adapters it owns, encoded by `lorafleet_api.records`
+(sorted by id, compact JSON) so the same set always gives the same bytes and unchanged pods
+are never patched.
+
+Size bound: a value never exceeds `max_bytes` (the pool's `cache.ownedAnnotationMaxBytes`;
+Kubernetes caps all of a pod's annotations at 256 KiB together). Past it, a pod keeps the
+adapters with the most traffic first, then those it owns as first choice (primary owner),
+then by id, and stops at the first one that no longer fits. Adapters left out are listed in
+`PrewarmPlan.dropped`; they are not pre-warmed on that pod but still load on first request,
+because the gateway posts the record to the agent's load endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from lorafleet_api.placement import owners as rendezvous_owners
+from lorafleet_api.records import AdapterRecord
+
+
+@dataclass(frozen=True)
+class PrewarmPlan:
+    annotations: dict[str, str]  # replica id -> annotation value
+    owners: dict[str, list[str]]  # adapter id -> owner replica ids, best first
+    dropped: dict[str, list[str]] = field(default_factory=dict)  # replica -> ids left out
+
+
+@lru_cache(maxsize=131_072)
+def _owners_cached(adapter_id: str, replicas: tuple[str, ...], k: int) -> tuple[str, ...]:
+    # Owners only change when the replica set or k changes; planning runs on every event
+    # burst, so memoising makes a re-plan of 5,000 adapters cheap.
+    return tuple(rendezvous_owners(adapter_id, replicas, k))
+
+
+def _row(record: AdapterRecord) -> str:
+    # Byte-identical to one element of lorafleet_api.records.encode_owned's output.
+    return json.dumps(
+        record.model_dump(mode="json", exclude_none=True), separators=(",", ":"), sort_keys=True
+    )
+
+
+def plan_owned_annotations(
+    records: Sequence[AdapterRecord],
+    replicas: Sequence[str],
+    k_by_adapter: Mapping[str, int] | int,
+    max_bytes: int,
+    traffic: Mapping[str, float] | None = None,
+) -> PrewarmPlan:
+    """Owners of every adapter and the annotation value of every replica (even empty ones)."""
+    replica_key = tuple(sorted(set(replicas)))
+    traffic = traffic or {}
+    owned: dict[str, list[tuple[float, int, str]]] = {r: [] for r in replica_key}
+    owners: dict[str, list[str]] = {}
+    rows: dict[str, str] = {}
+    for rec in records:
+        k = k_by_adapter if isinstance(k_by_adapter, int) else k_by_adapter.get(rec.id, 2)
+        chosen = _owners_cached(rec.id, replica_key, k)
+        owners[rec.id] = list(chosen)
+        rows[rec.id] = _row(rec)
+        for position, replica in enumerate(chosen):
+            owned[replica].append((-traffic.get(rec.id, 0.0), position, rec.id))
+
+    annotations: dict[str, str] = {}
+    dropped: dict[str, list[str]] = {}
+    for replica, entries in owned.items():
+        entries.sort()
+        kept: list[str] = []
+        size = 2  # the brackets
+        for i, (_, _, aid) in enumerate(entries):
+            extra = len(rows[aid]) + (1 if kept else 0)
+            if size + extra > max_bytes:
+                dropped[replica] = sorted(e[2] for e in entries[i:])
+                break
+            kept.append(aid)
+            size += extra
+        kept.sort()
+        annotations[replica] = "[" + ",".join(rows[a] for a in kept) + "]"
+    return PrewarmPlan(annotations=annotations, owners=owners, dropped=dropped)

@@ -1,0 +1,110 @@
+"""Process-wide operator state: settings, the logged-in client, one FleetSync per namespace.
+
+Handlers reach shared state through here so a test can run the operator several times in
+one process (`reset()` on cleanup).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+
+from lorafleet_api.names import (
+    ANNOTATION_OWNED_ADAPTERS,
+    API_VERSION,
+    PLURAL_ADAPTER,
+    PLURAL_ALIAS,
+)
+from lorafleet_operator.kube import HOLDER, lorafleet_path, object_path
+from lorafleet_operator.planning.fleet import FleetParams
+from lorafleet_operator.settings import OperatorSettings
+from lorafleet_operator.sync import FleetSync
+
+log = logging.getLogger(__name__)
+
+
+class KubeWriter:
+    """FleetSync's writer against the Kubernetes API."""
+
+    async def pod_annotation(self, namespace: str, pod: str, value: str) -> None:
+        client = await HOLDER.client()
+        body = {"metadata": {"annotations": {ANNOTATION_OWNED_ADAPTERS: value}}}
+        await client.merge_patch(object_path("v1", "pods", namespace, pod), body, "Pod")
+
+    async def adapter_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        client = await HOLDER.client()
+        path = lorafleet_path(PLURAL_ADAPTER, namespace, name, status=True)
+        await client.merge_patch(path, {"status": status}, "LoRAAdapter/status")
+
+    async def alias_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        client = await HOLDER.client()
+        path = lorafleet_path(PLURAL_ALIAS, namespace, name, status=True)
+        await client.merge_patch(path, {"status": status}, "AdapterAlias/status")
+
+    async def event(
+        self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
+    ) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": kind,
+            "metadata": {"name": name, "namespace": namespace, "uid": uid or ""},
+        }
+        kopf.event(
+            kopf.Body(cast(kopf.RawBody, body)), type="Normal", reason=reason, message=message
+        )
+
+
+class Runtime:
+    def __init__(self) -> None:
+        self.settings = OperatorSettings()
+        self.fleets: dict[str, FleetSync] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+
+    def fleet(self, namespace: str) -> FleetSync:
+        fleet = self.fleets.get(namespace)
+        if fleet is None:
+            s = self.settings
+            fleet = FleetSync(
+                namespace,
+                KubeWriter(),
+                params=FleetParams(s.replica_tokens_per_second, s.hot_adapter_share),
+                debounce=s.sync_debounce_seconds,
+                max_delay=s.sync_max_delay_seconds,
+                pod_interval=s.pod_patch_interval_seconds,
+                concurrency=s.write_concurrency,
+                default_port=s.agent_internal_port,
+                clock=lambda: datetime.now(UTC),
+            )
+            self.fleets[namespace] = fleet
+            self.tasks[namespace] = asyncio.get_running_loop().create_task(
+                fleet.run(), name=f"lorafleet-sync-{namespace}"
+            )
+        return fleet
+
+    async def close(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
+        for task in self.tasks.values():
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.tasks.clear()
+        self.fleets.clear()
+        await HOLDER.close()
+
+
+RUNTIME = Runtime()
+
+
+def reset() -> None:
+    """Fresh settings and state for a new operator run in the same process."""
+    global RUNTIME
+    RUNTIME = Runtime()
+
+
+def runtime() -> Runtime:
+    return RUNTIME

@@ -1,0 +1,58 @@
+"""Operator settings (env prefix LORAFLEET_OPERATOR_), one class for the whole component."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LORAFLEET_OPERATOR_", extra="ignore")
+
+    api_server: str | None = Field(
+        default=None,
+        description="Kubernetes API URL. Unset: in-cluster service account, then kubeconfig.",
+    )
+    api_token: SecretStr | None = Field(default=None, description="Bearer token for api_server.")
+    insecure: bool = Field(default=False, description="Skip TLS verification of api_server.")
+    namespaces: str = Field(
+        default="", description="Comma-separated namespaces to serve; empty = cluster-wide."
+    )
+    liveness_endpoint: str | None = Field(
+        default=None,
+        description="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz (the Helm chart "
+        "sets it and probes it); unset: none.",
+    )
+    standalone: bool = Field(
+        default=True, description="Run without kopf peering (one operator replica)."
+    )
+    sync_debounce_seconds: float = Field(
+        default=0.5,
+        gt=0,
+        description="Quiet time after the last change before a sync pass; bursts coalesce.",
+    )
+    sync_max_delay_seconds: float = Field(
+        default=3.0,
+        gt=0,
+        description="Longest a change waits for a sync pass while events keep arriving.",
+    )
+    pod_patch_interval_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="Least time between two owned-adapters patches of one pod (bulk changes "
+        "coalesce); deletions flush at once.",
+    )
+    write_concurrency: int = Field(default=16, ge=1, description="Parallel API writes per pass.")
+    replica_tokens_per_second: float = Field(
+        default=2000.0, gt=0, description="Tokens/s one replica serves; sizes hot adapters' owners."
+    )
+    hot_adapter_share: float = Field(
+        default=0.5, gt=0, le=1, description="Most of a replica's capacity one adapter may use."
+    )
+    scrape_timeout_seconds: float = Field(default=2.0, gt=0)
+    agent_internal_port: int = Field(
+        default=8101, description="Agent internal port when the pod does not name one."
+    )
+
+    def namespace_list(self) -> list[str]:
+        return [n.strip() for n in self.namespaces.split(",") if n.strip()]

@@ -1,0 +1,203 @@
+"""A Kubernetes API emulator (kmock) in its own thread and event loop, with sync helpers.
+
+What kmock needs to host kopf, and the gaps worked around here (see docs/operator.md):
+
+- every resource must be declared with its verbs (else kopf logs "Non-watchable resources"
+  and ignores it), plus `customresourcedefinitions` and `namespaces`, and the namespace
+  object must exist, else kopf waits silently;
+- kmock 0.8 cannot parse the cluster-scoped path `/api/v1/namespaces` (it reads it as a
+  namespaced path with no namespace and answers 500); `_parse_path` below fixes that path;
+- no label selectors on list/watch (kopf filters by labels itself), no StatefulSet
+  controller (tests create the replica pods), no garbage collection by ownerReferences,
+  no schema/CEL validation, no resourceVersion at all (kopf 1.45 guards JSON patches with a
+  `test` op on metadata.resourceVersion, so `Cluster.create` sets a constant one), no
+  conflicts, no generation bumps, no `generateName` (the Emulator below names such objects,
+  else every kopf event after the first is refused with 409), and a request log that makes
+  each request cost O(all requests so far) (the Emulator below trims it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import httpx
+import kmock
+from kmock._internal import parsing, rendering
+
+_original_parse_path = parsing.parse_path
+
+
+def _parse_path(path: str) -> parsing.ParsedPath:
+    bits = path.strip("/").split("/")
+    if bits[-1] == "namespaces" and bits[0] == "api" and len(bits) == 3:
+        return parsing.ParsedPath("", bits[1], "namespaces", None, None, None)
+    if len(bits) == 4 and bits[0] == "api" and bits[2] == "namespaces":  # /api/v1/namespaces/x
+        return parsing.ParsedPath("", bits[1], "namespaces", None, bits[3], None)
+    return _original_parse_path(path)
+
+
+parsing.parse_path = _parse_path
+
+
+@attrs.define(kw_only=True)
+class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+    """kmock's emulator with a bounded request log and a count of writes.
+
+    kmock matches every request against its whole request history (each reaction's filter
+    iterates all past requests), so serving gets slower with every request: quadratic. With
+    a few thousand requests a create takes seconds. Keeping the log short restores O(1).
+    """
+
+    write_log: list[tuple[str, str, str | None]] = attrs.field(factory=list)
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        # Keep the newest few: a request is matched right after it is logged, so only
+        # requests still waiting for the emulator's lock need to stay; 32 is ample.
+        if len(self._requests) > 64:
+            del self._requests[:-32]
+        method = request.method.value
+        meta = request.data.get("metadata") if isinstance(request.data, dict) else None
+        if method == "POST" and isinstance(meta, dict) and not meta.get("name"):
+            # kmock ignores generateName (kopf's events use it): name them like the server.
+            meta["name"] = f"{meta.get('generateName', 'obj-')}{next(_suffixes):06d}"
+        if method in {"POST", "PATCH", "PUT", "DELETE"} and request.resource is not None:
+            self.write_log.append((method, request.resource.plural or "", request.name))
+        return await super()._handle(request)
+
+
+_suffixes = itertools.count(1)
+VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
+RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
+    "lorafleet.dev/v1alpha1/loraadapters": ("LoRAAdapter", True, {"status"}),
+    "lorafleet.dev/v1alpha1/adapteraliases": ("AdapterAlias", True, {"status"}),
+    "lorafleet.dev/v1alpha1/replicapools": ("ReplicaPool", True, {"status", "scale"}),
+    "apiextensions.k8s.io/v1/customresourcedefinitions": ("CustomResourceDefinition", False, set()),
+    "v1/namespaces": ("Namespace", False, set()),
+    "v1/pods": ("Pod", True, {"status"}),
+    "v1/services": ("Service", True, set()),
+    "v1/events": ("Event", True, set()),
+    "apps/v1/statefulsets": ("StatefulSet", True, {"status", "scale"}),
+    "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
+}
+
+
+class Cluster:
+    def __init__(self, namespace: str = "lf") -> None:
+        self.namespace = namespace
+        self._ready = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self.emulator: Any = None
+        self.url = ""
+        self._thread = threading.Thread(target=self._serve, name="kmock", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(20):
+            raise RuntimeError("kmock did not start")
+        self.http = httpx.Client(base_url=self.url, timeout=10)
+        self.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+
+    def _serve(self) -> None:
+        async def main() -> None:
+            emu = Emulator()
+            for key, (kind, namespaced, subs) in RESOURCES.items():
+                emu.resources[key] = kmock.ResourceInfo(
+                    kind=kind, namespaced=namespaced, verbs=VERBS, subresources=subs
+                )
+            async with emu, kmock.Server(emu) as server:
+                self.emulator = emu
+                self.url = str(server.url).rstrip("/")
+                self._loop = asyncio.get_running_loop()
+                self._stop = asyncio.Event()
+                self._ready.set()
+                await self._stop.wait()
+
+        asyncio.run(main())
+
+    def close(self) -> None:
+        self.http.close()
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    # ------------------------------------------------------------------ paths and CRUD
+
+    def path(
+        self, plural: str, name: str | None = None, group: str = "lorafleet.dev/v1alpha1"
+    ) -> str:
+        root = "/api/v1" if group == "v1" else f"/apis/{group}"
+        base = f"{root}/namespaces/{self.namespace}/{plural}"
+        return f"{base}/{name}" if name else base
+
+    def create(self, collection: str, body: dict[str, Any]) -> dict[str, Any]:
+        body.setdefault("metadata", {})
+        if "/namespaces/" in collection:
+            body["metadata"].setdefault("namespace", self.namespace)
+        body["metadata"].setdefault(
+            "creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        )
+        body["metadata"].setdefault("uid", f"uid-{body['metadata']['name']}-{time.time_ns()}")
+        # kopf guards its JSON patches with a `test` of metadata.resourceVersion; kmock never
+        # sets one, so objects get a constant (kmock has no optimistic concurrency anyway).
+        body["metadata"].setdefault("resourceVersion", "1")
+        r = self.http.post(collection, json=body)
+        r.raise_for_status()
+        out: dict[str, Any] = r.json()
+        return out
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        r = self.http.get(path)
+        if r.status_code == 404:
+            return None
+        r.raise_for_status()
+        out: dict[str, Any] = r.json()
+        return out
+
+    def patch(self, path: str, body: dict[str, Any]) -> None:
+        r = self.http.patch(
+            path, json=body, headers={"Content-Type": "application/merge-patch+json"}
+        )
+        r.raise_for_status()
+
+    def delete(self, path: str) -> None:
+        self.http.delete(path).raise_for_status()
+
+    def items(self, collection: str) -> list[dict[str, Any]]:
+        r = self.http.get(collection)
+        r.raise_for_status()
+        out: list[dict[str, Any]] = r.json()["items"]
+        return out
+
+    def writes(self, plural: str | None = None) -> int:
+        """Write requests (create/patch/delete) the emulator has served, optionally by plural."""
+        return sum(1 for _, p, _ in list(self.emulator.write_log) if plural in (None, p))
+
+    def writes_by_name(self, plural: str) -> dict[str, int]:
+        """PATCH requests per object name of one resource."""
+        out: dict[str, int] = {}
+        for method, p, name in list(self.emulator.write_log):
+            if method == "PATCH" and p == plural and name:
+                out[name] = out.get(name, 0) + 1
+        return out
+
+
+def wait_for(
+    check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1, what: str = ""
+) -> Any:
+    """Poll `check` until it returns something truthy; fail with the last value after timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
+            last = exc
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")

@@ -1,0 +1,49 @@
+"""Real HTTP servers answering an agent's GET /internal/replicas/{id}/state on loopback."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class StateServer:
+    def __init__(self, replica_id: str) -> None:
+        self.replica_id = replica_id
+        self.state: dict[str, Any] = {"replica_id": replica_id}
+        self.hits = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path != f"/internal/replicas/{owner.replica_id}/state":
+                    self.send_error(404)
+                    return
+                owner.hits += 1
+                body = json.dumps(owner.state).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def set_load(self, tokens_in_flight: int = 0, queue_depth: int = 0, **extra: Any) -> None:
+        self.state = {
+            "replica_id": self.replica_id,
+            "tokens_in_flight": tokens_in_flight,
+            "queue_depth": queue_depth,
+            **extra,
+        }
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,335 @@
+"""The kopf operator against kmock (an HTTP Kubernetes API emulator), end to end.
+
+One operator run for the module (kopf starts in ~1 s); each test uses its own object names.
+Replica pods are created by the test (kmock has no StatefulSet controller) and point their
+`internal` port at real loopback HTTP servers answering /state.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kopf.testing import KopfRunner
+
+from lorafleet_api.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
+from lorafleet_api.records import decode_owned
+from tests.operator.factories import adapter_body, alias_body, pool_body
+from tests.operator.kmock_cluster import Cluster, wait_for
+from tests.operator.state_servers import StateServer
+
+pytestmark = pytest.mark.timeout(180)
+
+POD_INTERVAL = 2.0
+ENV = {
+    "LORAFLEET_OPERATOR_SYNC_DEBOUNCE_SECONDS": "0.2",
+    "LORAFLEET_OPERATOR_SYNC_MAX_DELAY_SECONDS": "1.0",
+    "LORAFLEET_OPERATOR_POD_PATCH_INTERVAL_SECONDS": str(POD_INTERVAL),
+    "LORAFLEET_OPERATOR_SCRAPE_TIMEOUT_SECONDS": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster("lf")
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster) -> Iterator[KopfRunner]:
+    saved = {k: os.environ.get(k) for k in [*ENV, "LORAFLEET_OPERATOR_API_SERVER"]}
+    os.environ.update(ENV, LORAFLEET_OPERATOR_API_SERVER=cluster.url)
+    args = ["run", "--standalone", "--namespace", cluster.namespace, "-m", "lorafleet_operator"]
+    try:
+        with KopfRunner(args, timeout=60) as runner:
+            yield runner
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert runner.exception is None, runner.output[-5000:]
+
+
+def pod_body(name: str, pool: str, port: int, ready: bool = True) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {LABEL_POOL: pool, LABEL_COMPONENT: "replica"}},
+        "spec": {
+            "containers": [
+                {"name": "agent", "ports": [{"name": "internal", "containerPort": port}]}
+            ]
+        },
+        "status": {
+            "podIP": "127.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def status(cluster: Cluster, plural: str, name: str) -> dict[str, Any]:
+    obj = cluster.get(cluster.path(plural, name)) or {}
+    out: dict[str, Any] = obj.get("status") or {}
+    return out
+
+
+def cond(st: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next((c for c in st.get("conditions", []) if c["type"] == type_), {})
+
+
+def owned(cluster: Cluster, pod: str) -> set[str]:
+    obj = cluster.get(cluster.path("pods", pod, group="v1")) or {}
+    value = obj.get("metadata", {}).get("annotations", {}).get(ANNOTATION_OWNED_ADAPTERS)
+    return {r.id for r in decode_owned(value)} if value else set()
+
+
+def make_pool(cluster: Cluster, name: str, n_pods: int, **spec: Any) -> list[StateServer]:
+    body = pool_body(name, **spec)
+    del body["metadata"]["namespace"]
+    cluster.create(cluster.path("replicapools"), body)
+    servers = [StateServer(f"{name}-{i}") for i in range(n_pods)]
+    for s in servers:
+        cluster.create(cluster.path("pods", group="v1"), pod_body(s.replica_id, name, s.port))
+    return servers
+
+
+def make_adapter(cluster: Cluster, name: str, **kw: Any) -> None:
+    body = adapter_body(name, **kw)
+    del body["metadata"]["namespace"]
+    cluster.create(cluster.path("loraadapters"), body)
+
+
+def test_pool_owns_statefulset_service_pdb_with_engine_flags(cluster, operator):
+    servers = make_pool(
+        cluster,
+        "flags",
+        0,
+        base_hash="sha256:" + "1" * 64,
+        engine={"gpuSlots": 32, "hostRamSlots": 128, "maxRank": 64},
+    )
+    sts = wait_for(lambda: cluster.get(cluster.path("statefulsets", "flags", group="apps/v1")))
+    args = next(c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")[
+        "args"
+    ]
+    assert args[args.index("--max-loras") + 1] == "32"
+    assert args[args.index("--max-cpu-loras") + 1] == "128"
+    assert args[args.index("--max-lora-rank") + 1] == "64"
+    assert sts["metadata"]["ownerReferences"][0]["kind"] == "ReplicaPool"
+    volumes = {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert "podinfo" in volumes
+    # The handler creates the three objects in turn: wait for the last ones too.
+    svc = wait_for(lambda: cluster.get(cluster.path("services", "flags", group="v1")))
+    assert svc["spec"]["clusterIP"] == "None"
+    pdb = wait_for(
+        lambda: cluster.get(cluster.path("poddisruptionbudgets", "flags", group="policy/v1"))
+    )
+    assert pdb["spec"]["maxUnavailable"] == 1
+    st = wait_for(lambda: status(cluster, "replicapools", "flags").get("selector"))
+    assert "lorafleet.dev/pool=flags" in st
+    assert servers == []
+
+
+def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operator):
+    servers = make_pool(cluster, "main", 3)
+    try:
+        make_adapter(cluster, "good-a")
+        make_adapter(cluster, "good-b", tenant="globex")
+        make_adapter(cluster, "too-big", rank=64)
+        make_adapter(cluster, "bad-uri", weightsUri="https://example.com/x")
+
+        st = wait_for(
+            lambda: (
+                status(cluster, "loraadapters", "good-a").get("phase") == "Ready"
+                and status(cluster, "loraadapters", "good-a")
+            )
+        )
+        assert len(st["owners"]) == 2
+        assert st["ownerCount"] == 2
+        assert cond(st, "Validated")["status"] == "True"
+        assert cond(st, "Placed")["status"] == "True"
+        big = wait_for(lambda: status(cluster, "loraadapters", "too-big").get("phase"))
+        assert big == "Rejected"
+        big_st = status(cluster, "loraadapters", "too-big")
+        assert cond(big_st, "Validated")["reason"] == "RankTooHigh"
+        assert "maxRank 16" in cond(big_st, "Validated")["message"]
+        bad = wait_for(lambda: cond(status(cluster, "loraadapters", "bad-uri"), "Validated"))
+        assert bad["reason"] == "UnsupportedUriScheme"
+
+        for pod in ["main-0", "main-1", "main-2"]:
+            want = {
+                a
+                for a in ("good-a", "good-b")
+                if pod in status(cluster, "loraadapters", a).get("owners", [])
+            }
+            wait_for(functools.partial(lambda p, w: owned(cluster, p) == w, pod, want), what=pod)
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_bulk_create_patches_each_pod_a_handful_of_times(cluster, operator):
+    servers = make_pool(cluster, "bulk", 4, base_hash="sha256:" + "d" * 64)
+    try:
+        wait_for(lambda: cluster.writes_by_name("pods").get("bulk-0"), what="first annotation")
+        before = cluster.writes_by_name("pods")
+        started = time.monotonic()
+        for i in range(100):
+            make_adapter(cluster, f"bulk-{i:03d}", base_hash="sha256:" + "d" * 64)
+        wait_for(
+            lambda: sum(len(owned(cluster, f"bulk-{i}")) for i in range(4)) == 200,
+            timeout=60,
+            what="all 100 adapters on 2 pods each",
+        )
+        elapsed = time.monotonic() - started
+        after = cluster.writes_by_name("pods")
+        per_pod = [after.get(f"bulk-{i}", 0) - before.get(f"bulk-{i}", 0) for i in range(4)]
+        # At most one patch per pod per interval, however many adapters arrive meanwhile
+        # (creating them one by one through this emulator takes several seconds).
+        assert max(per_pod) <= elapsed / POD_INTERVAL + 2, (per_pod, elapsed)
+        assert max(per_pod) <= 15, per_pod
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_replica_churn_moves_owners_and_annotations(cluster, operator):
+    servers = make_pool(cluster, "churn", 4, base_hash="sha256:" + "e" * 64)
+    try:
+        for i in range(30):
+            make_adapter(cluster, f"churn-{i:02d}", base_hash="sha256:" + "e" * 64)
+        wait_for(lambda: sum(len(owned(cluster, f"churn-{i}")) for i in range(4)) == 60)
+        had = owned(cluster, "churn-1")
+        assert had
+        cluster.delete(cluster.path("pods", "churn-1", group="v1"))
+
+        def moved() -> bool:
+            for a in had:
+                owners = status(cluster, "loraadapters", a).get("owners", [])
+                if "churn-1" in owners or len(owners) != 2:
+                    return False
+            return sum(len(owned(cluster, f"churn-{i}")) for i in (0, 2, 3)) == 60
+
+        wait_for(moved, what="owners moved off churn-1")
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
+    servers = make_pool(cluster, "alias", 2, base_hash="sha256:" + "f" * 64)
+    h = "sha256:" + "f" * 64
+    try:
+        for n in ("sup-v1", "sup-v2"):
+            make_adapter(cluster, n, base_hash=h)
+        make_adapter(cluster, "sup-v3-big", base_hash=h, rank=128)
+        wait_for(lambda: status(cluster, "loraadapters", "sup-v2").get("phase") == "Ready")
+        body = alias_body("support-prod", "acme/support:prod", "sup-v1")
+        del body["metadata"]["namespace"], body["metadata"]["creationTimestamp"]
+        cluster.create(cluster.path("adapteraliases"), body)
+        path = cluster.path("adapteraliases", "support-prod")
+        wait_for(
+            lambda: status(cluster, "adapteraliases", "support-prod").get("adapter") == "sup-v1"
+        )
+
+        cluster.patch(path, {"spec": {"adapter": "sup-v2"}})  # deploy
+        st = wait_for(
+            lambda: (
+                (s := status(cluster, "adapteraliases", "support-prod")).get("adapter") == "sup-v2"
+                and s
+            )
+        )
+        assert st["previousAdapter"] == "sup-v1"
+
+        cluster.patch(path, {"spec": {"adapter": "sup-v3-big"}})  # a Rejected target
+        st = wait_for(
+            lambda: (
+                cond(status(cluster, "adapteraliases", "support-prod"), "Deployed").get("reason")
+                == "AdapterNotReady"
+                and status(cluster, "adapteraliases", "support-prod")
+            )
+        )
+        assert st["adapter"] == "sup-v2"  # the gateway keeps serving the previous one
+
+        cluster.patch(path, {"spec": {"adapter": "sup-v1"}})  # rollback
+        st = wait_for(
+            lambda: (
+                (s := status(cluster, "adapteraliases", "support-prod")).get("adapter") == "sup-v1"
+                and s
+            )
+        )
+        assert st["previousAdapter"] == "sup-v2"
+        assert [h["adapter"] for h in st["history"]][:3] == ["sup-v1", "sup-v2", "sup-v1"]
+
+        dup = alias_body("support-prod-2", "acme/support:prod", "sup-v2")
+        del dup["metadata"]["namespace"], dup["metadata"]["creationTimestamp"]
+        cluster.create(cluster.path("adapteraliases"), dup)
+        c = wait_for(lambda: cond(status(cluster, "adapteraliases", "support-prod-2"), "Conflict"))
+        assert c["status"] == "True"
+        assert "support-prod" in c["message"]
+        assert status(cluster, "adapteraliases", "support-prod")["adapter"] == "sup-v1"
+        cluster.delete(cluster.path("adapteraliases", "support-prod-2"))
+
+        # Deleting an adapter an alias serves is refused: it stays, flagged, until repointed.
+        cluster.delete(cluster.path("loraadapters", "sup-v1"))
+        blocked = wait_for(
+            lambda: cond(status(cluster, "loraadapters", "sup-v1"), "DeletionBlocked")
+        )
+        assert "support-prod" in blocked["message"]
+        assert "sup-v1" in owned(cluster, "alias-0") | owned(cluster, "alias-1")
+        cluster.patch(path, {"spec": {"adapter": "sup-v2"}})
+        wait_for(lambda: cluster.get(cluster.path("loraadapters", "sup-v1")) is None, timeout=40)
+        assert "sup-v1" not in owned(cluster, "alias-0") | owned(cluster, "alias-1")
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_autoscaler_follows_scraped_state(cluster, operator):
+    servers = make_pool(
+        cluster,
+        "auto",
+        2,
+        replicas={"min": 1, "max": 6},
+        autoscaling={
+            "targetTokensInFlight": 1000,
+            "targetQueueDepth": 4,
+            "pollIntervalSeconds": 0.3,
+            "scaleUpStabilizationSeconds": 0,
+            "scaleDownStabilizationSeconds": 2,
+        },
+    )
+    sts_path = cluster.path("statefulsets", "auto", group="apps/v1")
+    try:
+        for s in servers:
+            s.set_load(tokens_in_flight=2000, queue_depth=1)  # 4000 total -> 4 replicas
+        wait_for(lambda: (cluster.get(sts_path) or {}).get("spec", {}).get("replicas") == 4)
+        st = wait_for(
+            lambda: (
+                status(cluster, "replicapools", "auto").get("desiredReplicas") == 4
+                and status(cluster, "replicapools", "auto")
+            )
+        )
+        assert st["readyReplicas"] == 2
+        assert all(s.hits > 0 for s in servers)
+        for s in servers:
+            s.set_load(tokens_in_flight=0, queue_depth=9)  # 18 queued -> 5 replicas
+        wait_for(lambda: cluster.get(sts_path)["spec"]["replicas"] == 5)
+        for s in servers:
+            s.set_load()
+        wait_for(lambda: cluster.get(sts_path)["spec"]["replicas"] == 1, timeout=30)
+        reasons = {
+            e.get("reason")
+            for e in cluster.items(cluster.path("events", group="v1"))
+            if e.get("involvedObject", {}).get("name") == "auto"
+        }
+        assert {"ScaledUp", "ScaledDown"} <= reasons
+    finally:
+        for s in servers:
+            s.close()

@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lorafleet_api.models import AdapterPhase, ConditionStatus
+from lorafleet_operator.planning import adapters as A
+from lorafleet_operator.planning.conditions import find
+from tests.operator.factories import OTHER_HASH, T0, adapter, adapter_body, pool
+
+
+def test_no_pool_yet_is_pending_not_final():
+    v = A.validate_adapter(adapter("a").spec, [])
+    assert (v.ok, v.reason, v.final) == (False, A.NO_MATCHING_POOL, False)
+
+
+def test_base_model_mismatch_is_final_and_names_served_hashes():
+    v = A.validate_adapter(adapter("a", base_hash=OTHER_HASH).spec, [pool()])
+    assert (v.reason, v.final) == (A.BASE_MODEL_MISMATCH, True)
+    assert "sha256:bbbb" in v.message
+
+
+def test_rank_too_high_names_the_limit():
+    v = A.validate_adapter(adapter("a", rank=32).spec, [pool(engine={"maxRank": 16})])
+    assert (v.ok, v.reason, v.final) == (False, A.RANK_TOO_HIGH, True)
+    assert "maxRank 16" in v.message
+
+
+def test_target_module_not_allowed():
+    p = pool(engine={"allowedTargetModules": ["q_proj", "v_proj"]})
+    v = A.validate_adapter(adapter("a", modules=["q_proj", "gate_proj"]).spec, [p])
+    assert v.reason == A.TARGET_MODULE_NOT_ALLOWED
+    assert "gate_proj" in v.message
+
+
+def test_first_accepting_pool_by_name_wins():
+    small = pool("a-small", engine={"maxRank": 8})
+    big = pool("b-big", engine={"maxRank": 64})
+    v = A.validate_adapter(adapter("x", rank=32).spec, [big, small])
+    assert v.ok
+    assert v.pool == "b-big"
+    v = A.validate_adapter(adapter("y", rank=4).spec, [big, small])
+    assert v.pool == "a-small"
+
+
+def test_parse_maps_bad_fields_to_reasons():
+    bad_uri = A.parse_adapter(adapter_body("a", weightsUri="http://evil/x"))
+    assert isinstance(bad_uri, A.Validation)
+    assert bad_uri.reason == A.UNSUPPORTED_URI_SCHEME
+    bad_sum = A.parse_adapter(adapter_body("a", checksum="md5:abc"))
+    assert isinstance(bad_sum, A.Validation)
+    assert bad_sum.reason == A.INVALID_CHECKSUM
+    body = adapter_body("a")
+    del body["spec"]["rank"]
+    missing = A.parse_adapter(body)
+    assert isinstance(missing, A.Validation)
+    assert missing.reason == A.INVALID_SPEC
+    assert missing.final
+
+
+def test_owner_count_grows_with_traffic_and_shrinks_with_hysteresis():
+    # capacity 1000 tok/s, one owner may carry 500 tok/s of one adapter.
+    assert A.plan_owner_count(0, None, 2, 1000, 26) == 2
+    assert A.plan_owner_count(1600, None, 2, 1000, 26) == 4
+    # Falling just below the 3-owner limit keeps 4 (within the 20% headroom)...
+    assert A.plan_owner_count(1400, 4, 2, 1000, 26) == 4
+    # ...and well below it shrinks.
+    assert A.plan_owner_count(900, 4, 2, 1000, 26) == 2
+    # More owners than replicas is pointless; fewer than ownersPerAdapter is never planned.
+    assert A.plan_owner_count(1e6, None, 2, 1000, 5) == 5
+    assert A.plan_owner_count(0, None, 3, 1000, 1) == 3
+
+
+@given(
+    tps=st.floats(0, 1e6),
+    current=st.none() | st.integers(1, 40),
+    opa=st.integers(1, 16),
+    replicas=st.integers(0, 40),
+)
+def test_owner_count_bounds(tps, current, opa, replicas):
+    k = A.plan_owner_count(tps, current, opa, 2000, replicas)
+    assert k >= opa
+    if replicas > 0:
+        assert k <= max(opa, replicas)
+
+
+@given(a=st.floats(0, 1e5), b=st.floats(0, 1e5))
+def test_owner_count_monotonic_in_traffic(a, b):
+    lo, hi = sorted((a, b))
+    assert A.plan_owner_count(lo, None, 2, 2000, 26) <= A.plan_owner_count(hi, None, 2, 2000, 26)
+
+
+def _status(ad, v, owners=(), failed=None, blocked=()):
+    inputs = A.AdapterInputs(
+        validation=v,
+        owners=list(owners),
+        owner_count=2,
+        ready_replicas=3,
+        failed_on=failed or {},
+        blocked_by_aliases=list(blocked),
+    )
+    return A.plan_adapter_status(ad, inputs, T0)
+
+
+def test_status_ready_with_owners_and_conditions():
+    v = A.Validation(True, A.VALID, "ok", pool="pool")
+    s = _status(adapter("a"), v, owners=["pool-1", "pool-2"])
+    assert s.phase == AdapterPhase.READY
+    assert s.owners == ["pool-1", "pool-2"]
+    assert s.owner_count == 2
+    for t in (A.VALIDATED, A.PLACED, A.READY):
+        c = find(s.conditions, t)
+        assert c is not None
+        assert c.status == ConditionStatus.TRUE
+
+
+def test_status_pending_without_replicas():
+    v = A.Validation(True, A.VALID, "ok", pool="pool")
+    s = _status(adapter("a"), v)
+    assert s.phase == AdapterPhase.PENDING
+    placed = find(s.conditions, A.PLACED)
+    assert placed is not None
+    assert placed.reason == "NoReadyReplicas"
+
+
+def test_rejected_is_final_and_sticky():
+    ad = adapter("a")
+    rejected = _status(ad, A.Validation(False, A.RANK_TOO_HIGH, "too big", final=True))
+    assert rejected.phase == AdapterPhase.REJECTED
+    ready = find(rejected.conditions, A.READY)
+    assert ready is not None
+    assert ready.message == "too big"
+    # A later plan that would accept it does not un-reject it.
+    ad.status = rejected
+    again = _status(ad, A.Validation(True, A.VALID, "ok", pool="pool"), owners=["pool-0"])
+    assert again == rejected
+
+
+def test_failed_when_every_owner_refused_it():
+    v = A.Validation(True, A.VALID, "ok", pool="pool")
+    s = _status(adapter("a"), v, owners=["p-0", "p-1"], failed={"p-0": "bad", "p-1": "bad"})
+    assert s.phase == AdapterPhase.FAILED
+    ready = find(s.conditions, A.READY)
+    assert ready is not None
+    assert ready.reason == "ReplicaRejected"
+    assert "p-0: bad" in ready.message
+    partly = _status(adapter("a"), v, owners=["p-0", "p-1"], failed={"p-0": "bad"})
+    assert partly.phase == AdapterPhase.READY
+
+
+def test_deletion_blocked_condition_names_aliases():
+    v = A.Validation(True, A.VALID, "ok", pool="pool")
+    s = _status(adapter("a"), v, owners=["p-0"], blocked=["prod", "canary"])
+    c = find(s.conditions, A.DELETION_BLOCKED)
+    assert c is not None
+    assert c.reason == "ReferencedByAlias"
+    assert "canary, prod" in c.message

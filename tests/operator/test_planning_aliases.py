@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+from lorafleet_api.models import AdapterPhase, ConditionStatus
+from lorafleet_operator.planning import aliases as L
+from lorafleet_operator.planning.conditions import find
+from tests.operator.factories import T0, alias
+
+READY = L.AdapterView("acme", AdapterPhase.READY)
+ADAPTERS = {
+    "v1": READY,
+    "v2": READY,
+    "v3-pending": L.AdapterView("acme", AdapterPhase.PENDING),
+    "globex-x": L.AdapterView("globex", AdapterPhase.READY),
+}
+
+
+def plan(a, others=(), adapters=ADAPTERS, at=T0):
+    return L.plan_alias(a, adapters, list(others), at)
+
+
+def cond(status, t):
+    c = find(status.conditions, t)
+    assert c is not None
+    return c
+
+
+def test_first_deploy_serves_target_and_starts_history():
+    p = plan(alias("prod", "acme/support:prod", "v1"))
+    assert p.status.adapter == "v1"
+    assert p.status.previous_adapter is None
+    assert p.deployed == "v1"
+    assert [h.adapter for h in p.status.history] == ["v1"]
+    assert cond(p.status, L.DEPLOYED).status == ConditionStatus.TRUE
+    assert cond(p.status, L.READY).status == ConditionStatus.TRUE
+    assert cond(p.status, L.CONFLICT).status == ConditionStatus.FALSE
+
+
+def test_deploy_then_rollback():
+    a = alias("prod", "acme/support:prod", "v1")
+    a.status = plan(a).status
+    a.spec.adapter = "v2"
+    p2 = plan(a, at=T0 + timedelta(minutes=1))
+    assert (p2.status.adapter, p2.status.previous_adapter) == ("v2", "v1")
+    a.status = p2.status
+    a.spec.adapter = "v1"  # rollback = set spec.adapter back
+    p3 = plan(a, at=T0 + timedelta(minutes=2))
+    assert (p3.status.adapter, p3.status.previous_adapter) == ("v1", "v2")
+    assert [h.adapter for h in p3.status.history] == ["v1", "v2", "v1"]
+    assert p3.status.updated_at == T0 + timedelta(minutes=2)
+
+
+def test_unready_missing_or_foreign_target_keeps_serving_previous():
+    a = alias("prod", "acme/support:prod", "v1")
+    a.status = plan(a).status
+    for target, reason in [
+        ("v3-pending", L.ADAPTER_NOT_READY),
+        ("nope", L.ADAPTER_NOT_FOUND),
+        ("globex-x", L.TENANT_MISMATCH),
+    ]:
+        a.spec.adapter = target
+        p = plan(a)
+        assert p.status.adapter == "v1"
+        assert p.deployed is None
+        deployed = cond(p.status, L.DEPLOYED)
+        assert deployed.status == ConditionStatus.FALSE
+        assert deployed.reason == reason
+        assert "still serving v1" in deployed.message
+        assert cond(p.status, L.READY).status == ConditionStatus.TRUE
+
+
+def test_nothing_served_when_first_target_is_not_ready():
+    p = plan(alias("prod", "acme/support:prod", "v3-pending"))
+    assert p.status.adapter is None
+    assert cond(p.status, L.READY).reason == "NothingToServe"
+
+
+def test_newer_alias_claiming_the_same_model_gets_conflict():
+    old = alias("prod", "acme/support:prod", "v1", age_s=60)
+    new = alias("prod2", "acme/support:prod", "v2")
+    claims = [
+        L.AliasClaim(x.metadata.name, x.spec.model, L.created_at(x.metadata)) for x in (old, new)
+    ]
+    p_old, p_new = plan(old, claims), plan(new, claims)
+    assert p_old.conflict_with is None
+    assert p_old.status.adapter == "v1"
+    assert p_new.conflict_with == "prod"
+    assert p_new.status.adapter is None
+    c = cond(p_new.status, L.CONFLICT)
+    assert c.status == ConditionStatus.TRUE
+    assert c.reason == L.MODEL_CLAIMED
+    assert cond(p_new.status, L.READY).status == ConditionStatus.FALSE
+
+
+def test_history_is_short():
+    a = alias("prod", "acme/support:prod", "v1")
+    for i in range(15):
+        a.spec.adapter = "v1" if i % 2 else "v2"
+        a.status = plan(a, at=T0 + timedelta(seconds=i)).status
+    assert a.status is not None
+    assert len(a.status.history) == L.HISTORY_MAX

@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from lorafleet_api.models import AdapterPhase, ConditionStatus
+from lorafleet_api.records import decode_owned
+from lorafleet_api.replica_state import ReplicaState
+from lorafleet_operator.planning.conditions import find
+from lorafleet_operator.planning.fleet import FleetParams, FleetSnapshot, PodView, plan_fleet
+from tests.operator.factories import T0, alias, entry, pod_views, pool
+
+
+def snapshot(adapters, aliases=(), n_pods=3, states=None, pools=None):
+    return FleetSnapshot(
+        pools=pools if pools is not None else [pool()],
+        adapters=list(adapters),
+        aliases=list(aliases),
+        pods=pod_views("pool", n_pods),
+        states=states or {},
+    )
+
+
+def apply(snap, plan):
+    """What the cluster looks like after the plan is written."""
+    adapters = [
+        dataclasses.replace(e, status=plan.adapter_status.get(e.name, e.status))
+        for e in snap.adapters
+    ]
+    aliases = [
+        a.model_copy(update={"status": plan.alias_status[a.metadata.name]}) for a in snap.aliases
+    ]
+    return dataclasses.replace(snap, adapters=adapters, aliases=aliases)
+
+
+def test_adapters_get_owners_pods_get_records_aliases_deploy_in_one_plan():
+    snap = snapshot([entry(f"a{i}") for i in range(10)], [alias("prod", "acme/s:prod", "a3")])
+    plan = plan_fleet(snap, T0)
+    for i in range(10):
+        s = plan.adapter_status[f"a{i}"]
+        assert s.phase == AdapterPhase.READY
+        assert len(s.owners) == 2
+    on_pods = {r.id for v in plan.pod_annotations.values() for r in decode_owned(v)}
+    assert on_pods == {f"a{i}" for i in range(10)}
+    assert set(plan.pod_annotations) == {"pool-0", "pool-1", "pool-2"}
+    assert plan.alias_status["prod"].adapter == "a3"
+    assert plan.alias_deploys == {"prod": "a3"}
+
+
+def test_replanning_an_applied_plan_changes_nothing():
+    snap = snapshot([entry(f"a{i}") for i in range(20)], [alias("prod", "acme/s:prod", "a3")])
+    first = plan_fleet(snap, T0)
+    second = plan_fleet(apply(snap, first), T0.replace(hour=13))
+    assert second.adapter_status == first.adapter_status
+    assert second.alias_status == first.alias_status
+    assert second.pod_annotations == first.pod_annotations
+    assert second.alias_deploys == {}
+
+
+def test_no_pool_means_pending_and_no_annotations():
+    plan = plan_fleet(snapshot([entry("a")], pools=[]), T0)
+    s = plan.adapter_status["a"]
+    assert s.phase == AdapterPhase.PENDING
+    v = find(s.conditions, "Validated")
+    assert v is not None
+    assert v.reason == "NoMatchingPool"
+    assert plan.pod_annotations == {}
+
+
+def test_unready_pods_are_not_owners_and_not_written():
+    snap = snapshot([entry("a")])
+    snap = dataclasses.replace(snap, pods=[*snap.pods, PodView("pool-9", "pool", ready=False)])
+    plan = plan_fleet(snap, T0)
+    assert "pool-9" not in plan.pod_annotations
+    assert "pool-9" not in plan.adapter_status["a"].owners
+
+
+def test_deleted_adapter_leaves_annotations_unless_an_alias_holds_it():
+    free = dataclasses.replace(entry("gone"), deleting=True)
+    held = dataclasses.replace(entry("held"), deleting=True)
+    plan = plan_fleet(snapshot([free, held, entry("x")], [alias("p", "acme/s:p", "held")]), T0)
+    ids = {r.id for v in plan.pod_annotations.values() for r in decode_owned(v)}
+    assert "gone" not in ids
+    assert "gone" not in plan.adapter_status
+    assert "held" in ids
+    blocked = find(plan.adapter_status["held"].conditions, "DeletionBlocked")
+    assert blocked is not None
+    assert blocked.status == ConditionStatus.TRUE
+    assert plan.blocked_deletions == {"held": ["p"]}
+
+
+def test_hot_adapter_gets_more_owners_from_scraped_traffic():
+    states = {
+        "pool-0": ReplicaState(replica_id="pool-0", tokens_per_second={"hot": 2500.0}),
+        "pool-1": ReplicaState(replica_id="pool-1", tokens_per_second={"hot": 500.0}),
+    }
+    snap = snapshot([entry("hot"), entry("cold")], n_pods=8, states=states)
+    plan = plan_fleet(snap, T0, FleetParams(replica_capacity_tps=2000, hot_share=0.5))
+    assert plan.adapter_status["hot"].owner_count == 3
+    assert len(plan.adapter_status["hot"].owners) == 3
+    assert plan.adapter_status["cold"].owner_count == 2
+
+
+def test_adapter_refused_by_all_owners_is_failed():
+    snap = snapshot([entry("a")], n_pods=2)
+    owners = plan_fleet(snap, T0).adapter_status["a"].owners
+    states = {
+        r: ReplicaState(replica_id=r, failed_adapters={"a": "checksum mismatch"}) for r in owners
+    }
+    plan = plan_fleet(dataclasses.replace(snap, states=states), T0)
+    assert plan.adapter_status["a"].phase == AdapterPhase.FAILED
+
+
+def test_invalid_spec_is_rejected_with_the_field():
+    from lorafleet_operator.planning.adapters import parse_adapter
+    from lorafleet_operator.planning.fleet import AdapterEntry
+    from tests.operator.factories import adapter_body
+
+    bad = parse_adapter(adapter_body("bad", weightsUri="https://x/y"))
+    e = AdapterEntry(name="bad", adapter=None, invalid=bad)  # type: ignore[arg-type]
+    s = plan_fleet(snapshot([e]), T0).adapter_status["bad"]
+    assert s.phase == AdapterPhase.REJECTED
+    v = find(s.conditions, "Validated")
+    assert v is not None
+    assert v.reason == "UnsupportedUriScheme"
+    assert "weightsUri" in v.message
+
+
+def test_five_thousand_adapters_times_26_replicas_plans_quickly():
+    snap = snapshot([entry(f"t{i:04d}-ad") for i in range(5000)], n_pods=26)
+    t0 = time.perf_counter()
+    plan = plan_fleet(snap, T0)
+    elapsed = time.perf_counter() - t0
+    assert len(plan.adapter_status) == 5000
+    assert len(plan.pod_annotations) == 26
+    assert all(len(s.owners) == 2 for s in plan.adapter_status.values())
+    assert elapsed < 20  # generous on a shared 2-core machine; the benchmark prints the figure
