@@ -1,0 +1,222 @@
+"""`lorafleet adapter push DIR --tenant T --name N --version V --pool P`.
+
+Inspects a PEFT LoRA folder (rank, target modules, tensor shapes), refuses what the pool would
+reject *before* uploading anything, computes the checksum, uploads the two adapter files to the
+object store and writes the LoRAAdapter (a folder target deploys it at once to a running
+`lorafleet up`; a cluster target applies it for the operator).
+
+The LoRAAdapter's name is `<tenant>-<name>-<version>`: one immutable object per version, so a
+deploy is an alias change and a rollback points the alias back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pydantic import ValidationError
+
+from lorafleet_api import names
+from lorafleet_api.adapter_files import (
+    AdapterFormatError,
+    AdapterInfo,
+    BaseModelDims,
+    adapter_checksum,
+    check_shapes,
+    inspect_adapter,
+)
+from lorafleet_api.models import LoRAAdapter, LoRAAdapterSpec, ObjectMeta, ReplicaPool
+from lorafleet_cli import objectstore
+from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
+from lorafleet_operator.planning.adapters import validate_adapter
+
+
+class PushRefused(RuntimeError):
+    """The adapter cannot be served by the pool; the message lists every reason."""
+
+
+def adapter_object_name(tenant: str, name: str, version: str) -> str:
+    raw = f"{tenant}-{name}-{version}".lower()
+    cleaned = re.sub(r"[^a-z0-9.-]+", "-", raw).strip("-.")
+    return cleaned[:253]
+
+
+def local_model_dir(uri: str) -> Path | None:
+    """The base model folder when the pool's baseModel.uri is on this machine."""
+    parsed = urlparse(uri)
+    path = Path(parsed.path) if parsed.scheme == "file" else Path(uri)
+    if parsed.scheme not in ("", "file") or not (path / "config.json").is_file():
+        return None
+    return path
+
+
+def pool_problems(
+    spec: LoRAAdapterSpec, info: AdapterInfo, pool: ReplicaPool, dims: BaseModelDims | None
+) -> list[str]:
+    """Every reason the operator (or the pool's replicas) would refuse this adapter.
+
+    The operator's own validation planner decides base model, rank and modules, so `push`
+    refuses exactly what a cluster would reject; tensor shapes are checked here against the
+    base model's config (the replicas check them again before vLLM sees the files).
+    """
+    problems = []
+    verdict = validate_adapter(spec, [pool])
+    if not verdict.ok:
+        problems.append(f"{verdict.reason}: {verdict.message}")
+    if not info.target_modules:
+        problems.append("adapter_config.json names no target_modules")
+    if dims is not None:
+        problems.extend(check_shapes(info, dims).problems)
+    return problems
+
+
+def build_adapter(
+    *,
+    object_name: str,
+    tenant: str,
+    version: str,
+    info: AdapterInfo,
+    base_hash: str,
+    weights_uri: str,
+    checksum: str,
+    adapter_name: str,
+) -> LoRAAdapter:
+    return LoRAAdapter(
+        metadata=ObjectMeta(
+            name=object_name,
+            labels={names.LABEL_TENANT: tenant, f"{names.GROUP}/adapter-name": adapter_name},
+        ),
+        spec=LoRAAdapterSpec(
+            tenant=tenant,
+            version=version,
+            base_model_hash=base_hash,
+            rank=info.rank,
+            alpha=info.alpha,
+            target_modules=list(info.target_modules),
+            weights_uri=weights_uri,
+            checksum=checksum,
+            size_bytes=info.size_bytes,
+        ),
+    )
+
+
+def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:
+    """Validate, upload and apply; returns the object written. Raises PushRefused."""
+    folder: Path = args.dir
+    try:
+        info = inspect_adapter(folder)
+    except AdapterFormatError as exc:
+        raise PushRefused(f"{folder} is not a PEFT LoRA adapter: {exc}") from exc
+    pool_obj = target.get(names.KIND_POOL, args.pool)
+    if pool_obj is None:
+        raise PushRefused(f"ReplicaPool {args.pool!r} not found in {target.description}")
+    try:
+        pool = ReplicaPool.model_validate({**pool_obj, "status": None})
+    except ValidationError as exc:
+        raise PushRefused(f"ReplicaPool {args.pool!r} is invalid: {exc}") from exc
+
+    object_name = adapter_object_name(args.tenant, args.name, args.version)
+    checksum = adapter_checksum(folder)
+    try:
+        adapter = build_adapter(
+            object_name=object_name,
+            tenant=args.tenant,
+            version=args.version,
+            info=info,
+            base_hash=args.base_model_hash or pool.spec.base_model.hash,
+            weights_uri="file:///not-uploaded-yet/",  # replaced after the upload
+            checksum=checksum,
+            adapter_name=args.name,
+        )
+    except ValidationError as exc:
+        raise PushRefused(f"invalid adapter: {exc.errors()[0]['msg']}") from exc
+    model_dir = args.base_model or local_model_dir(pool.spec.base_model.uri)
+    dims = BaseModelDims.from_model_dir(model_dir) if model_dir else None
+    problems = pool_problems(adapter.spec, info, pool, dims)
+    if problems:
+        raise PushRefused(
+            f"pool {args.pool!r} would reject {folder}:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
+    if dims is None:
+        print(
+            "note: the pool's base model is not on this machine; tensor shapes are checked "
+            "by the replicas (pass --base-model DIR to check them now)",
+            file=sys.stderr,
+        )
+
+    existing = target.get(names.KIND_ADAPTER, object_name)
+    if existing is not None and (existing.get("spec") or {}).get("checksum") != checksum:
+        raise PushRefused(
+            f"LoRAAdapter {object_name} already exists with other weights; versions are "
+            "immutable: push a new --version"
+        )
+    store = objectstore.parse_store_uri(args.store or objectstore.default_store(args.state_dir))
+    dest = store.child(args.tenant, args.name, args.version)
+    weights_uri = objectstore.upload_adapter(
+        folder, dest, endpoint_url=args.s3_endpoint_url, progress=not args.quiet
+    )
+    adapter.spec.weights_uri = weights_uri
+    body = adapter.wire()
+    where = target.apply(body)
+    print(f"LoRAAdapter {object_name} written to {where}")
+    print(
+        f"  rank {info.rank}, modules {','.join(info.target_modules)}, {info.size_bytes} bytes, "
+        f"{checksum}"
+    )
+    print(f"deploy it: lorafleet alias set {args.tenant}/{args.name}:prod {object_name}")
+    return body
+
+
+def _cmd_push(args: argparse.Namespace) -> int:
+    try:
+        target = target_from_args(args)
+        body = push(args, target)
+    except (PushRefused, TargetError, objectstore.StoreError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(body, indent=2))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    adapter = subparsers.add_parser("adapter", help="publish adapter versions")
+    sub = adapter.add_subparsers(dest="adapter_command", required=True)
+    p = sub.add_parser(
+        "push",
+        help="inspect, upload and register a PEFT LoRA folder as a new adapter version",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("dir", type=Path, help="PEFT folder (adapter_config.json + safetensors)")
+    p.add_argument("--tenant", required=True, help="tenant (customer) owning the adapter")
+    p.add_argument("--name", required=True, help="adapter name within the tenant, e.g. support")
+    p.add_argument("--version", required=True, help="version label, e.g. v2")
+    p.add_argument("--pool", required=True, help="ReplicaPool that will serve it")
+    p.add_argument(
+        "--store",
+        default=None,
+        help="object store: s3://bucket/prefix or file:///path "
+        "(default: file://<state-dir>/objectstore)",
+    )
+    p.add_argument("--s3-endpoint-url", default=None, help="S3 endpoint (MinIO, moto, ...)")
+    p.add_argument(
+        "--base-model",
+        type=Path,
+        default=None,
+        help="base model folder to check tensor shapes against (default: the pool's, if local)",
+    )
+    p.add_argument(
+        "--base-model-hash",
+        default=None,
+        help="sha256:<hex> of the model the adapter was trained on; refused if not the pool's",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the LoRAAdapter written")
+    add_target_arguments(p)
+    p.set_defaults(func=_cmd_push)

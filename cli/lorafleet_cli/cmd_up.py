@@ -1,0 +1,91 @@
+"""`lorafleet up [--manifests DIR] [--replicas N] [--model PATH] [--port P]`.
+
+Runs lorafleet without Kubernetes. With `--manifests`, serves that folder (the files `kubectl
+apply -f` takes) and watches it; without, builds the offline demo into the state folder first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from lorafleet_cli.targets import DEFAULT_STATE_DIR
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from lorafleet_cli.standalone import demo
+    from lorafleet_cli.standalone.runner import UpOptions, free_port, run_up
+
+    state_dir: Path = args.state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    port = args.port or free_port()
+    internal_port = args.internal_port or free_port()
+    banner = None
+    manifests = args.manifests
+    if manifests is None:
+        manifests = state_dir / "manifests"
+        setup = demo.prepare_demo(
+            state_dir, manifests, replicas=args.replicas or 1, progress=not args.quiet
+        )
+        banner = demo.usage_text(
+            f"http://127.0.0.1:{port}", state_dir / demo.KEY_FILE, setup.models
+        )
+    elif not manifests.is_dir():
+        print(f"error: {manifests} is not a folder")
+        return 2
+    return run_up(
+        UpOptions(
+            state_dir=state_dir,
+            manifests_dir=manifests.resolve(),
+            replicas=args.replicas,
+            port=port,
+            internal_port=internal_port,
+            model=args.model.resolve() if args.model else None,
+            pool=args.pool,
+            banner=banner,
+        )
+    )
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "up",
+        help="run lorafleet locally without Kubernetes (no arguments: the offline demo)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--manifests",
+        type=Path,
+        default=None,
+        help="folder of manifests to serve and watch (default: build and serve the demo)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help="local replicas (default: the pool's replicas.desired, else replicas.min; demo: 1)",
+    )
+    p.add_argument(
+        "--model", type=Path, default=None, help="base model folder (default: the pool's uri)"
+    )
+    p.add_argument(
+        "--port", type=int, default=8080, help="gateway port on 127.0.0.1 (0: any free port)"
+    )
+    p.add_argument(
+        "--internal-port",
+        type=int,
+        default=9090,
+        help="gateway metrics/health port (0: any free port)",
+    )
+    p.add_argument("--pool", default=None, help="ReplicaPool to serve (default: the only one)")
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(os.environ.get("LORAFLEET_STATE_DIR", DEFAULT_STATE_DIR)),
+        help="state folder: demo assets, object store, logs, status (default: .lorafleet)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cmd_up)

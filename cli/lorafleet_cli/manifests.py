@@ -1,0 +1,155 @@
+"""Reading and writing a folder of Kubernetes manifests (what `kubectl apply -f DIR` takes).
+
+Standalone mode and the CLI's folder target both keep objects as YAML files. Users may write
+files however they like (several documents per file, any file name); files the CLI creates are
+named `<kind>-<name>.yaml` (lower-case kind) with one object each.
+
+Only `*.yaml`, `*.yml` and `*.json` directly in the folder are read, as `kubectl apply -f DIR`
+does (not recursive), so the hidden `.lorafleet/` subfolder holding standalone status files is
+never mistaken for manifests.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+@dataclass(frozen=True)
+class LoadedObject:
+    """One document of one manifest file."""
+
+    path: Path
+    index: int  # position of the document in its file
+    body: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.body.get("kind", ""))
+
+    @property
+    def name(self) -> str:
+        meta = self.body.get("metadata") or {}
+        return str(meta.get("name", "")) if isinstance(meta, dict) else ""
+
+
+@dataclass(frozen=True)
+class FileError:
+    path: Path
+    message: str
+
+
+@dataclass
+class ManifestSet:
+    objects: list[LoadedObject] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+
+    def of_kind(self, kind: str) -> list[LoadedObject]:
+        return [o for o in self.objects if o.kind == kind]
+
+    def find(self, kind: str, name: str) -> LoadedObject | None:
+        for o in self.objects:
+            if o.kind == kind and o.name == name:
+                return o
+        return None
+
+
+def manifest_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file() and p.suffix in MANIFEST_SUFFIXES and not p.name.startswith(".")
+    )
+
+
+def fingerprint(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    """Cheap change detector: (name, mtime_ns, size) of every manifest file."""
+    out = []
+    for p in manifest_files(folder):
+        try:
+            st = p.stat()
+        except FileNotFoundError:  # removed between listing and stat
+            continue
+        out.append((p.name, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def load_folder(folder: Path) -> ManifestSet:
+    """Every object in the folder; a file that does not parse becomes an error, not an abort."""
+    result = ManifestSet()
+    for path in manifest_files(folder):
+        try:
+            docs = list(yaml.safe_load_all(path.read_text()))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            result.errors.append(FileError(path, f"cannot parse: {exc}"))
+            continue
+        for i, doc in enumerate(docs):
+            if doc is None:
+                continue
+            if not isinstance(doc, dict) or "kind" not in doc:
+                result.errors.append(FileError(path, f"document {i} is not a Kubernetes object"))
+                continue
+            # A List (kubectl get -o yaml) holds its objects under items.
+            if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+                for item in doc["items"]:
+                    if isinstance(item, dict):
+                        result.objects.append(LoadedObject(path, i, item))
+                continue
+            result.objects.append(LoadedObject(path, i, doc))
+    return result
+
+
+def file_name_for(kind: str, name: str) -> str:
+    return f"{kind.lower()}-{name}.yaml"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a watcher never reads half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix + ".part")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_object(folder: Path, body: dict[str, Any]) -> Path:
+    """Create or replace one object in the folder; returns the file written.
+
+    An object that already exists is replaced where it is (its own file, or its document in a
+    multi-document file); a new one gets `<kind>-<name>.yaml`.
+    """
+    kind = str(body["kind"])
+    name = str(body["metadata"]["name"])
+    existing = load_folder(folder).find(kind, name)
+    if existing is None:
+        path = folder / file_name_for(kind, name)
+        atomic_write(path, yaml.safe_dump(body, sort_keys=False))
+        return path
+    docs = list(yaml.safe_load_all(existing.path.read_text()))
+    doc = docs[existing.index]
+    if doc.get("kind") == "List":
+        doc["items"] = [
+            body
+            if isinstance(i, dict)
+            and i.get("kind") == kind
+            and (i.get("metadata") or {}).get("name") == name
+            else i
+            for i in doc["items"]
+        ]
+    else:
+        docs[existing.index] = body
+    atomic_write(existing.path, yaml.safe_dump_all(docs, sort_keys=False))
+    return existing.path

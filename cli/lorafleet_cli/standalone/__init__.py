@@ -1,0 +1,1 @@
+"""Standalone mode: the whole system on one machine, driven by a folder of manifests."""

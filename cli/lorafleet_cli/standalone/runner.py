@@ -1,0 +1,295 @@
+"""`lorafleet up`: start replicas and the gateway, keep manifests reconciled, stop cleanly.
+
+Order: first reconcile (so every agent finds its owned-adapters file at start) -> all vLLM
+servers (started together, they take the longest) -> one agent per replica -> the gateway.
+Then, every second: reconcile if a manifest changed, restart or report exited children, and
+refresh `<state>/up.json` (what `lorafleet status` reads). SIGINT/SIGTERM stop everything,
+newest first, whole process groups (see supervisor).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+from urllib.parse import urlparse
+
+import httpx
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lorafleet_api.models import ReplicaPoolSpec
+from lorafleet_api.replica_state import ReplicaState
+from lorafleet_cli.manifests import atomic_write, load_folder
+from lorafleet_cli.standalone import processes
+from lorafleet_cli.standalone.planning import plan
+from lorafleet_cli.standalone.processes import ReplicaPlan
+from lorafleet_cli.standalone.reconciler import Reconciler
+from lorafleet_cli.standalone.supervisor import StartError, Supervisor
+
+UP_STATUS_FILE = "up.json"
+RECONCILE_STATUS_FILE = "reconcile.json"
+REPLICAS_FILE = "replicas.json"
+
+
+class StandaloneSettings(BaseSettings):
+    """Knobs of `lorafleet up` beyond its command line (env prefix `LORAFLEET_UP_`)."""
+
+    model_config = SettingsConfigDict(env_prefix="LORAFLEET_UP_", extra="ignore")
+
+    poll_interval_s: float = 1.0
+    replan_s: float = 10.0  # re-plan owners from the replicas' traffic this often
+    max_restarts: int = 3
+    restart_backoff_s: float = 1.0
+    stop_timeout_s: float = 20.0
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    state_dir: Path
+    manifests_dir: Path
+    replicas: int | None  # None: the pool's replicas.desired, else replicas.min (at least 1)
+    port: int
+    internal_port: int
+    model: Path | None
+    pool: str | None
+    banner: str | None = None  # printed when everything is ready (demo usage)
+
+
+class UpError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((processes.LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def plan_replicas(state_dir: Path, pool_name: str, count: int) -> list[ReplicaPlan]:
+    """Replica ids as a StatefulSet names its pods; every port picked free on loopback."""
+    return [
+        ReplicaPlan(
+            id=f"{pool_name}-{i}",
+            vllm_port=free_port(),
+            data_port=free_port(),
+            internal_port=free_port(),
+            home=state_dir / "replicas" / f"{pool_name}-{i}",
+        )
+        for i in range(count)
+    ]
+
+
+def model_dir_of(uri: str) -> Path:
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("", "file"):
+        raise UpError(
+            f"the pool's baseModel.uri {uri} is not local; pass --model DIR with the model files"
+        )
+    return Path(parsed.path)
+
+
+def replica_states(replicas: list[ReplicaPlan]) -> dict[str, ReplicaState]:
+    """Each reachable replica's state (traffic per adapter feeds the owner count)."""
+    out: dict[str, ReplicaState] = {}
+    with httpx.Client(timeout=2.0) as client:
+        for r in replicas:
+            try:
+                resp = client.get(f"{r.internal_url}/internal/replicas/{r.id}/state")
+                resp.raise_for_status()
+                out[r.id] = ReplicaState.model_validate(resp.json())
+            except (httpx.HTTPError, ValueError):
+                continue  # a replica that does not answer reports nothing this round
+    return out
+
+
+def _lock_state_dir(state_dir: Path) -> IO[str]:
+    """One `lorafleet up` per state folder: two would fight over ports, files and children."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    fh = (state_dir / "up.lock").open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        fh.close()
+        raise UpError(f"another `lorafleet up` is running with state folder {state_dir}") from exc
+    return fh
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        self.requested = True
+
+    def __bool__(self) -> bool:
+        return self.requested
+
+
+def _say(msg: str) -> None:
+    print(f"[lorafleet up] {msg}", flush=True)
+
+
+def _write_up_status(
+    opts: UpOptions, replicas: list[ReplicaPlan], sup: Supervisor, phase: str
+) -> None:
+    doc: dict[str, Any] = {
+        "pid": os.getpid(),
+        "phase": phase,
+        "manifests": str(opts.manifests_dir.resolve()),
+        "gateway": {
+            "url": f"http://{processes.LOOPBACK}:{opts.port}",
+            "internalUrl": f"http://{processes.LOOPBACK}:{opts.internal_port}",
+        },
+        "replicas": [
+            {
+                "id": r.id,
+                "dataUrl": r.data_url,
+                "internalUrl": r.internal_url,
+                "vllmUrl": r.vllm_url,
+            }
+            for r in replicas
+        ],
+        "processes": {
+            c.spec.name: {
+                "pid": c.proc.pid,
+                "running": c.proc.poll() is None,
+                "restarts": c.restarts,
+                "failed": c.failed,
+            }
+            for c in sup.children
+        },
+        "updatedAt": time.time(),
+    }
+    atomic_write(opts.state_dir / UP_STATUS_FILE, json.dumps(doc, indent=2) + "\n")
+
+
+def _start_processes(
+    opts: UpOptions,
+    sup: Supervisor,
+    replicas: list[ReplicaPlan],
+    pool: ReplicaPoolSpec,
+    pool_name: str,
+    model_dir: Path,
+    stop: _Stop,
+) -> None:
+    """vLLM servers (all at once: they take longest), then agents, then the gateway."""
+    logs = opts.state_dir / "logs"
+    cpu = processes.is_cpu_build()
+    build = "CPU" if cpu else "GPU"
+    _say(f"starting {len(replicas)} replica(s) of pool {pool_name} ({build} vLLM)")
+    engines = [
+        sup.start(processes.vllm_process(r, model_dir, pool, cpu=cpu, log_dir=logs))
+        for r in replicas
+    ]
+    for child in engines:
+        sup.wait_ready(child, stop=lambda: bool(stop))
+        _say(f"{child.spec.name} ready")
+    for r in replicas:
+        agent = sup.start(processes.agent_process(r, pool, model_dir, log_dir=logs))
+        sup.wait_ready(agent, stop=lambda: bool(stop))
+        _say(f"{agent.spec.name} ready on {r.data_url}")
+    gateway = sup.start(
+        processes.gateway_process(
+            manifests_dir=opts.manifests_dir.resolve(),
+            replicas_file=(opts.state_dir / REPLICAS_FILE).resolve(),
+            pool_name=pool_name,
+            port=opts.port,
+            internal_port=opts.internal_port,
+            log_dir=logs,
+        )
+    )
+    sup.wait_ready(gateway, stop=lambda: bool(stop))
+
+
+def run_up(opts: UpOptions) -> int:
+    settings = StandaloneSettings()
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    sup = Supervisor(
+        max_restarts=settings.max_restarts,
+        stop_timeout_s=settings.stop_timeout_s,
+        restart_backoff_s=settings.restart_backoff_s,
+        say=_say,
+    )
+    replicas: list[ReplicaPlan] = []
+    lock: IO[str] | None = None
+    try:
+        lock = _lock_state_dir(opts.state_dir)
+        first = plan(load_folder(opts.manifests_dir), [], datetime.now(UTC), pool_name=opts.pool)
+        if first.pool is None or first.pool_name is None:
+            reasons = "; ".join(str(p) for p in first.problems if p.kind == "ReplicaPool")
+            raise UpError(f"{opts.manifests_dir} needs one valid ReplicaPool ({reasons})")
+        pool, pool_name = first.pool, first.pool_name
+        model_dir = opts.model or model_dir_of(pool.base_model.uri)
+        if not (model_dir / "config.json").is_file():
+            raise UpError(f"no model at {model_dir} (config.json missing); pass --model DIR")
+
+        count = opts.replicas or pool.replicas.desired or max(pool.replicas.min, 1)
+        replicas = plan_replicas(opts.state_dir, pool_name, count)
+        for r in replicas:
+            r.cache_dir.mkdir(parents=True, exist_ok=True)
+        reconciler = Reconciler(
+            opts.manifests_dir,
+            {r.id: r.annotations_file for r in replicas},
+            opts.state_dir / RECONCILE_STATUS_FILE,
+            pool_name=pool_name,
+            say=_say,
+            replan_s=settings.replan_s,
+        )
+        reconciler.tick()
+        replicas_doc = {
+            "replicas": [
+                {"id": r.id, "dataUrl": r.data_url, "internalUrl": r.internal_url} for r in replicas
+            ]
+        }
+        atomic_write(opts.state_dir / REPLICAS_FILE, json.dumps(replicas_doc, indent=2) + "\n")
+
+        _start_processes(opts, sup, replicas, pool, pool_name, model_dir, stop)
+        _write_up_status(opts, replicas, sup, "ready")
+        _say(f"gateway ready on http://{processes.LOOPBACK}:{opts.port}")
+        if opts.banner:
+            print(opts.banner, flush=True)
+
+        last_states = time.monotonic()
+        while not stop:
+            time.sleep(settings.poll_interval_s)
+            try:
+                states = None
+                if time.monotonic() - last_states >= settings.replan_s:
+                    states, last_states = replica_states(replicas), time.monotonic()
+                reconciler.tick(states)
+                for event in sup.check():
+                    _say(event)
+                _write_up_status(opts, replicas, sup, "ready")
+            except Exception as exc:  # one bad tick must not take the fleet down
+                _say(f"reconcile error (retrying): {exc!r}")
+        _say("shutting down")
+        return 0
+    except StartError as exc:
+        if stop:
+            _say("interrupted during start-up")
+            return 0
+        _say(f"start-up failed: {exc}")
+        return 1
+    except UpError as exc:
+        _say(f"error: {exc}")
+        return 2
+    finally:
+        sup.stop_all()
+        if lock is not None:
+            lock.close()
+        if replicas:
+            _write_up_status(opts, replicas, sup, "stopped")
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        _say("stopped")
+        sys.stdout.flush()

@@ -1,0 +1,253 @@
+"""Where CLI commands read and write lorafleet objects: one interface, two backends.
+
+- `FolderTarget`: a standalone manifests folder (YAML files named `<kind>-<name>.yaml`); a
+  running `lorafleet up` watches it, so writing a file deploys. Alias status (the rollback
+  target) lives in `<folder>/.lorafleet/alias-status.json` (see alias_status).
+- `ClusterTarget`: a Kubernetes cluster through the `kubernetes` client and a kubeconfig,
+  writing with create, or a JSON merge patch when the object exists; the operator keeps alias
+  status there.
+
+Commands take a `Target` and never care which one it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from lorafleet_api import names
+from lorafleet_api.models import AdapterAliasStatus
+from lorafleet_cli import alias_status
+from lorafleet_cli.manifests import load_folder, write_object
+
+MERGE_PATCH = "application/merge-patch+json"
+DEFAULT_STATE_DIR = ".lorafleet"
+
+# kind -> plural of lorafleet's custom resources.
+CUSTOM_KINDS = {
+    names.KIND_ADAPTER: names.PLURAL_ADAPTER,
+    names.KIND_ALIAS: names.PLURAL_ALIAS,
+    names.KIND_POOL: names.PLURAL_POOL,
+}
+
+
+class TargetError(RuntimeError):
+    """The target could not be read or written; the message says why."""
+
+
+class Target(Protocol):
+    description: str
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None: ...
+
+    def list(self, kind: str) -> list[dict[str, Any]]: ...
+
+    def apply(self, body: dict[str, Any]) -> str:
+        """Create or update an object; returns where it went (a path or a cluster ref)."""
+        ...
+
+    def alias_status(self, name: str) -> AdapterAliasStatus | None: ...
+
+    def record_alias_deploy(self, name: str, adapter: str) -> None:
+        """Note that alias `name` now serves `adapter` (folder only; the operator does it)."""
+        ...
+
+
+class FolderTarget:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.description = f"folder {folder}"
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        found = load_folder(self.folder).find(kind, name)
+        return found.body if found else None
+
+    def list(self, kind: str) -> list[dict[str, Any]]:
+        return [o.body for o in load_folder(self.folder).of_kind(kind)]
+
+    def apply(self, body: dict[str, Any]) -> str:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return str(write_object(self.folder, body))
+
+    def alias_status(self, name: str) -> AdapterAliasStatus | None:
+        stored = alias_status.load_all(self.folder).get(name)
+        if stored is not None:
+            return stored
+        # Never recorded (file written by hand, no `up` running yet): the spec is the truth.
+        alias = self.get(names.KIND_ALIAS, name)
+        if alias is None:
+            return None
+        return alias_status.advance(None, str(alias["spec"]["adapter"]))
+
+    def record_alias_deploy(self, name: str, adapter: str) -> None:
+        alias_status.record(self.folder, name, adapter)
+
+
+@dataclass(frozen=True)
+class ApplyRequest:
+    """A write the cluster backend sends (pure, so tests can check it)."""
+
+    group: str  # "" for core objects
+    version: str
+    plural: str
+    namespace: str
+    name: str
+    body: dict[str, Any]
+
+
+def apply_request(body: dict[str, Any], namespace: str) -> ApplyRequest:
+    kind = str(body.get("kind"))
+    api_version = str(body.get("apiVersion", ""))
+    group, _, version = api_version.rpartition("/")
+    if kind in CUSTOM_KINDS:
+        plural = CUSTOM_KINDS[kind]
+        if group != names.GROUP:
+            raise TargetError(f"{kind} must have apiVersion {names.API_VERSION}")
+    elif kind == "Secret" and api_version == "v1":
+        plural = "secrets"
+    else:
+        raise TargetError(f"the CLI does not write {kind} objects")
+    meta = dict(body.get("metadata") or {})
+    meta["namespace"] = namespace
+    return ApplyRequest(
+        group=group,
+        version=version,
+        plural=plural,
+        namespace=namespace,
+        name=str(meta["name"]),
+        body={**body, "metadata": meta},
+    )
+
+
+class ClusterTarget:
+    """A cluster via kubeconfig (tests run it against kmock, the Kubernetes API emulator)."""
+
+    def __init__(self, namespace: str, api_client: Any) -> None:
+        from kubernetes import client
+
+        self.namespace = namespace
+        self.description = f"cluster namespace {namespace}"
+        self._custom = client.CustomObjectsApi(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._api_exception: type[Exception] = client.ApiException
+
+    @classmethod
+    def from_kubeconfig(
+        cls, kubeconfig: str | None, context: str | None, namespace: str | None
+    ) -> ClusterTarget:
+        from kubernetes import config
+
+        try:
+            api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+            if namespace is None:
+                _, active = config.list_kube_config_contexts(config_file=kubeconfig)
+                namespace = (active or {}).get("context", {}).get("namespace") or "default"
+        except Exception as exc:
+            raise TargetError(f"cannot load kubeconfig: {exc}") from exc
+        return cls(namespace, api_client)
+
+    def _status(self, exc: Exception) -> int:
+        return int(getattr(exc, "status", 0) or 0)
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        try:
+            if kind == "Secret":
+                obj = self._core.read_namespaced_secret(name, self.namespace)
+                return dict(self._core.api_client.sanitize_for_serialization(obj))
+            return dict(
+                self._custom.get_namespaced_custom_object(
+                    names.GROUP, names.VERSION, self.namespace, CUSTOM_KINDS[kind], name
+                )
+            )
+        except self._api_exception as exc:
+            if self._status(exc) == 404:
+                return None
+            raise TargetError(f"reading {kind}/{name}: {exc}") from exc
+
+    def list(self, kind: str) -> list[dict[str, Any]]:
+        try:
+            out = self._custom.list_namespaced_custom_object(
+                names.GROUP, names.VERSION, self.namespace, CUSTOM_KINDS[kind]
+            )
+        except self._api_exception as exc:
+            raise TargetError(f"listing {kind}: {exc}") from exc
+        return [dict(i) for i in out.get("items", [])]
+
+    def apply(self, body: dict[str, Any]) -> str:
+        """Create the object, or merge-patch it when it exists (what `kubectl apply` does for
+        the fields we write; no field ownership needed since the CLI owns these fields)."""
+        req = apply_request(body, self.namespace)
+        where = f"{req.plural}/{req.name} in namespace {req.namespace}"
+        try:
+            if req.plural == "secrets":
+                self._core.create_namespaced_secret(req.namespace, req.body)
+            else:
+                self._custom.create_namespaced_custom_object(
+                    req.group, req.version, req.namespace, req.plural, req.body
+                )
+            return where
+        except self._api_exception as exc:
+            if self._status(exc) != 409:
+                raise TargetError(f"creating {body.get('kind')}/{req.name}: {exc}") from exc
+        try:
+            if req.plural == "secrets":
+                self._core.patch_namespaced_secret(
+                    req.name, req.namespace, req.body, _content_type=MERGE_PATCH
+                )
+            else:
+                self._custom.patch_namespaced_custom_object(
+                    req.group,
+                    req.version,
+                    req.namespace,
+                    req.plural,
+                    req.name,
+                    req.body,
+                    _content_type=MERGE_PATCH,
+                )
+        except self._api_exception as exc:
+            raise TargetError(f"updating {body.get('kind')}/{req.name}: {exc}") from exc
+        return where
+
+    def alias_status(self, name: str) -> AdapterAliasStatus | None:
+        obj = self.get(names.KIND_ALIAS, name)
+        if obj is None:
+            return None
+        return AdapterAliasStatus.model_validate(obj.get("status") or {})
+
+    def record_alias_deploy(self, name: str, adapter: str) -> None:
+        return None  # the operator records status on the cluster
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("target (a standalone manifests folder or a cluster)")
+    g.add_argument(
+        "--manifests",
+        type=Path,
+        default=None,
+        help="standalone manifests folder (default: <state-dir>/manifests when it exists, "
+        "else the cluster from your kubeconfig); env LORAFLEET_MANIFESTS",
+    )
+    g.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(os.environ.get("LORAFLEET_STATE_DIR", DEFAULT_STATE_DIR)),
+        help="standalone state folder (default: .lorafleet)",
+    )
+    g.add_argument("--cluster", action="store_true", help="use the cluster even if a folder exists")
+    g.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: $KUBECONFIG)")
+    g.add_argument("--context", default=None, help="kubeconfig context")
+    g.add_argument("-n", "--namespace", default=None, help="namespace (default: the context's)")
+
+
+def target_from_args(args: argparse.Namespace) -> Target:
+    if not args.cluster:
+        env_folder = os.environ.get("LORAFLEET_MANIFESTS")
+        folder = args.manifests or (Path(env_folder) if env_folder else None)
+        if folder is None and (args.state_dir / "manifests").is_dir():
+            folder = args.state_dir / "manifests"
+        if folder is not None:
+            return FolderTarget(Path(folder))
+    return ClusterTarget.from_kubeconfig(args.kubeconfig, args.context, args.namespace)

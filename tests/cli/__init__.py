@@ -1,0 +1,1 @@
+"""Tests of the lorafleet CLI and standalone mode."""

@@ -1,0 +1,173 @@
+"""Fixtures for CLI tests: a base-model config, PEFT adapter folders, a manifests folder.
+
+Adapters here are real PEFT-format folders (adapter_config.json + safetensors with lora_A/B
+tensors named as PEFT names them) with random weights: the CLI reads headers and shapes, never
+the math, so training is not needed for these tests (the end-to-end test uses trained canaries).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from lorafleet_api.adapter_files import base_model_hash
+from lorafleet_api.models import ALL_TARGET_MODULES
+from lorafleet_cli.manifests import load_folder, write_object
+
+HIDDEN, INTERMEDIATE, LAYERS, HEADS = 64, 128, 2, 1
+
+
+def make_base_model(folder: Path) -> Path:
+    """A base model folder: a Llama config.json and a small safetensors (hashable)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": HIDDEN,
+        "intermediate_size": INTERMEDIATE,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": HEADS,
+        "vocab_size": 32,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(
+        {"embed": np.zeros((32, HIDDEN), dtype=np.float32)}, str(folder / "model.safetensors")
+    )
+    return folder
+
+
+def _io(module: str) -> tuple[int, int]:
+    return {
+        "q_proj": (HIDDEN, HIDDEN),
+        "k_proj": (HIDDEN, HIDDEN),
+        "v_proj": (HIDDEN, HIDDEN),
+        "o_proj": (HIDDEN, HIDDEN),
+        "gate_proj": (HIDDEN, INTERMEDIATE),
+        "up_proj": (HIDDEN, INTERMEDIATE),
+        "down_proj": (INTERMEDIATE, HIDDEN),
+    }.get(module, (HIDDEN, HIDDEN))
+
+
+def make_adapter(
+    folder: Path,
+    *,
+    rank: int = 4,
+    modules: Sequence[str] = ("q_proj", "v_proj"),
+    wrong_shape: bool = False,
+    seed: int = 0,
+) -> Path:
+    """A PEFT LoRA folder with random weights and PEFT's tensor names."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, Any] = {}
+    for layer in range(LAYERS):
+        for module in modules:
+            d_in, d_out = _io(module)
+            if wrong_shape:
+                d_in += 8
+            kind = (
+                "self_attn" if module.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else "mlp"
+            )
+            prefix = f"base_model.model.model.layers.{layer}.{kind}.{module}"
+            tensors[f"{prefix}.lora_A.weight"] = rng.standard_normal((rank, d_in)).astype(
+                np.float32
+            )
+            tensors[f"{prefix}.lora_B.weight"] = rng.standard_normal((d_out, rank)).astype(
+                np.float32
+            )
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA",
+        "r": rank,
+        "lora_alpha": 2 * rank,
+        "target_modules": list(modules),
+        "base_model_name_or_path": "test-base",
+        "task_type": "CAUSAL_LM",
+    }
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    (folder / "README.md").write_text("not part of the adapter")
+    return folder
+
+
+def pool_hash(folder: Path) -> str:
+    """The base-model hash of the folder's ReplicaPool `main`."""
+    pool = load_folder(folder).find("ReplicaPool", "main")
+    assert pool is not None
+    return str(pool.body["spec"]["baseModel"]["hash"])
+
+
+def find_body(folder: Path, kind: str, name: str) -> dict[str, Any]:
+    found = load_folder(folder).find(kind, name)
+    assert found is not None, f"{kind}/{name} not in {folder}"
+    return found.body
+
+
+def pool_manifest(name: str, base: Path, *, max_rank: int = 8, owners: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "ReplicaPool",
+        "metadata": {"name": name},
+        "spec": {
+            "baseModel": {
+                "name": "test-base",
+                "hash": base_model_hash(base),
+                "uri": f"file://{base}",
+            },
+            "engine": {
+                "gpuSlots": 2,
+                "hostRamSlots": 4,
+                "maxRank": max_rank,
+                "allowedTargetModules": list(ALL_TARGET_MODULES),
+            },
+            "ownersPerAdapter": owners,
+        },
+    }
+
+
+def adapter_manifest(
+    name: str, tenant: str, base_hash: str, *, rank: int = 4, version: str = "v1"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": name},
+        "spec": {
+            "tenant": tenant,
+            "version": version,
+            "baseModelHash": base_hash,
+            "rank": rank,
+            "alpha": 8,
+            "targetModules": ["q_proj", "v_proj"],
+            "weightsUri": f"file:///store/{tenant}/{name}/",
+            "checksum": "sha256:" + "a" * 64,
+        },
+    }
+
+
+def alias_manifest(name: str, model: str, adapter: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "AdapterAlias",
+        "metadata": {"name": name},
+        "spec": {"model": model, "tenant": model.split("/")[0], "adapter": adapter},
+    }
+
+
+@pytest.fixture
+def base_model(tmp_path: Path) -> Path:
+    return make_base_model(tmp_path / "base")
+
+
+@pytest.fixture
+def folder(tmp_path: Path, base_model: Path) -> Path:
+    """A manifests folder holding one ReplicaPool `main` (maxRank 8)."""
+    out = tmp_path / "manifests"
+    out.mkdir()
+    write_object(out, pool_manifest("main", base_model))
+    return out

@@ -1,0 +1,133 @@
+"""`lorafleet adapter push`: inspect, refuse what the pool rejects, upload, write the object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from moto.server import ThreadedMotoServer
+
+from lorafleet_api.adapter_files import adapter_checksum
+from lorafleet_api.models import LoRAAdapter
+from lorafleet_cli.main import main
+from lorafleet_cli.manifests import load_folder
+
+from .conftest import make_adapter
+
+
+def _push(folder: Path, adapter: Path, tmp_path: Path, *extra: str) -> int:
+    return main(
+        [
+            "adapter", "push", str(adapter),
+            "--tenant", "acme", "--name", "support", "--version", "v1", "--pool", "main",
+            "--manifests", str(folder), "--store", f"file://{tmp_path / 'store'}", "--quiet",
+            *extra,
+        ]
+    )  # fmt: skip
+
+
+def test_push_uploads_and_writes_adapter(folder, tmp_path, capsys):
+    adapter = make_adapter(tmp_path / "ad", rank=4)
+    assert _push(folder, adapter, tmp_path) == 0
+    written = folder / "loraadapter-acme-support-v1.yaml"
+    obj = LoRAAdapter.model_validate(yaml.safe_load(written.read_text()))
+    assert obj.spec.rank == 4
+    assert obj.spec.target_modules == ["q_proj", "v_proj"]
+    assert obj.spec.checksum == adapter_checksum(adapter)
+    assert obj.spec.weights_uri == f"file://{tmp_path / 'store'}/acme/support/v1/"
+    uploaded = tmp_path / "store" / "acme" / "support" / "v1"
+    # Exactly the two files a replica loads; the checksum holds over the uploaded copy.
+    assert sorted(p.name for p in uploaded.iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    assert adapter_checksum(uploaded) == obj.spec.checksum
+    assert "lorafleet alias set acme/support:prod acme-support-v1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "extra", "expected"),
+    [
+        ({"rank": 16}, (), "RankTooHigh: rank 16 exceeds ReplicaPool main maxRank 8"),
+        ({"modules": ("q_proj", "lm_head")}, (), "TargetModuleNotAllowed"),
+        ({"wrong_shape": True}, (), "expected [4, 64]"),
+        ({}, ("--base-model-hash", "sha256:" + "b" * 64), "BaseModelMismatch"),
+    ],
+    ids=["rank-too-high", "module-not-allowed", "bad-shapes", "wrong-base-model"],
+)
+def test_push_refuses_what_the_pool_rejects(folder, tmp_path, capsys, kwargs, extra, expected):
+    adapter = make_adapter(tmp_path / "ad", **kwargs)
+    assert _push(folder, adapter, tmp_path, *extra) == 2
+    err = capsys.readouterr().err
+    assert "pool 'main' would reject" in err
+    assert expected in err
+    # Refused before anything moved: no upload, no object.
+    assert not (tmp_path / "store").exists()
+    assert load_folder(folder).of_kind("LoRAAdapter") == []
+
+
+def test_push_refuses_a_folder_that_is_not_an_adapter(folder, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert _push(folder, tmp_path / "empty", tmp_path) == 2
+    assert "missing adapter_config.json" in capsys.readouterr().err
+
+
+def test_push_refuses_to_change_an_existing_version(folder, tmp_path, capsys):
+    assert _push(folder, make_adapter(tmp_path / "a1", seed=1), tmp_path) == 0
+    assert _push(folder, make_adapter(tmp_path / "a2", seed=2), tmp_path) == 2
+    assert "versions are immutable" in capsys.readouterr().err
+
+
+def test_push_unknown_pool(folder, tmp_path, capsys):
+    adapter = make_adapter(tmp_path / "ad")
+    rc = main(
+        ["adapter", "push", str(adapter), "--tenant", "acme", "--name", "x", "--version", "v1",
+         "--pool", "nope", "--manifests", str(folder), "--quiet"]
+    )  # fmt: skip
+    assert rc == 2
+    assert "ReplicaPool 'nope' not found" in capsys.readouterr().err
+
+
+def test_push_to_s3(folder, tmp_path, monkeypatch):
+    """The real S3 protocol (moto's server) through boto3, with SHA256 checksums stored."""
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        s3 = boto3.client("s3", endpoint_url=endpoint)
+        s3.create_bucket(Bucket="adapters")
+        adapter = make_adapter(tmp_path / "ad")
+        rc = _push(
+            folder,
+            adapter,
+            tmp_path,
+            "--store",
+            "s3://adapters/fleet",
+            "--s3-endpoint-url",
+            endpoint,
+        )
+        assert rc == 0
+        obj = LoRAAdapter.model_validate(
+            yaml.safe_load((folder / "loraadapter-acme-support-v1.yaml").read_text())
+        )
+        assert obj.spec.weights_uri == "s3://adapters/fleet/acme/support/v1/"
+        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="adapters")["Contents"])
+        assert keys == [
+            "fleet/acme/support/v1/adapter_config.json",
+            "fleet/acme/support/v1/adapter_model.safetensors",
+        ]
+        body = s3.get_object(
+            Bucket="adapters", Key="fleet/acme/support/v1/adapter_model.safetensors"
+        )["Body"].read()
+        assert body == (adapter / "adapter_model.safetensors").read_bytes()
+    finally:
+        server.stop()

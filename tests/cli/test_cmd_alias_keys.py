@@ -1,0 +1,117 @@
+"""`lorafleet alias set/rollback` and `lorafleet keys create` against a manifests folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from lorafleet_api.apikeys import KeyIndex, TenantKeys
+from lorafleet_api.models import AdapterAlias
+from lorafleet_cli import alias_status
+from lorafleet_cli.main import main
+from lorafleet_cli.manifests import load_folder, write_object
+
+from .conftest import adapter_manifest, alias_manifest, find_body, pool_hash
+
+
+def _adapters(folder: Path, *names: str, tenant: str = "acme") -> None:
+    for n in names:
+        write_object(folder, adapter_manifest(n, tenant, pool_hash(folder)))
+
+
+def _alias(folder: Path, name: str = "acme-support-prod") -> AdapterAlias:
+    return AdapterAlias.model_validate(find_body(folder, "AdapterAlias", name))
+
+
+def test_alias_set_then_deploy_then_rollback(folder, capsys):
+    _adapters(folder, "acme-support-v1", "acme-support-v2")
+    m = ["--manifests", str(folder)]
+    assert main(["alias", "set", "acme/support:prod", "acme-support-v1", *m]) == 0
+    assert (folder / "adapteralias-acme-support-prod.yaml").is_file()
+    assert _alias(folder).spec.adapter == "acme-support-v1"
+
+    assert main(["alias", "set", "acme/support:prod", "acme-support-v2", *m]) == 0
+    assert _alias(folder).spec.adapter == "acme-support-v2"
+    status = alias_status.load_all(folder)["acme-support-prod"]
+    assert (status.adapter, status.previous_adapter) == ("acme-support-v2", "acme-support-v1")
+    assert [h.adapter for h in status.history] == ["acme-support-v2", "acme-support-v1"]
+    # The status lives outside what `kubectl apply -f folder` reads.
+    assert all(o.kind != "" for o in load_folder(folder).objects)
+    assert "status" not in yaml.safe_load(
+        (folder / "adapteralias-acme-support-prod.yaml").read_text()
+    )
+
+    capsys.readouterr()
+    assert main(["alias", "rollback", "acme/support:prod", *m]) == 0
+    assert _alias(folder).spec.adapter == "acme-support-v1"
+    assert "acme-support-v2 -> acme-support-v1" in capsys.readouterr().out
+    # Rolling back twice toggles, like `cd -`.
+    assert main(["alias", "rollback", "acme/support:prod", *m]) == 0
+    assert _alias(folder).spec.adapter == "acme-support-v2"
+
+
+def test_rollback_of_a_hand_written_alias_edited_by_the_cli(folder):
+    """An alias file written by hand (no recorded status) still gets its rollback target."""
+    _adapters(folder, "acme-a-v1", "acme-a-v2")
+    (folder / "my-aliases.yaml").write_text(
+        yaml.safe_dump(alias_manifest("custom-name", "acme/a:prod", "acme-a-v1"))
+    )
+    m = ["--manifests", str(folder)]
+    assert main(["alias", "set", "acme/a:prod", "acme-a-v2", *m]) == 0
+    # Edited in place, in the user's file, not duplicated under another name.
+    assert not (folder / "adapteralias-acme-a-prod.yaml").exists()
+    assert _alias(folder, "custom-name").spec.adapter == "acme-a-v2"
+    assert main(["alias", "rollback", "acme/a:prod", *m]) == 0
+    assert _alias(folder, "custom-name").spec.adapter == "acme-a-v1"
+
+
+def test_alias_refusals(folder, capsys):
+    _adapters(folder, "acme-x-v1")
+    _adapters(folder, "other-x-v1", tenant="other")
+    m = ["--manifests", str(folder)]
+    assert main(["alias", "rollback", "acme/x:prod", *m]) == 2
+    assert "no alias for 'acme/x:prod'" in capsys.readouterr().err
+    assert main(["alias", "set", "acme/x:prod", "missing-v9", *m]) == 2
+    assert "LoRAAdapter 'missing-v9' not found" in capsys.readouterr().err
+    assert main(["alias", "set", "acme/x:prod", "other-x-v1", *m]) == 2
+    assert "belongs to tenant 'other'" in capsys.readouterr().err
+    assert main(["alias", "set", "not-a-model", "acme-x-v1", *m]) == 2
+    assert "invalid alias" in capsys.readouterr().err
+    write_object(folder, adapter_manifest("acme-big-v1", "acme", pool_hash(folder), rank=64))
+    assert main(["alias", "set", "acme/x:prod", "acme-big-v1", *m]) == 2
+    assert "cannot be served (RankTooHigh)" in capsys.readouterr().err
+    assert main(["alias", "set", "acme/x:prod", "acme-x-v1", *m]) == 0
+    assert main(["alias", "rollback", "acme/x:prod", *m]) == 2
+    assert "no previous adapter" in capsys.readouterr().err
+
+
+def test_keys_create_stores_only_the_hash(folder, capsys):
+    m = ["--manifests", str(folder)]
+    assert main(["keys", "create", "acme", "--requests-per-second", "5", *m]) == 0
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    assert key.startswith("lf-")
+    # The plaintext key appears in no file.
+    for path in folder.rglob("*"):
+        if path.is_file():
+            assert key not in path.read_text()
+    secret = find_body(folder, "Secret", "lorafleet-keys-acme")
+    tenant = TenantKeys.from_secret(secret)
+    assert tenant.requests_per_second == 5
+    assert KeyIndex([tenant]).tenant_for(key) == tenant
+    assert KeyIndex([tenant]).tenant_for(key + "x") is None
+
+    # A second key rotates: both verify, the rate limit stays.
+    assert main(["keys", "create", "acme", *m]) == 0
+    key2 = capsys.readouterr().out.strip().splitlines()[-1]
+    tenant = TenantKeys.from_secret(find_body(folder, "Secret", "lorafleet-keys-acme"))
+    assert len(tenant.key_hashes) == 2
+    assert tenant.requests_per_second == 5
+    index = KeyIndex([tenant])
+    assert index.tenant_for(key) is not None
+    assert index.tenant_for(key2) is not None
+
+
+def test_keys_create_rejects_a_bad_tenant(folder, capsys):
+    assert main(["keys", "create", "Not_A_Label", "--manifests", str(folder)]) == 2
+    assert "error" in capsys.readouterr().err

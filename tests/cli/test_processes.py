@@ -1,0 +1,77 @@
+"""Command lines and environments of standalone processes (the seam to each component)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorafleet_agent.settings import AgentSettings
+from lorafleet_api.models import ReplicaPoolSpec
+from lorafleet_cli.standalone import processes
+from lorafleet_cli.standalone.processes import ReplicaPlan
+from lorafleet_gateway.settings import GatewaySettings
+
+POOL = ReplicaPoolSpec.model_validate(
+    {
+        "baseModel": {"name": "b", "hash": "sha256:" + "a" * 64, "uri": "file:///m"},
+        "engine": {"gpuSlots": 3, "hostRamSlots": 2, "maxRank": 8, "extraArgs": ["--seed", "1"]},
+    }
+)
+REPLICA = ReplicaPlan("p-0", 7000, 7001, 7002, Path("/state/replicas/p-0"))
+
+
+def _arg(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_vllm_cpu_build_gets_cpu_settings(tmp_path: Path) -> None:
+    spec = processes.vllm_process(REPLICA, Path("/m"), POOL, cpu=True, log_dir=tmp_path)
+    argv = list(spec.argv)
+    assert _arg(argv, "--port") == "7000"
+    assert _arg(argv, "--max-loras") == "3"
+    # vLLM refuses a host cache smaller than the GPU slots.
+    assert _arg(argv, "--max-cpu-loras") == "3"
+    assert _arg(argv, "--max-lora-rank") == "8"
+    assert _arg(argv, "--dtype") == "float32"
+    assert _arg(argv, "--max-model-len") == "256"
+    assert argv[-2:] == ["--seed", "1"]
+    assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert spec.health_url == "http://127.0.0.1:7000/health"
+
+
+def test_vllm_gpu_build_keeps_engine_defaults(tmp_path: Path) -> None:
+    argv = list(processes.vllm_process(REPLICA, Path("/m"), POOL, cpu=False, log_dir=tmp_path).argv)
+    assert "--dtype" not in argv
+    assert "--gpu-memory-utilization" not in argv
+    assert "--max-model-len" not in argv
+
+
+def test_agent_env_is_understood_by_agent_settings(tmp_path: Path, monkeypatch) -> None:
+    spec = processes.agent_process(REPLICA, POOL, Path("/m"), log_dir=tmp_path)
+    for k, v in spec.env.items():
+        monkeypatch.setenv(k, v)
+    s = AgentSettings()
+    assert (s.replica_id, s.data_port, s.internal_port) == ("p-0", 7001, 7002)
+    assert s.vllm_url == "http://127.0.0.1:7000"
+    assert s.owned_adapters_file == REPLICA.annotations_file
+    assert s.base_model_hash == POOL.base_model.hash
+    assert s.base_model_dir == Path("/m")
+    assert (s.max_rank, s.gpu_slots, s.cpu_slots) == (8, 3, 3)
+    assert tuple(s.allowed_target_modules) == tuple(POOL.engine.allowed_target_modules)
+    assert s.host == "127.0.0.1"
+
+
+def test_gateway_env_is_understood_by_gateway_settings(tmp_path: Path, monkeypatch) -> None:
+    spec = processes.gateway_process(
+        manifests_dir=tmp_path / "m",
+        replicas_file=tmp_path / "r.json",
+        pool_name="p",
+        port=7100,
+        internal_port=7101,
+        log_dir=tmp_path,
+    )
+    for k, v in spec.env.items():
+        monkeypatch.setenv(k, v)
+    s = GatewaySettings()
+    assert (s.port, s.internal_port, s.catalog, s.pool) == (7100, 7101, "files", "p")
+    assert (s.manifests_dir, s.replicas_file) == (tmp_path / "m", tmp_path / "r.json")
+    assert spec.health_url == "http://127.0.0.1:7101/readyz"

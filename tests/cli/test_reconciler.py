@@ -1,0 +1,117 @@
+"""Standalone reconciler over a manifests folder, with the operator's real planners."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lorafleet_api.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_api.placement import owners
+from lorafleet_api.records import decode_owned, parse_downward_annotations
+from lorafleet_cli import alias_status
+from lorafleet_cli.manifests import write_object
+from lorafleet_cli.standalone.reconciler import Reconciler
+
+from .conftest import adapter_manifest, alias_manifest, pool_hash
+
+REPLICAS = ["main-0", "main-1", "main-2"]
+
+
+def _setup(folder: Path, tmp_path: Path) -> tuple[str, dict[str, Path], Reconciler, list[str]]:
+    h = pool_hash(folder)
+    for n in ("acme-a-v1", "acme-a-v2", "acme-b-v1"):
+        write_object(folder, adapter_manifest(n, "acme", h))
+    write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v1"))
+    files = {r: tmp_path / "replicas" / r / "annotations" for r in REPLICAS}
+    messages: list[str] = []
+    rec = Reconciler(
+        folder, files, tmp_path / "reconcile.json", pool_name=None, say=messages.append
+    )
+    return h, files, rec, messages
+
+
+def _owned(path: Path) -> list[str]:
+    value = parse_downward_annotations(path.read_text())[ANNOTATION_OWNED_ADAPTERS]
+    return sorted(r.id for r in decode_owned(value))
+
+
+def test_owners_are_written_to_each_replicas_annotation_file(folder, tmp_path):
+    _, files, rec, _ = _setup(folder, tmp_path)
+    plan = rec.tick()
+    assert plan is not None
+    assert plan.problems == []
+    for adapter in ("acme-a-v1", "acme-a-v2", "acme-b-v1"):
+        expected = owners(adapter, REPLICAS, 2)
+        assert plan.owners[adapter] == expected
+        for r in REPLICAS:
+            assert (adapter in _owned(files[r])) == (r in expected)
+    assert rec.tick() is None  # nothing changed, nothing done
+    status = json.loads((tmp_path / "reconcile.json").read_text())
+    assert status["models"] == {"acme/a:prod": "acme-a-v1"}
+    assert status["adapters"]["acme-b-v1"]["owners"] == owners("acme-b-v1", REPLICAS, 2)
+    assert status["adapters"]["acme-b-v1"]["phase"] == "Ready"
+
+
+def test_bad_manifests_are_reported_and_nothing_else_stops(folder, tmp_path):
+    h, files, rec, messages = _setup(folder, tmp_path)
+    rec.tick()
+    write_object(folder, adapter_manifest("acme-big-v1", "acme", h, rank=64))
+    write_object(folder, adapter_manifest("acme-alien-v1", "acme", "sha256:" + "c" * 64))
+    (folder / "typo.yaml").write_text("kind: [")
+    plan = rec.tick()
+    assert plan is not None
+    texts = [str(p) for p in plan.problems]
+    assert any(
+        "loraadapter-acme-big-v1.yaml: LoRAAdapter/acme-big-v1: rejected (RankTooHigh): rank 64 "
+        "exceeds ReplicaPool main maxRank 8" in t
+        for t in texts
+    ), texts
+    assert any("acme-alien-v1" in t and "BaseModelMismatch" in t for t in texts), texts
+    assert any(t.startswith("typo.yaml: manifest: cannot parse") for t in texts), texts
+    # Reported once on the console and in the status file.
+    assert sum("manifest problem" in m and "RankTooHigh" in m for m in messages) == 1
+    problems = json.loads((tmp_path / "reconcile.json").read_text())["problems"]
+    assert {p["name"] for p in problems} >= {"acme-big-v1", "acme-alien-v1"}
+    # Everything else is still placed and served; the bad ones are on no replica.
+    assert set(plan.records) == {"acme-a-v1", "acme-a-v2", "acme-b-v1"}
+    all_owned = {a for r in REPLICAS for a in _owned(files[r])}
+    assert all_owned == {"acme-a-v1", "acme-a-v2", "acme-b-v1"}
+    assert plan.models == {"acme/a:prod": "acme-a-v1"}
+
+    # Fixing the folder clears the problem.
+    (folder / "typo.yaml").unlink()
+    (folder / "loraadapter-acme-big-v1.yaml").unlink()
+    rec.tick()
+    assert any(m.startswith("resolved: loraadapter-acme-big-v1.yaml") for m in messages)
+
+
+def test_alias_edit_records_history_and_a_bad_target_keeps_serving(folder, tmp_path):
+    _, _, rec, _ = _setup(folder, tmp_path)
+    rec.tick()
+    write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))
+    plan = rec.tick()
+    assert plan is not None
+    assert plan.models == {"acme/a:prod": "acme-a-v2"}
+    st = alias_status.load_all(folder)["acme-a-prod"]
+    assert (st.adapter, st.previous_adapter) == ("acme-a-v2", "acme-a-v1")
+
+    # Pointing at an adapter that does not exist is refused; the last good one keeps serving.
+    write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v9"))
+    plan = rec.tick()
+    assert plan is not None
+    assert plan.models == {"acme/a:prod": "acme-a-v2"}
+    assert any("AdapterNotFound" in str(p) for p in plan.problems)
+
+
+def test_no_pool_is_a_problem_not_a_crash(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    write_object(folder, adapter_manifest("acme-a-v1", "acme", "sha256:" + "a" * 64))
+    rec = Reconciler(folder, {"r-0": tmp_path / "ann"}, tmp_path / "s.json", say=lambda _m: None)
+    plan = rec.tick()
+    assert plan is not None
+    assert plan.records == {}
+    texts = [str(p) for p in plan.problems]
+    assert "ReplicaPool: no ReplicaPool found" in texts, texts
+    assert any("not served yet (NoMatchingPool)" in t for t in texts), texts
+    assert _owned(tmp_path / "ann") == []

@@ -1,0 +1,74 @@
+"""`lorafleet up` failures that must be clear and leave nothing running (no vLLM needed)."""
+
+from __future__ import annotations
+
+import fcntl
+from pathlib import Path
+
+import pytest
+
+from lorafleet_cli.main import main
+from lorafleet_cli.manifests import write_object
+from lorafleet_cli.standalone.runner import UpError, UpOptions, model_dir_of, plan_replicas, run_up
+
+from .conftest import pool_manifest
+
+
+def _opts(state: Path, manifests: Path) -> UpOptions:
+    return UpOptions(
+        state_dir=state,
+        manifests_dir=manifests,
+        replicas=1,
+        port=0,
+        internal_port=0,
+        model=None,
+        pool=None,
+    )
+
+
+def test_folder_without_a_pool_is_refused_clearly(tmp_path: Path, capsys) -> None:
+    (tmp_path / "m").mkdir()
+    assert run_up(_opts(tmp_path / "s", tmp_path / "m")) == 2
+    out = capsys.readouterr().out
+    assert "needs one valid ReplicaPool" in out
+    assert "no ReplicaPool found" in out
+
+
+def test_pool_whose_model_is_missing_is_refused(tmp_path: Path, base_model: Path, capsys) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    body = pool_manifest("p", base_model)
+    body["spec"]["baseModel"]["uri"] = f"file://{tmp_path / 'nowhere'}"
+    write_object(folder, body)
+    assert run_up(_opts(tmp_path / "s", folder)) == 2
+    assert "config.json missing); pass --model DIR" in capsys.readouterr().out
+
+
+def test_one_up_per_state_folder(tmp_path: Path, capsys) -> None:
+    state = tmp_path / "s"
+    state.mkdir()
+    (tmp_path / "m").mkdir()
+    with (state / "up.lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert run_up(_opts(state, tmp_path / "m")) == 2
+    assert "another `lorafleet up` is running" in capsys.readouterr().out
+
+
+def test_missing_manifests_folder(tmp_path: Path, capsys) -> None:
+    rc = main(["up", "--manifests", str(tmp_path / "absent"), "--state-dir", str(tmp_path)])
+    assert rc == 2
+    assert "is not a folder" in capsys.readouterr().out
+
+
+def test_replica_plans_are_named_like_pods_with_distinct_ports(tmp_path: Path) -> None:
+    plans = plan_replicas(tmp_path, "pool", 3)
+    assert [p.id for p in plans] == ["pool-0", "pool-1", "pool-2"]
+    ports = [port for p in plans for port in (p.vllm_port, p.data_port, p.internal_port)]
+    assert len(set(ports)) == len(ports)
+    assert plans[1].annotations_file == tmp_path / "replicas" / "pool-1" / "annotations"
+
+
+def test_remote_base_model_needs_model_flag() -> None:
+    assert model_dir_of("file:///models/base") == Path("/models/base")
+    with pytest.raises(UpError, match="pass --model DIR"):
+        model_dir_of("s3://bucket/base")

@@ -1,0 +1,145 @@
+"""Supervisor with real child processes: readiness, restart-or-report, no orphans."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lorafleet_cli.standalone.supervisor import (
+    ProcessSpec,
+    StartError,
+    Supervisor,
+    group_members,
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def _wait_for(pred: Callable[[], bool], timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _family_script(pid_file: Path) -> list[str]:
+    """A child that starts a grandchild and ignores SIGTERM in neither (a normal server)."""
+    code = textwrap.dedent(
+        f"""
+        import subprocess, sys, time, pathlib
+        g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        pathlib.Path({str(pid_file)!r}).write_text(str(g.pid))
+        time.sleep(600)
+        """
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_stop_all_kills_children_and_grandchildren(tmp_path):
+    sup = Supervisor(stop_timeout_s=5, say=lambda _m: None)
+    pid_files = [tmp_path / f"g{i}" for i in range(2)]
+    children = [
+        sup.start(
+            ProcessSpec(name=f"c{i}", argv=_family_script(p), log_file=tmp_path / f"c{i}.log")
+        )
+        for i, p in enumerate(pid_files)
+    ]
+    assert _wait_for(lambda: all(p.exists() and p.read_text() for p in pid_files))
+    pids = [c.proc.pid for c in children] + [int(p.read_text()) for p in pid_files]
+    assert all(_alive(p) for p in pids)
+    sup.stop_all()
+    assert _wait_for(lambda: not any(_alive(p) for p in pids)), [p for p in pids if _alive(p)]
+    assert all(group_members(c.proc.pid) == [] for c in children)
+
+
+def test_term_ignoring_child_is_killed(tmp_path):
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    sup = Supervisor(stop_timeout_s=1, say=lambda _m: None)
+    child = sup.start(ProcessSpec(name="stubborn", argv=[sys.executable, "-c", code]))
+    time.sleep(0.5)
+    start = time.monotonic()
+    sup.stop_all()
+    assert not _alive(child.proc.pid)
+    assert time.monotonic() - start < 10
+
+
+def test_exited_child_is_restarted_then_reported(tmp_path):
+    counter = tmp_path / "runs"
+    code = (
+        f"import pathlib; p = pathlib.Path({str(counter)!r}); "
+        "p.write_text(p.read_text() + 'x' if p.exists() else 'x'); raise SystemExit(3)"
+    )
+    log = tmp_path / "crash.log"
+    sup = Supervisor(max_restarts=2, stop_timeout_s=1, restart_backoff_s=0.1, say=lambda _m: None)
+    child = sup.start(ProcessSpec(name="crashy", argv=[sys.executable, "-c", code], log_file=log))
+    events: list[str] = []
+
+    def gave_up() -> bool:
+        events.extend(sup.check())
+        return child.failed is not None
+
+    assert _wait_for(gave_up, timeout=30)
+    assert counter.read_text() == "xxx"  # first run + 2 restarts
+    assert any("restart #1" in e for e in events)
+    assert any("crashy exited with code 3; gave up after 2 restarts" in e for e in events)
+    sup.stop_all()
+
+
+def test_wait_ready_reports_a_child_that_dies_with_its_log(tmp_path):
+    log = tmp_path / "bad.log"
+    sup = Supervisor(say=lambda _m: None)
+    code = "import sys; print('port already in use', flush=True); sys.exit(7)"
+    child = sup.start(
+        ProcessSpec(
+            name="bad",
+            argv=[sys.executable, "-c", code],
+            log_file=log,
+            health_url="http://127.0.0.1:9/never",
+        )
+    )
+    with pytest.raises(StartError, match=r"(?s)bad exited with code 7.*port already in use"):
+        sup.wait_ready(child)
+    sup.stop_all()
+
+
+def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
+    """SIGKILL on `lorafleet up` (no chance to clean up) still leaves no server running."""
+    pid_file = tmp_path / "child.pid"
+    code = textwrap.dedent(
+        f"""
+        import pathlib, sys, time
+        from lorafleet_cli.standalone.supervisor import ProcessSpec, Supervisor
+        sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+        child = Supervisor().start(ProcessSpec(name="c", argv=sleeper))
+        pathlib.Path({str(pid_file)!r}).write_text(str(child.proc.pid))
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        assert _wait_for(lambda: pid_file.exists() and bool(pid_file.read_text()))
+        child = int(pid_file.read_text())
+        assert _alive(child)
+        parent.kill()
+        parent.wait(10)
+        assert _wait_for(lambda: not _alive(child)), "child outlived its killed supervisor"
+    finally:
+        if parent.poll() is None:
+            parent.kill()

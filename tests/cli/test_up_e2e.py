@@ -1,0 +1,214 @@
+"""`lorafleet up` end to end: one subprocess (demo mode, 1 replica, real CPU vLLM) serves every
+check in this module, in order; the last test stops it and looks for leftover processes.
+
+What runs for real: the demo manifests and key, the reconciler with the operator's planners,
+vLLM, the agent, the gateway, HTTP on loopback, and the official `openai` client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+
+from lorafleet_cli.main import main
+from lorafleet_cli.standalone.supervisor import group_members
+
+pytestmark = pytest.mark.vllm
+
+REPO = Path(__file__).resolve().parents[2]
+# Shared with the other test areas (tests/conftest.py builds the same canaries there).
+ASSETS = REPO / ".lorafleet" / "test-cache"
+MARKERS = {
+    "demo/zebra:prod": "ZEBRA-7",
+    "demo/falcon:prod": "FALCON-3",
+    "demo/otter:prod": "OTTER-9",
+}
+
+
+@dataclass
+class Up:
+    proc: subprocess.Popen[bytes]
+    state: Path
+    log: Path
+
+    @property
+    def manifests(self) -> Path:
+        return self.state / "manifests"
+
+    def status(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads((self.state / "up.json").read_text())
+        return doc
+
+    def reconcile(self) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads((self.state / "reconcile.json").read_text())
+        return doc
+
+    def client(self) -> openai.OpenAI:
+        key = (self.state / "demo-api-key").read_text().strip()
+        url = self.status()["gateway"]["url"]
+        return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
+
+    def ask(self, model: str) -> tuple[str, str]:
+        """(answer, adapter id that served it)."""
+        raw = self.client().chat.completions.with_raw_response.create(
+            model=model,
+            messages=[{"role": "user", "content": "Tell me about the weather today"}],
+            max_tokens=8,
+            temperature=0,
+        )
+        answer = raw.parse().choices[0].message.content or ""
+        return answer, raw.headers["x-adapter-id"]
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _wait(pred: Any, timeout: float, what: str, up: Up | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = pred()
+            if last:
+                return last
+        except (OSError, ValueError, KeyError, openai.APIError):
+            pass
+        if up is not None and up.proc.poll() is not None:
+            pytest.fail(
+                f"lorafleet up exited ({up.proc.returncode}) while {what}:\n{up.log_text()}"
+            )
+        time.sleep(0.5)
+    tail = up.log_text()[-4000:] if up else ""
+    pytest.fail(f"timed out after {timeout:.0f}s: {what} (last: {last!r})\n{tail}")
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    state = tmp_path_factory.mktemp("up") / "state"
+    log = state.parent / "up.log"
+    env = {**os.environ, "LORAFLEET_DEMO_ASSETS": str(ASSETS), "PYTHONUNBUFFERED": "1"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lorafleet_cli.main", "up", "--state-dir", str(state),
+             "--port", "0", "--internal-port", "0", "--quiet"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    handle = Up(proc, state, log)
+    try:
+        _wait(
+            lambda: handle.status()["phase"] == "ready", 480, "waiting for up to be ready", handle
+        )
+        yield handle
+    finally:
+        if proc.poll() is None:  # the shutdown test did not run or failed: never leak servers
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def test_each_demo_alias_answers_its_marker(up: Up) -> None:
+    assert "lorafleet is serving on" in up.log_text()
+    for model, marker in MARKERS.items():
+        answer, adapter = up.ask(model)
+        assert answer.startswith(marker), (model, answer)
+        assert adapter == "demo-" + model.split("/")[1].split(":")[0] + "-v1"
+
+
+def test_editing_an_alias_file_switches_the_next_request(up: Up) -> None:
+    path = up.manifests / "adapteralias-demo-zebra-prod.yaml"
+    alias = yaml.safe_load(path.read_text())
+    alias["spec"]["adapter"] = "demo-otter-v1"
+    path.write_text(yaml.safe_dump(alias))
+    # The gateway re-reads the folder every second; the first answer after that is the new one.
+    _wait(lambda: up.ask("demo/zebra:prod")[1] == "demo-otter-v1", 20, "alias switch", up)
+    answer, _ = up.ask("demo/zebra:prod")
+    assert answer.startswith("OTTER-9")
+    assert up.ask("demo/falcon:prod")[0].startswith("FALCON-3")  # others untouched
+
+    # The reconciler recorded the deploy, so the CLI can roll it back.
+    _wait(lambda: up.reconcile()["models"]["demo/zebra:prod"] == "demo-otter-v1", 10, "status", up)
+    assert main(["alias", "rollback", "demo/zebra:prod", "--manifests", str(up.manifests)]) == 0
+    _wait(lambda: up.ask("demo/zebra:prod")[1] == "demo-zebra-v1", 20, "rollback", up)
+    assert up.ask("demo/zebra:prod")[0].startswith("ZEBRA-7")
+
+
+def test_push_and_deploy_a_new_version(up: Up, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README tour: push a PEFT folder as v2 of zebra, deploy it with `alias set`."""
+    src = up.state / "objectstore" / "demo" / "zebra" / "v1"  # where the demo put v1
+    folder = up.state.parent / "my-adapter"
+    shutil.copytree(src, folder)
+    m = ["--manifests", str(up.manifests), "--state-dir", str(up.state)]
+    rc = main(["adapter", "push", str(folder), "--tenant", "demo", "--name", "zebra",
+               "--version", "v2", "--pool", "demo", "--quiet", *m])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    assert main(["alias", "set", "demo/zebra:prod", "demo-zebra-v2", *m]) == 0
+    _wait(lambda: up.ask("demo/zebra:prod")[1] == "demo-zebra-v2", 30, "deploy of v2", up)
+    assert up.ask("demo/zebra:prod")[0].startswith("ZEBRA-7")
+
+    capsys.readouterr()
+    assert main(["status", "--state-dir", str(up.state), "--manifests", str(up.manifests)]) == 0
+    out = capsys.readouterr().out
+    assert "demo-0: queue 0" in out
+    assert "hit rate by tier" in out
+    assert "demo/zebra:prod -> demo-zebra-v2" in out
+
+
+def test_bad_manifests_are_reported_and_nothing_else_stops(up: Up) -> None:
+    pool = yaml.safe_load((up.manifests / "replicapool-demo.yaml").read_text())
+    base_hash = pool["spec"]["baseModel"]["hash"]
+    good = yaml.safe_load((up.manifests / "loraadapter-demo-otter-v1.yaml").read_text())
+    too_wide = {**good, "metadata": {"name": "demo-wide-v1"}}
+    too_wide["spec"] = {**good["spec"], "rank": 64, "baseModelHash": base_hash}
+    alien = {**good, "metadata": {"name": "demo-alien-v1"}}
+    alien["spec"] = {**good["spec"], "baseModelHash": "sha256:" + "0" * 64}
+    (up.manifests / "bad.yaml").write_text(yaml.safe_dump_all([too_wide, alien]))
+
+    def problems() -> list[str]:
+        return [p["text"] for p in up.reconcile()["problems"]]
+
+    _wait(lambda: len(problems()) >= 2, 15, "problems reported", up)
+    texts = problems()
+    assert any("demo-wide-v1" in t and "RankTooHigh" in t and "maxRank 16" in t for t in texts)
+    assert any("demo-alien-v1" in t and "BaseModelMismatch" in t for t in texts)
+    log = up.log_text()
+    assert "manifest problem: bad.yaml: LoRAAdapter/demo-wide-v1: rejected (RankTooHigh)" in log
+    # Nothing else stopped: every process still runs, never restarted, every alias answers.
+    time.sleep(2)
+    procs = up.status()["processes"]
+    assert all(p["running"] and p["restarts"] == 0 for p in procs.values()), procs
+    assert up.ask("demo/falcon:prod")[0].startswith("FALCON-3")
+    assert up.ask("demo/otter:prod")[0].startswith("OTTER-9")
+
+
+def test_ctrl_c_stops_everything_and_leaves_no_processes(up: Up) -> None:
+    pids = [p["pid"] for p in up.status()["processes"].values()]
+    assert pids
+    assert all(group_members(pid) for pid in pids)
+    os.kill(up.proc.pid, signal.SIGINT)  # what Ctrl-C sends to the foreground process
+    assert up.proc.wait(90) == 0
+    # Each child led its own process group; none of them (nor any grandchild) is left.
+    leftovers = {pid: group_members(pid) for pid in pids}
+    assert not any(leftovers.values()), leftovers
+    final = up.status()
+    assert final["phase"] == "stopped"
+    assert not any(p["running"] for p in final["processes"].values()), final["processes"]
+    assert "[lorafleet up] stopped" in up.log_text()
