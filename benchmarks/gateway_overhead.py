@@ -1,0 +1,412 @@
+"""Gateway overhead: TTFT direct to a replica vs a bare pass-through hop vs the full gateway.
+
+One run, same upstream, loopback, streaming at a fixed rate (default 40 requests/s) per target.
+Targets run in alternating short rounds (direct, hop, gateway, direct, ...) so background load
+on a shared machine hits all three alike. Prints p50/p99 TTFT, the TTFT each hop adds over
+direct, the gateway/hop ratios against the targets (1.25x at p50, 1.5x at p99), and the CPU
+seconds per request of the hop and the gateway processes.
+
+    .venv/bin/python benchmarks/gateway_overhead.py [--rate 40] [--rounds 6] [--round-s 5]
+
+Processes: the upstream stand-in (Starlette, streams a few SSE chunks, answers /state), the
+bare hop (Starlette + httpx streaming, no logic) and the gateway (`python -m lorafleet_gateway`
+with auth, alias resolution, rate limits, routing over 4 replica ids, metrics and request
+logging all on) each run in their own process under uvicorn with the same settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+N_TENANTS = 1000
+N_REPLICA_IDS = 4
+CHUNKS = 6
+
+
+# ---------------------------------------------------------------------------------------------
+# Servers (run as subprocesses of this file)
+
+
+def upstream_app() -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    async def chat(request: Request) -> Response:
+        body = await request.json()
+        model = body["model"]
+
+        async def gen() -> AsyncIterator[bytes]:
+            for i in range(CHUNKS):
+                data = {
+                    "id": "c",
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": model,
+                    "choices": [{"index": 0, "delta": {"content": f"t{i} "}}],
+                }
+                yield b"data: " + json.dumps(data).encode() + b"\n\n"
+            usage = {"prompt_tokens": 5, "completion_tokens": CHUNKS, "total_tokens": 5 + CHUNKS}
+            final = {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": model,
+                "choices": [],
+                "usage": usage,
+            }
+            yield b"data: " + json.dumps(final).encode() + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        headers = {"x-adapter-tier": "gpu", "x-adapter-id": model}
+        return StreamingResponse(gen(), media_type="text/event-stream", headers=headers)
+
+    async def state(request: Request) -> Response:
+        rid = request.path_params["rid"]
+        return JSONResponse({"replica_id": rid, "gpu_adapters": [], "timestamp": time.time()})
+
+    return Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/internal/replicas/{rid}/state", state),
+        ]
+    )
+
+
+def hop_app(upstream: str) -> Any:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response, StreamingResponse
+    from starlette.routing import Route
+
+    client = httpx.AsyncClient(
+        base_url=upstream, timeout=60, limits=httpx.Limits(max_keepalive_connections=512)
+    )
+
+    async def chat(request: Request) -> Response:
+        req = client.build_request(
+            "POST",
+            "/v1/chat/completions",
+            content=await request.body(),
+            headers={"content-type": "application/json"},
+        )
+        resp = await client.send(req, stream=True)
+
+        async def gen() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in resp.aiter_raw():
+                    yield chunk
+            finally:
+                await resp.aclose()
+
+        return StreamingResponse(
+            gen(), status_code=resp.status_code, media_type="text/event-stream"
+        )
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def serve(role: str, port: int, upstream: str) -> None:
+    import uvicorn
+
+    app = upstream_app() if role == "upstream" else hop_app(upstream)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Setup
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def key_of(i: int) -> str:
+    return f"lf-bench-key-{i:05d}"
+
+
+def write_manifests(folder: Path, upstream: str) -> None:
+    from lorafleet_api.apikeys import TenantKeys, hash_key
+
+    base = "sha256:" + "b" * 64
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "lorafleet.dev/v1alpha1",
+            "kind": "ReplicaPool",
+            "metadata": {"name": "default"},
+            "spec": {"baseModel": {"name": "m", "hash": base, "uri": "file:///m"}},
+        }
+    ]
+    for i in range(N_TENANTS):
+        tenant, name = f"t{i:05d}", f"t{i:05d}-a-v1"
+        docs.append(
+            {
+                "apiVersion": "lorafleet.dev/v1alpha1",
+                "kind": "LoRAAdapter",
+                "metadata": {"name": name},
+                "spec": {
+                    "tenant": tenant,
+                    "version": "v1",
+                    "baseModelHash": base,
+                    "rank": 16,
+                    "alpha": 32,
+                    "targetModules": ["q_proj"],
+                    "weightsUri": f"file:///a/{name}",
+                    "checksum": "sha256:" + f"{i:064x}",
+                },
+            }
+        )
+        docs.append(
+            {
+                "apiVersion": "lorafleet.dev/v1alpha1",
+                "kind": "AdapterAlias",
+                "metadata": {"name": f"{tenant}-a-prod"},
+                "spec": {"model": f"{tenant}/a:prod", "tenant": tenant, "adapter": name},
+            }
+        )
+        docs.append(TenantKeys(tenant=tenant, key_hashes=(hash_key(key_of(i)),)).to_secret())
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "fleet.yaml").write_text(yaml.safe_dump_all(docs))
+    replicas = [
+        {"id": f"replica-{j}", "dataUrl": upstream, "internalUrl": upstream}
+        for j in range(N_REPLICA_IDS)
+    ]
+    (folder / "replicas.yaml").write_text(yaml.safe_dump({"replicas": replicas}))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def wait_up(url: str, within_s: float = 60) -> None:
+    deadline = time.monotonic() + within_s
+    async with httpx.AsyncClient() as c:
+        while time.monotonic() < deadline:
+            try:
+                if (await c.get(url)).status_code < 500:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.2)
+    raise TimeoutError(url)
+
+
+# ---------------------------------------------------------------------------------------------
+# Load
+
+
+async def one(client: httpx.AsyncClient, url: str, tenant: int, gateway: bool) -> float | None:
+    body = {
+        "model": f"t{tenant:05d}/a:prod" if gateway else f"t{tenant:05d}-a-v1",
+        "messages": [{"role": "user", "content": "hello there"}],
+        "max_tokens": 16,
+        "stream": True,
+    }
+    headers = {"authorization": f"Bearer {key_of(tenant)}"}
+    t0 = time.perf_counter()
+    async with client.stream("POST", url, json=body, headers=headers) as resp:
+        ttft = None
+        async for chunk in resp.aiter_raw():
+            if ttft is None and chunk:
+                ttft = time.perf_counter() - t0
+        if resp.status_code != 200:
+            return None
+    return ttft
+
+
+async def run_round(
+    client: httpx.AsyncClient,
+    url: str,
+    gateway: bool,
+    rate: float,
+    seconds: float,
+    out: list[float],
+    errors: list[int],
+) -> None:
+    tasks = []
+    n = int(rate * seconds)
+    start = time.perf_counter()
+    rng = random.Random(7)
+    for i in range(n):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tenant = min(int(rng.paretovariate(1.0)) - 1, N_TENANTS - 1)  # skewed, like Zipf
+        tasks.append(asyncio.create_task(one(client, url, tenant, gateway)))
+    for ttft in await asyncio.gather(*tasks, return_exceptions=True):
+        if isinstance(ttft, float):
+            out.append(ttft)
+        else:
+            errors.append(1)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+@dataclass
+class Fleet:
+    procs: list[subprocess.Popen[bytes]]
+    targets: dict[str, tuple[str, bool, int | None]]  # name -> (url, via gateway, pid)
+    ready_urls: list[str]
+
+
+def launch(tmp: Path, log: IO[bytes]) -> Fleet:
+    """Start the upstream, the bare hop and the gateway, each in its own process."""
+    py = sys.executable
+    up_port, hop_port, gw_port, gw_int = free_port(), free_port(), free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up_port}"
+    write_manifests(tmp / "manifests", upstream)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            str(ROOT / p) for p in ("operator", "gateway", "replica-image", "cli")
+        ),
+    }
+    gw_env = {
+        **env,
+        "LORAFLEET_GATEWAY_HOST": "127.0.0.1",
+        "LORAFLEET_GATEWAY_PORT": str(gw_port),
+        "LORAFLEET_GATEWAY_INTERNAL_PORT": str(gw_int),
+        "LORAFLEET_GATEWAY_MANIFESTS_DIR": str(tmp / "manifests"),
+        "LORAFLEET_GATEWAY_REQUESTS_PER_SECOND": "1000",
+        "LORAFLEET_GATEWAY_TOKENS_PER_MINUTE": "10000000",
+    }
+    procs = [
+        subprocess.Popen([py, __file__, "--serve", "upstream", "--port", str(up_port)], env=env),
+        subprocess.Popen(
+            [py, __file__, "--serve", "hop", "--port", str(hop_port), "--upstream", upstream],
+            env=env,
+        ),
+        subprocess.Popen([py, "-m", "lorafleet_gateway"], env=gw_env, stderr=log),
+    ]
+    return Fleet(
+        procs,
+        {
+            "direct": (f"{upstream}/v1/chat/completions", False, None),
+            "hop": (f"http://127.0.0.1:{hop_port}/v1/chat/completions", False, procs[1].pid),
+            "gateway": (f"http://127.0.0.1:{gw_port}/v1/chat/completions", True, procs[2].pid),
+        },
+        [f"{upstream}/internal/replicas/x/state", f"http://127.0.0.1:{gw_int}/readyz"],
+    )
+
+
+async def measure(
+    args: argparse.Namespace, fleet: Fleet
+) -> tuple[dict[str, list[float]], dict[str, int], dict[str, float]]:
+    for url in fleet.ready_urls:
+        await wait_up(url)
+    ttft: dict[str, list[float]] = {k: [] for k in fleet.targets}
+    errors: dict[str, list[int]] = {k: [] for k in fleet.targets}
+    cpu: dict[str, float] = dict.fromkeys(fleet.targets, 0.0)
+    limits = httpx.Limits(max_keepalive_connections=256, max_connections=None)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        for url, via_gw, _pid in fleet.targets.values():  # warm-up, not measured
+            await run_round(client, url, via_gw, args.rate, 2.0, [], [])
+        for _ in range(args.rounds):
+            for name, (url, via_gw, pid) in fleet.targets.items():
+                before = cpu_seconds(pid) if pid else 0.0
+                await run_round(
+                    client, url, via_gw, args.rate, args.round_s, ttft[name], errors[name]
+                )
+                cpu[name] += (cpu_seconds(pid) - before) if pid else 0.0
+    return ttft, {k: len(v) for k, v in errors.items()}, cpu
+
+
+def report(
+    args: argparse.Namespace,
+    ttft: dict[str, list[float]],
+    errors: dict[str, int],
+    cpu: dict[str, float],
+    log_lines: int,
+) -> bool:
+    ms = 1000.0
+    print(
+        f"\nTTFT, streaming, {args.rate:g} requests/s per target, {args.rounds} rounds x "
+        f"{args.round_s:g} s, loopback"
+    )
+    print(
+        f"{'target':<9}{'n':>6}{'err':>5}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'CPU ms/req':>12}"
+    )
+    for name, v in ttft.items():
+        cpu_ms = cpu[name] / max(1, len(v)) * ms if name != "direct" else float("nan")
+        print(
+            f"{name:<9}{len(v):>6}{errors[name]:>5}{pct(v, 50) * ms:>9.2f}"
+            f"{pct(v, 99) * ms:>9.2f}{statistics.fmean(v) * ms:>9.2f}{cpu_ms:>12.2f}"
+        )
+    ok = not any(errors.values())
+    for q, target in ((50, 1.25), (99, 1.5)):
+        base = pct(ttft["direct"], q)
+        hop_ms = (pct(ttft["hop"], q) - base) * ms
+        gw_ms = (pct(ttft["gateway"], q) - base) * ms
+        ratio = gw_ms / hop_ms if hop_ms > 0 else float("inf")
+        ok = ok and ratio <= target
+        verdict = "ok" if ratio <= target else "OVER TARGET"
+        print(
+            f"p{q}: hop adds {hop_ms:.2f} ms, gateway adds {gw_ms:.2f} ms -> ratio {ratio:.2f} "
+            f"(target <= {target}) {verdict}"
+        )
+    gw_cpu = cpu["gateway"] / max(1, len(ttft["gateway"]))
+    print(f"gateway request log lines written: {log_lines}")
+    print(f"gateway CPU seconds per request: {gw_cpu:.5f}")
+    print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    return ok
+
+
+def bench(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="lorafleet-bench-"))
+    with (tmp / "gateway.log").open("wb") as log:
+        fleet = launch(tmp, log)
+        try:
+            ttft, errors, cpu = asyncio.run(measure(args, fleet))
+        finally:
+            for p in fleet.procs:
+                p.terminate()
+            for p in fleet.procs:
+                p.wait(timeout=10)
+    # The request log is part of "everything on": count its lines to show it was written.
+    log_lines = (tmp / "gateway.log").read_text().count('"adapter_id"')
+    return 0 if report(args, ttft, errors, cpu, log_lines) else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=40.0, help="requests/s per target")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--round-s", type=float, default=5.0)
+    parser.add_argument("--serve", choices=["upstream", "hop"], help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve, args.port, args.upstream)
+        return 0
+    return bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

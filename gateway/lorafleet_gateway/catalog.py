@@ -1,0 +1,96 @@
+"""The catalog: what the gateway knows about aliases, adapters, tenants and replicas.
+
+One interface, two sources (catalog_files: a folder of manifests; catalog_kube: Kubernetes
+watches). A source builds an immutable `CatalogSnapshot` and swaps it into a `CatalogHolder`
+in one assignment, so a request that resolved its alias against one snapshot keeps that version
+to the end even when the alias changes mid-flight, and the next request sees the new one.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from lorafleet_api.apikeys import KeyIndex, TenantKeys
+from lorafleet_api.records import AdapterRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEndpoint:
+    """One replica: its stable id (pod name) and the agent's data and internal base URLs."""
+
+    id: str
+    data_url: str
+    internal_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class AliasTarget:
+    """A servable alias: the public model name, its tenant and the immutable adapter id."""
+
+    model: str
+    tenant: str
+    adapter_id: str
+
+
+@dataclass(frozen=True)
+class CatalogSnapshot:
+    """Everything a request needs, frozen at one point in time."""
+
+    aliases: Mapping[str, AliasTarget] = field(default_factory=dict)
+    adapters: Mapping[str, AdapterRecord] = field(default_factory=dict)
+    owner_counts: Mapping[str, int] = field(default_factory=dict)
+    tenants: Mapping[str, TenantKeys] = field(default_factory=dict)
+    keys: KeyIndex = field(default_factory=KeyIndex)
+    replicas: tuple[ReplicaEndpoint, ...] = ()
+    owners_per_adapter: int = 2
+    version: int = 0
+    tenant_models: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def resolve(self, tenant: str, model: str) -> AliasTarget | None:
+        """The alias `model` if `tenant` owns it; else None, exactly as for a missing one."""
+        target = self.aliases.get(model)
+        if target is None or target.tenant != tenant:
+            return None
+        return target
+
+    def models_of(self, tenant: str) -> list[str]:
+        if self.tenant_models:
+            return list(self.tenant_models.get(tenant, ()))
+        return sorted(m for m, t in self.aliases.items() if t.tenant == tenant)
+
+    def owner_count(self, adapter_id: str) -> int:
+        return self.owner_counts.get(adapter_id) or self.owners_per_adapter
+
+
+class CatalogHolder:
+    """Holds the current snapshot; readers take `.current` once per request."""
+
+    def __init__(self, snapshot: CatalogSnapshot | None = None) -> None:
+        self._snapshot = snapshot or CatalogSnapshot()
+        self.loaded = snapshot is not None
+
+    @property
+    def current(self) -> CatalogSnapshot:
+        return self._snapshot
+
+    def swap(self, snapshot: CatalogSnapshot) -> None:
+        # A single reference assignment: atomic for every reader on the event loop.
+        self._snapshot = snapshot
+        self.loaded = True
+
+
+class CatalogSource(abc.ABC):
+    """A producer of snapshots: `run()` keeps `holder` current until cancelled."""
+
+    def __init__(self, holder: CatalogHolder) -> None:
+        self.holder = holder
+
+    @abc.abstractmethod
+    async def load_once(self) -> None:
+        """Build and swap in a first snapshot (raises when the source is unusable)."""
+
+    @abc.abstractmethod
+    async def run(self) -> None:
+        """Follow changes until cancelled."""

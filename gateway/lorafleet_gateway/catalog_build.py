@@ -1,0 +1,163 @@
+"""Build a CatalogSnapshot from raw Kubernetes-shaped objects (pure; both sources use it).
+
+Specs are validated with the shared pydantic models; statuses are read leniently (only the
+fields the gateway needs), so a status field added by a newer operator never hides an object.
+An object that fails validation is skipped and reported, never fatal for the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from lorafleet_api.apikeys import KeyIndex, TenantKeys
+from lorafleet_api.models import AdapterAliasSpec, LoRAAdapterSpec, ReplicaPoolSpec
+from lorafleet_api.records import AdapterRecord
+from lorafleet_gateway.catalog import AliasTarget, CatalogSnapshot, ReplicaEndpoint
+
+log = logging.getLogger("lorafleet.gateway.catalog")
+
+Obj = Mapping[str, Any]
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _status(obj: Obj) -> Mapping[str, Any] | None:
+    return _nonempty(obj.get("status"))
+
+
+def _nonempty(status: Any) -> Mapping[str, Any] | None:
+    return status if isinstance(status, Mapping) and status else None
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> str | None:
+    for cond in status.get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == type_:
+            return str(cond.get("status"))
+    return None
+
+
+def adapter_ready(obj: Obj, *, allow_missing_status: bool) -> bool:
+    """Servable: phase Ready (or, for hand-written manifests without status, allowed)."""
+    status = _status(obj)
+    if status is None or status.get("phase") is None:
+        return allow_missing_status
+    return bool(status.get("phase") == "Ready")
+
+
+def alias_target(
+    obj: Obj,
+    spec: AdapterAliasSpec,
+    *,
+    allow_missing_status: bool,
+    stored_status: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The adapter an alias serves now, or None when the alias is not Ready.
+
+    With a status the operator's view wins (status.adapter once Ready: a deploy takes effect
+    when the operator says so, and a refused target leaves the last good adapter serving);
+    without one (standalone manifests nobody reconciles) spec.adapter is served.
+    `stored_status`, when given, is that status kept outside the object (standalone mode's
+    reconciler writes it beside the manifests) and replaces the object's own.
+    """
+    status = _nonempty(stored_status) or _status(obj)
+    if status is None:
+        return spec.adapter if allow_missing_status else None
+    ready = _condition(status, "Ready")
+    if ready == "False" or (ready is None and not allow_missing_status):
+        return None
+    return str(status.get("adapter") or spec.adapter)
+
+
+def build_snapshot(
+    *,
+    adapters: Iterable[Obj],
+    aliases: Iterable[Obj],
+    secrets: Iterable[Obj],
+    pool: Obj | None,
+    replicas: Sequence[ReplicaEndpoint],
+    allow_missing_status: bool,
+    version: int,
+    alias_statuses: Mapping[str, Mapping[str, Any]] | None = None,
+) -> CatalogSnapshot:
+    """The snapshot for these objects; `alias_statuses` (alias name -> status in wire form)
+    overrides the aliases' own status (standalone mode keeps it in a file, see catalog_files).
+    """
+    stored = alias_statuses or {}
+    records: dict[str, AdapterRecord] = {}
+    owner_counts: dict[str, int] = {}
+    for obj in adapters:
+        name = _name(obj)
+        try:
+            record = AdapterRecord.from_spec(name, LoRAAdapterSpec.model_validate(obj.get("spec")))
+        except (ValidationError, ValueError) as exc:
+            log.warning("skipping LoRAAdapter %r: %s", name, exc)
+            continue
+        if not adapter_ready(obj, allow_missing_status=allow_missing_status):
+            continue
+        records[name] = record
+        status = _status(obj) or {}
+        count = status.get("ownerCount")
+        if isinstance(count, int) and count > 0:
+            owner_counts[name] = count
+
+    targets: dict[str, AliasTarget] = {}
+    for obj in aliases:
+        name = _name(obj)
+        try:
+            spec = AdapterAliasSpec.model_validate(obj.get("spec"))
+        except (ValidationError, ValueError) as exc:
+            log.warning("skipping AdapterAlias %r: %s", name, exc)
+            continue
+        adapter_id = alias_target(
+            obj, spec, allow_missing_status=allow_missing_status, stored_status=stored.get(name)
+        )
+        target = records.get(adapter_id) if adapter_id else None
+        # The adapter must be servable and belong to the alias's tenant: an alias can never
+        # route a tenant to another tenant's adapter, whatever its spec says.
+        if target is None or target.tenant != spec.tenant:
+            continue
+        if spec.model in targets and targets[spec.model].tenant != spec.tenant:
+            log.warning("model %r claimed by two tenants; serving neither", spec.model)
+            targets.pop(spec.model)
+            continue
+        targets[spec.model] = AliasTarget(spec.model, spec.tenant, target.id)
+
+    tenants: dict[str, TenantKeys] = {}
+    for obj in secrets:
+        try:
+            tk = TenantKeys.from_secret(obj)
+        except (ValidationError, ValueError, KeyError) as exc:
+            log.warning("skipping key Secret %r: %s", _name(obj), exc)
+            continue
+        prev = tenants.get(tk.tenant)
+        if prev is not None:  # several Secrets for one tenant: union of their hashes
+            tk = tk.model_copy(update={"key_hashes": prev.key_hashes + tk.key_hashes})
+        tenants[tk.tenant] = tk
+
+    owners_per_adapter = 2
+    if pool is not None:
+        try:
+            owners_per_adapter = ReplicaPoolSpec.model_validate(pool.get("spec")).owners_per_adapter
+        except (ValidationError, ValueError) as exc:
+            log.warning("ReplicaPool %r invalid, using 2 owners per adapter: %s", _name(pool), exc)
+
+    by_tenant: dict[str, list[str]] = {}
+    for model, entry in targets.items():
+        by_tenant.setdefault(entry.tenant, []).append(model)
+    return CatalogSnapshot(
+        tenant_models={t: tuple(sorted(models)) for t, models in by_tenant.items()},
+        aliases=targets,
+        adapters=records,
+        owner_counts=owner_counts,
+        tenants=tenants,
+        keys=KeyIndex(tenants.values()),
+        replicas=tuple(sorted(replicas, key=lambda r: r.id)),
+        owners_per_adapter=owners_per_adapter,
+        version=version,
+    )

@@ -1,0 +1,132 @@
+"""Per-tenant token buckets: requests per second and tokens per minute (pure, injectable clock).
+
+A request is admitted when both buckets hold enough: one request, and its estimated tokens
+(prompt estimate + max_tokens). When it finishes, `settle` returns the difference between the
+estimate and the real usage, so a tenant is charged what it used, not what it might have used.
+
+State is bounded: at most `max_tenants` tenants are tracked, least recently seen dropped first.
+A dropped tenant comes back with full buckets, which is what an idle tenant's buckets would
+have refilled to anyway (the LRU victim is the tenant idle the longest).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    requests_per_second: float
+    tokens_per_minute: int
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """`capacity` tokens, refilled at `rate` per second."""
+
+    rate: float
+    capacity: float
+    tokens: float
+    updated: float
+
+    def refill(self, now: float) -> None:
+        if now > self.updated:
+            self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until `amount` is available (after refill); 0 when available now."""
+        missing = amount - self.tokens
+        return 0.0 if missing <= 0 else missing / self.rate
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    retry_after_s: float = 0.0
+    limit: str = ""  # "requests" | "tokens" when refused
+    too_large: bool = False  # the request alone exceeds the tenant's tokens-per-minute
+
+
+@dataclass(slots=True)
+class _TenantBuckets:
+    limits: Limits
+    requests: TokenBucket
+    tokens: TokenBucket
+
+
+class RateLimiter:
+    def __init__(
+        self,
+        defaults: Limits,
+        *,
+        max_tenants: int = 20_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.defaults = defaults
+        self.max_tenants = max_tenants
+        self.clock = clock
+        self._tenants: OrderedDict[str, _TenantBuckets] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._tenants)
+
+    def _buckets(self, tenant: str, limits: Limits, now: float) -> _TenantBuckets:
+        state = self._tenants.get(tenant)
+        if state is None or state.limits != limits:
+            # New tenant or changed limits: start full (burst = one second of requests, at
+            # least one; one minute of tokens).
+            rps, tpm = limits.requests_per_second, float(limits.tokens_per_minute)
+            burst = max(1.0, rps)
+            state = _TenantBuckets(
+                limits,
+                TokenBucket(rps, burst, burst, now),
+                TokenBucket(tpm / 60.0, tpm, tpm, now),
+            )
+            self._tenants[tenant] = state
+            while len(self._tenants) > self.max_tenants:
+                self._tenants.popitem(last=False)
+        else:
+            self._tenants.move_to_end(tenant)
+        return state
+
+    def acquire(self, tenant: str, tokens: int, limits: Limits | None = None) -> Decision:
+        """Admit one request estimated at `tokens`, or say how long to wait."""
+        limits = limits or self.defaults
+        now = self.clock()
+        state = self._buckets(tenant, limits, now)
+        state.requests.refill(now)
+        state.tokens.refill(now)
+        if tokens > state.tokens.capacity:
+            return Decision(False, 60.0, "tokens", too_large=True)
+        wait_requests = state.requests.wait_for(1.0)
+        wait_tokens = state.tokens.wait_for(float(tokens))
+        if wait_requests > 0 or wait_tokens > 0:
+            limit = "requests" if wait_requests >= wait_tokens else "tokens"
+            return Decision(False, max(wait_requests, wait_tokens), limit)
+        state.requests.tokens -= 1.0
+        state.tokens.tokens -= tokens
+        return Decision(True)
+
+    def settle(self, tenant: str, estimated: int, actual: int) -> None:
+        """Reconcile a finished request's estimate with its real token usage."""
+        state = self._tenants.get(tenant)
+        if state is None:
+            return
+        bucket = state.tokens
+        bucket.refill(self.clock())
+        # Refund (or charge) the difference; a debt may take the bucket below zero, which
+        # delays the tenant's next requests, as real over-use should.
+        bucket.tokens = min(bucket.capacity, bucket.tokens + (estimated - actual))
+
+
+def retry_after_headers(seconds: float) -> dict[str, str]:
+    """`Retry-After` (whole seconds, rounded up, as HTTP requires) and OpenAI's `retry-after-ms`."""
+    return {
+        "retry-after": str(max(1, math.ceil(seconds))),
+        "retry-after-ms": str(max(1, math.ceil(seconds * 1000))),
+    }

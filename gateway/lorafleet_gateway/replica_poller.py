@@ -1,0 +1,142 @@
+"""Replica state: polled from every replica each interval, plus the gateway's own in-flight count.
+
+Between polls the gateway adds the tokens of requests it started since the last poll and
+subtracts those that finished, so a burst does not pile onto the replica that looked idlest a
+second ago. A replica is healthy while its last poll succeeded and is at most two intervals old:
+one that stops answering leaves the candidate set within two poll intervals (a refused
+connection or an error answer removes it at the next poll; a hung or slow one when its last
+answer ages out). A replica
+the request path failed to connect to is also held out until its next successful poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+from pydantic import ValidationError
+
+from lorafleet_api.replica_state import ReplicaState
+from lorafleet_gateway.catalog import ReplicaEndpoint
+from lorafleet_gateway.router import ReplicaView
+
+log = logging.getLogger("lorafleet.gateway.replicas")
+
+
+@dataclass(slots=True)
+class _Entry:
+    endpoint: ReplicaEndpoint
+    state: ReplicaState | None = None
+    gpu: frozenset[str] = field(default_factory=frozenset)
+    last_ok: float = float("-inf")
+    ok: bool = False
+    local_tokens: int = 0  # tokens of this gateway's requests in flight on the replica now
+    local_at_poll: int = 0  # local_tokens when the last state was taken
+
+
+class ReplicaTracker:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        *,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.interval_s = interval_s
+        self.clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self.polls = 0
+
+    # -- membership -------------------------------------------------------------------------
+    def set_endpoints(self, endpoints: Sequence[ReplicaEndpoint]) -> None:
+        wanted = {e.id: e for e in endpoints}
+        for rid in list(self._entries):
+            if rid not in wanted:
+                del self._entries[rid]
+        for rid, ep in wanted.items():
+            entry = self._entries.get(rid)
+            if entry is None or entry.endpoint != ep:
+                self._entries[rid] = _Entry(ep)
+
+    def endpoint(self, replica_id: str) -> ReplicaEndpoint | None:
+        entry = self._entries.get(replica_id)
+        return entry.endpoint if entry else None
+
+    # -- polling ----------------------------------------------------------------------------
+    async def _poll(self, entry: _Entry) -> None:
+        ep = entry.endpoint
+        url = f"{ep.internal_url}/internal/replicas/{ep.id}/state"
+        at_send = entry.local_tokens
+        try:
+            resp = await self.client.get(url, timeout=self.interval_s * 0.9)
+            resp.raise_for_status()
+            state = ReplicaState.model_validate_json(resp.content)
+        except httpx.TimeoutException as exc:
+            # Slow, not necessarily gone (a busy event loop, a GC pause): keep the last state
+            # until it ages out, which happens two intervals after the last answer.
+            log.info("replica %s state poll timed out: %r", ep.id, exc)
+            return
+        except (httpx.HTTPError, ValidationError) as exc:
+            # Refused connection or a broken answer: out of the candidate set right away.
+            if entry.ok:
+                log.warning("replica %s state poll failed: %r", ep.id, exc)
+            entry.ok = False
+            return
+        entry.state = state
+        entry.gpu = frozenset(state.gpu_adapters)
+        entry.local_at_poll = at_send
+        entry.last_ok = self.clock()
+        entry.ok = True
+
+    async def poll_once(self) -> None:
+        await asyncio.gather(*(self._poll(e) for e in list(self._entries.values())))
+        self.polls += 1
+
+    async def run(self, endpoints: Callable[[], Sequence[ReplicaEndpoint]]) -> None:
+        """Poll every interval until cancelled; `endpoints` is read again before each round."""
+        while True:
+            started = self.clock()
+            self.set_endpoints(endpoints())
+            await self.poll_once()
+            await asyncio.sleep(max(0.0, self.interval_s - (self.clock() - started)))
+
+    # -- the request path -------------------------------------------------------------------
+    def healthy(self, entry: _Entry, now: float) -> bool:
+        return entry.ok and now - entry.last_ok <= 2 * self.interval_s
+
+    def healthy_ids(self) -> list[str]:
+        now = self.clock()
+        return [rid for rid, e in self._entries.items() if self.healthy(e, now)]
+
+    def views(self) -> dict[str, ReplicaView]:
+        """Healthy replicas and their load: polled tokens in flight adjusted by local changes."""
+        now = self.clock()
+        out: dict[str, ReplicaView] = {}
+        for rid, e in self._entries.items():
+            if not self.healthy(e, now) or e.state is None:
+                continue
+            since_poll = e.local_tokens - e.local_at_poll
+            tokens = max(e.local_tokens, e.state.tokens_in_flight + since_poll)
+            out[rid] = ReplicaView(tokens, e.state.queue_depth, e.gpu)
+        return out
+
+    def begin(self, replica_id: str, tokens: int) -> None:
+        entry = self._entries.get(replica_id)
+        if entry is not None:
+            entry.local_tokens += tokens
+
+    def end(self, replica_id: str, tokens: int) -> None:
+        entry = self._entries.get(replica_id)
+        if entry is not None:
+            entry.local_tokens = max(0, entry.local_tokens - tokens)
+
+    def mark_failed(self, replica_id: str) -> None:
+        """The request path could not reach it: hold it out until a poll succeeds again."""
+        entry = self._entries.get(replica_id)
+        if entry is not None:
+            entry.ok = False

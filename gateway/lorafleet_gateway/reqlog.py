@@ -1,0 +1,89 @@
+"""One structured (JSON) log line per completion request.
+
+Fields: tenant, model, adapter_id, replica, tier, status, ttft_ms, prompt_tokens,
+completion_tokens, duration_ms, attempts, route, error. Never an API key or a prompt.
+
+The process writes its log through a batching handler: a request only formats its line and
+appends it to a list; a background thread writes what accumulated every 200 ms in one write.
+A flush per line (logging's default) cost more than all of the gateway's routing logic.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import sys
+import threading
+from typing import Any, TextIO
+
+request_log = logging.getLogger("lorafleet.gateway.requests")
+
+
+_sink: BatchingHandler | None = None  # set by configure_logging: the process's fast path
+
+
+def log_request(**fields: Any) -> None:
+    sink = _sink
+    if sink is not None:
+        # Straight into the batch: a LogRecord per request costs as much as the JSON itself.
+        sink.add_line(json.dumps(fields, separators=(",", ":"), default=str))
+    elif request_log.isEnabledFor(logging.INFO):
+        request_log.info(json.dumps(fields, separators=(",", ":"), default=str))
+
+
+class BatchingHandler(logging.Handler):
+    """Formats on the caller's thread, writes in batches from a daemon thread."""
+
+    def __init__(self, stream: TextIO, interval_s: float = 0.2) -> None:
+        super().__init__()
+        self.stream = stream
+        self.interval_s = interval_s
+        self._pending: list[str] = []
+        self._write_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="log-writer", daemon=True)
+        self._thread.start()
+        atexit.register(self.flush)
+
+    def add_line(self, line: str) -> None:
+        self._pending.append(line)  # list.append is atomic
+        if self._stop.is_set():  # closed (e.g. by a logging reconfiguration): write through
+            self.flush()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.add_line(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+    def flush(self) -> None:
+        with self._write_lock:
+            lines, self._pending = self._pending, []
+            if lines:
+                self.stream.write("\n".join(lines) + "\n")
+                self.stream.flush()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.flush()
+            except Exception:  # a closed stream at exit must not kill the thread noisily
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.flush()
+        super().close()
+
+
+def configure_logging(level: str = "INFO") -> None:
+    """Plain messages on stderr (the request lines are already JSON), written in batches."""
+    handler = BatchingHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger("lorafleet")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+    global _sink
+    _sink = handler if request_log.isEnabledFor(logging.INFO) else None

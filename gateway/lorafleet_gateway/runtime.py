@@ -1,0 +1,113 @@
+"""The gateway's long-lived parts, wired from settings: catalog, replica tracker, limiter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import httpx
+
+from lorafleet_api.apikeys import TenantKeys
+from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
+from lorafleet_gateway.metrics import GatewayMetrics
+from lorafleet_gateway.ratelimit import Limits, RateLimiter
+from lorafleet_gateway.replica_poller import ReplicaTracker
+from lorafleet_gateway.router import Thresholds
+from lorafleet_gateway.settings import GatewaySettings
+from lorafleet_gateway.upstream import Upstream
+from lorafleet_gateway.validation import Bounds
+
+log = logging.getLogger("lorafleet.gateway")
+
+
+def source_from_settings(settings: GatewaySettings, holder: CatalogHolder) -> CatalogSource:
+    if settings.catalog == "kubernetes":
+        from lorafleet_gateway.catalog_kube import KubeCatalog
+
+        return KubeCatalog(
+            holder,
+            namespace=settings.namespace,
+            pool=settings.pool,
+            data_port=settings.replica_data_port,
+            internal_port=settings.replica_internal_port,
+        )
+    from lorafleet_gateway.catalog_files import FileCatalog
+
+    return FileCatalog(
+        holder,
+        settings.manifests_dir,
+        pool=settings.pool,
+        replicas_file=settings.replicas_file,
+        interval_s=settings.catalog_reload_interval_s,
+    )
+
+
+class Gateway:
+    def __init__(self, settings: GatewaySettings, source: CatalogSource | None = None) -> None:
+        self.settings = settings
+        self.holder = source.holder if source is not None else CatalogHolder()
+        self.source = source or source_from_settings(settings, self.holder)
+        self.metrics = GatewayMetrics(settings.top_tenants, settings.tenant_window_s)
+        self.limiter = RateLimiter(
+            Limits(settings.requests_per_second, settings.tokens_per_minute),
+            max_tenants=settings.rate_limit_tenants_max,
+        )
+        self.thresholds = Thresholds(settings.max_tokens_in_flight, settings.max_queue_depth)
+        self.bounds = Bounds(
+            settings.max_body_bytes,
+            settings.max_tokens_limit,
+            settings.default_max_tokens,
+            settings.max_messages,
+        )
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                settings.read_timeout_s, connect=settings.connect_timeout_s, pool=None
+            ),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+        )
+        # Polls get their own connection pool: httpcore scans its pool on every request, so
+        # keeping the pollers' connections out of the data pool keeps that scan short.
+        self.poll_client = httpx.AsyncClient(
+            timeout=settings.poll_interval_s, limits=httpx.Limits(max_keepalive_connections=256)
+        )
+        self.tracker = ReplicaTracker(self.poll_client, interval_s=settings.poll_interval_s)
+        metrics = self.metrics
+        self.upstream = Upstream(
+            self.client,
+            self.tracker,
+            max_attempts=settings.max_attempts,
+            on_outcome=lambda outcome: metrics.child(metrics.routing, outcome).inc(),
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def limits_for(self, tenant: TenantKeys) -> Limits:
+        return Limits(
+            tenant.requests_per_second or self.settings.requests_per_second,
+            tenant.tokens_per_minute or self.settings.tokens_per_minute,
+        )
+
+    @property
+    def ready(self) -> bool:
+        return self.holder.loaded and bool(self.tracker.healthy_ids())
+
+    async def start(self) -> None:
+        await self.source.load_once()
+        self.tracker.set_endpoints(self.holder.current.replicas)
+        await self.tracker.poll_once()
+        self._tasks = [
+            asyncio.create_task(self.source.run(), name="catalog"),
+            asyncio.create_task(
+                self.tracker.run(lambda: self.holder.current.replicas), name="replica-poller"
+            ),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        await self.client.aclose()
+        await self.poll_client.aclose()

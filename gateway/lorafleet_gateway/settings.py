@@ -1,0 +1,66 @@
+"""GatewaySettings: every knob of the gateway, from `LORAFLEET_GATEWAY_*` environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GatewaySettings(BaseSettings):
+    """Settings of one gateway process (env prefix `LORAFLEET_GATEWAY_`)."""
+
+    model_config = SettingsConfigDict(env_prefix="LORAFLEET_GATEWAY_", extra="ignore")
+
+    # Ports: the public one speaks only the OpenAI API; metrics and probes live on the internal one
+    # so a NetworkPolicy can keep them off the internet.
+    host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
+    port: int = Field(default=8080, ge=0, le=65535)
+    internal_port: int = Field(default=9090, ge=0, le=65535)
+
+    # Catalog source: a folder of manifests (standalone) or Kubernetes watches.
+    catalog: Literal["files", "kubernetes"] = "files"
+    manifests_dir: Path = Path(".lorafleet/manifests")
+    replicas_file: Path | None = Field(
+        default=None,
+        description="replicas.yaml/json listing replica endpoints in standalone mode; default: "
+        "<manifests_dir>/replicas.yaml or replicas.json",
+    )
+    catalog_reload_interval_s: float = Field(default=1.0, gt=0)
+    namespace: str = "default"
+    pool: str = Field(default="default", description="ReplicaPool whose pods serve traffic")
+    replica_data_port: int = 8100
+    replica_internal_port: int = 8101
+
+    # Replica state polling and load thresholds (per replica).
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    max_tokens_in_flight: int = Field(
+        default=16384, ge=1, description="a replica above this is overloaded"
+    )
+    max_queue_depth: int = Field(default=32, ge=0, description="a replica above this is overloaded")
+    max_attempts: int = Field(default=3, ge=1, description="replicas tried per request")
+
+    # Rate limits (defaults; a tenant's key Secret may override them).
+    requests_per_second: float = Field(default=20.0, gt=0)
+    tokens_per_minute: int = Field(default=200_000, gt=0)
+    rate_limit_tenants_max: int = Field(default=20_000, ge=1, description="bucket state kept")
+
+    # Request bounds.
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    max_tokens_limit: int = Field(default=4096, ge=1, description="largest max_tokens accepted")
+    default_max_tokens: int = Field(
+        default=256, ge=1, description="assumed output length when the request sets none"
+    )
+    max_messages: int = Field(default=256, ge=1)
+
+    # Upstream timeouts.
+    connect_timeout_s: float = Field(default=2.0, gt=0)
+    read_timeout_s: float = Field(default=300.0, gt=0)
+
+    # Observability.
+    ttft_target_s: float = Field(default=1.0, gt=0)
+    top_tenants: int = Field(default=20, ge=0, description="tenants exported per-tenant")
+    tenant_window_s: float = Field(default=300.0, gt=0)
+    log_level: str = "INFO"

@@ -1,0 +1,187 @@
+"""A stand-in replica: a real HTTP server speaking the agent's data + internal contract.
+
+It is a test double for the *replica* (agent + vLLM), not for the gateway: it streams OpenAI
+SSE chunks, answers /state, accepts records on the load endpoint, refuses unknown adapters with
+404 `adapter_not_registered`, and can be told to fail, delay, die mid-stream or stop answering
+its state poll. Replies carry `[<replica>|<adapter>]` so tests see where a request went.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from lorafleet_api.openai_errors import error_body
+from lorafleet_api.records import AdapterRecord
+
+
+class FakeReplica:
+    def __init__(self, replica_id: str, *, registered: tuple[str, ...] = ()) -> None:
+        self.replica_id = replica_id
+        self.registered: set[str] = set(registered)
+        self.gpu: set[str] = set()
+        self.loads: list[AdapterRecord] = []
+        self.requests: list[dict[str, Any]] = []
+        # knobs a test may turn
+        self.fail_status: int | None = None
+        self.first_byte_delay = 0.0
+        self.chunk_delay = 0.0
+        self.die_after_chunks: int | None = None
+        self.state_mode = "ok"  # ok | hang | error
+        self.tokens_in_flight = 0
+        self.queue_depth = 0
+        self.reject_loads = False
+        self.n_tokens = 4
+        self.state_polls = 0
+
+    def _text(self, adapter: str) -> list[str]:
+        return [f"[{self.replica_id}|{adapter}]"] + [f" tok{i}" for i in range(self.n_tokens - 1)]
+
+    def _tier(self, adapter: str) -> str:
+        tier = "gpu" if adapter in self.gpu else "disk"
+        self.gpu.add(adapter)
+        return tier
+
+    def app(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request) -> Response:
+            return await self._complete(request, chat=True)
+
+        @app.post("/v1/completions")
+        async def completions(request: Request) -> Response:
+            return await self._complete(request, chat=False)
+
+        @app.get("/internal/replicas/{rid}/state")
+        async def state(rid: str) -> Response:
+            self.state_polls += 1
+            if self.state_mode == "hang":
+                await asyncio.sleep(3600)
+            if self.state_mode == "error" or rid != self.replica_id:
+                return JSONResponse(error_body(500, "state unavailable"), status_code=500)
+            return JSONResponse(
+                {
+                    "replica_id": self.replica_id,
+                    "gpu_adapters": sorted(self.gpu),
+                    "disk_adapters": sorted(self.registered - self.gpu),
+                    "queue_depth": self.queue_depth,
+                    "tokens_in_flight": self.tokens_in_flight,
+                    "timestamp": time.time(),
+                }
+            )
+
+        @app.post("/internal/replicas/{rid}/adapters/{aid}/load")
+        async def load(rid: str, aid: str, request: Request) -> Response:
+            payload = await request.json()
+            record = AdapterRecord.model_validate(payload["record"])
+            if self.reject_loads or record.id != aid:
+                body = error_body(422, "checksum mismatch", code="adapter_rejected")
+                return JSONResponse(body, status_code=422)
+            self.loads.append(record)
+            self.registered.add(aid)
+            return JSONResponse({"adapter_id": aid, "tier": "disk"})
+
+        return app
+
+    async def _complete(self, request: Request, *, chat: bool) -> Response:
+        body = await request.json()
+        self.requests.append(body)
+        adapter = body["model"]
+        if self.fail_status is not None:
+            return JSONResponse(
+                error_body(self.fail_status, "replica told to fail"), status_code=self.fail_status
+            )
+        if adapter not in self.registered:
+            return JSONResponse(
+                error_body(404, f"adapter {adapter} not registered", code="adapter_not_registered"),
+                status_code=404,
+            )
+        headers = {
+            "x-adapter-id": adapter,
+            "x-adapter-tier": self._tier(adapter),
+            "x-replica-id": self.replica_id,
+        }
+        pieces = self._text(adapter)
+        usage = {
+            "prompt_tokens": 7,
+            "completion_tokens": len(pieces),
+            "total_tokens": 7 + len(pieces),
+        }
+        created = int(time.time())
+        if not body.get("stream"):
+            await asyncio.sleep(self.first_byte_delay)
+            text = "".join(pieces)
+            if chat:
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            else:
+                choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "stop"}
+            obj = "chat.completion" if chat else "text_completion"
+            out = {
+                "id": "cmpl-1",
+                "object": obj,
+                "created": created,
+                "model": adapter,
+                "choices": [choice],
+                "usage": usage,
+            }
+            return JSONResponse(out, headers=headers)
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(
+            self._sse(adapter, pieces, usage, include_usage, chat, created),
+            media_type="text/event-stream",
+            headers=headers,
+        )
+
+    async def _sse(
+        self,
+        adapter: str,
+        pieces: list[str],
+        usage: dict[str, int],
+        include_usage: bool,
+        chat: bool,
+        created: int,
+    ) -> AsyncIterator[bytes]:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def event(choice: dict[str, Any] | None, with_usage: bool = False) -> bytes:
+            data: dict[str, Any] = {
+                "id": "cmpl-1",
+                "object": obj,
+                "created": created,
+                "model": adapter,
+                "choices": [choice] if choice else [],
+            }
+            if include_usage:
+                data["usage"] = usage if with_usage else None
+            return b"data: " + json.dumps(data).encode() + b"\n\n"
+
+        def choice(text: str, finish: str | None = None, role: bool = False) -> dict[str, Any]:
+            if chat:
+                delta: dict[str, Any] = {"content": text}
+                if role:
+                    delta["role"] = "assistant"
+                return {"index": 0, "delta": delta, "finish_reason": finish}
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+        await asyncio.sleep(self.first_byte_delay)
+        for i, piece in enumerate(pieces):
+            if self.die_after_chunks is not None and i >= self.die_after_chunks:
+                raise RuntimeError("replica died mid-stream")  # uvicorn drops the connection
+            yield event(choice(piece, role=i == 0))
+            if self.chunk_delay:
+                await asyncio.sleep(self.chunk_delay)
+        yield event(choice("", "stop"))
+        if include_usage:
+            yield event(None, with_usage=True)
+        yield b"data: [DONE]\n\n"

@@ -1,0 +1,85 @@
+"""Manifest dicts for gateway tests (the same shapes `kubectl apply -f` takes)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lorafleet_api.apikeys import TenantKeys, hash_key
+
+BASE_HASH = "sha256:" + "b" * 64
+
+
+def checksum(name: str) -> str:
+    return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
+
+
+def adapter(name: str, tenant: str, *, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": name},
+        "spec": {
+            "tenant": tenant,
+            "version": "v1",
+            "baseModelHash": BASE_HASH,
+            "rank": 8,
+            "alpha": 16,
+            "targetModules": ["q_proj", "v_proj"],
+            "weightsUri": f"file:///adapters/{name}/",
+            "checksum": checksum(name),
+        },
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def alias(model: str, adapter_name: str, *, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    tenant = model.split("/", 1)[0]
+    obj: dict[str, Any] = {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "AdapterAlias",
+        "metadata": {"name": model.replace("/", "-").replace(":", "-")},
+        "spec": {"model": model, "tenant": tenant, "adapter": adapter_name},
+    }
+    if status is not None:
+        obj["status"] = status
+    return obj
+
+
+def pool(name: str = "default", owners: int = 2) -> dict[str, Any]:
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "ReplicaPool",
+        "metadata": {"name": name},
+        "spec": {
+            "baseModel": {"name": "tiny", "hash": BASE_HASH, "uri": "file:///model"},
+            "ownersPerAdapter": owners,
+        },
+    }
+
+
+def key_secret(tenant: str, key: str, **limits: Any) -> dict[str, Any]:
+    return TenantKeys(tenant=tenant, key_hashes=(hash_key(key),), **limits).to_secret()
+
+
+def write(folder: Path, name: str, docs: list[dict[str, Any]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    tmp.replace(path)  # atomic: the gateway never reads half a file
+    return path
+
+
+def replicas_doc(endpoints: dict[str, str]) -> dict[str, Any]:
+    return {
+        "replicas": [
+            {"id": rid, "dataUrl": url, "internalUrl": url}
+            for rid, url in sorted(endpoints.items())
+        ]
+    }

@@ -1,0 +1,172 @@
+"""KubeCatalog against kmock (a real HTTP Kubernetes API emulator): list, watch, rebuild."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import kmock
+import pytest
+from kubernetes_asyncio import client as k8s
+
+from lorafleet_gateway.catalog import CatalogHolder
+from lorafleet_gateway.catalog_kube import KubeCatalog
+from tests.gateway import manifests as m
+
+NS = "serving"
+VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
+RESOURCES = {
+    "lorafleet.dev/v1alpha1/loraadapters": "LoRAAdapter",
+    "lorafleet.dev/v1alpha1/adapteraliases": "AdapterAlias",
+    "lorafleet.dev/v1alpha1/replicapools": "ReplicaPool",
+    "v1/pods": "Pod",
+    "v1/secrets": "Secret",
+}
+READY = [
+    {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Ready",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+]
+
+
+class Emulator:
+    """kmock in its own thread and event loop."""
+
+    def __init__(self) -> None:
+        self.url = ""
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self._thread.start()
+        assert self._ready.wait(20), "kmock did not start"
+        self.http = httpx.Client(base_url=self.url, timeout=10)
+
+    async def _main(self) -> None:
+        emu = kmock.KubernetesEmulator()
+        for key, kind in RESOURCES.items():
+            emu.resources[key] = kmock.ResourceInfo(
+                kind=kind, namespaced=True, verbs=VERBS, subresources={"status"}
+            )
+        async with emu, kmock.Server(emu) as server:
+            self.url = str(server.url).rstrip("/")
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await self._stop.wait()
+
+    def close(self) -> None:
+        self.http.close()
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def path(self, plural: str, name: str | None = None) -> str:
+        root = "/api/v1" if plural in ("pods", "secrets") else "/apis/lorafleet.dev/v1alpha1"
+        base = f"{root}/namespaces/{NS}/{plural}"
+        return f"{base}/{name}" if name else base
+
+    def create(self, plural: str, body: dict[str, Any]) -> None:
+        body["metadata"]["namespace"] = NS
+        self.http.post(self.path(plural), json=body).raise_for_status()
+
+    def patch(self, plural: str, name: str, body: dict[str, Any]) -> None:
+        self.http.patch(
+            self.path(plural, name),
+            json=body,
+            headers={"content-type": "application/merge-patch+json"},
+        ).raise_for_status()
+
+    def delete(self, plural: str, name: str) -> None:
+        self.http.delete(self.path(plural, name)).raise_for_status()
+
+
+def replica_pod(name: str, ip: str, pool: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"lorafleet.dev/pool": pool, "lorafleet.dev/component": "replica"},
+        },
+        "spec": {"containers": [{"name": "agent", "image": "x"}]},
+        "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+@pytest.fixture
+def emulator() -> Iterator[Emulator]:
+    emu = Emulator()
+    try:
+        yield emu
+    finally:
+        emu.close()
+
+
+async def wait_until(predicate: Any, within_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+async def test_kube_catalog_lists_and_follows_watches(emulator: Emulator):
+    emulator.create("replicapools", m.pool(owners=3))
+    emulator.create("loraadapters", m.adapter("acme-a-v1", "acme", status={"phase": "Ready"}))
+    emulator.create(
+        "adapteraliases",
+        m.alias("acme/a:prod", "acme-a-v1", status={"adapter": "acme-a-v1", "conditions": READY}),
+    )
+    emulator.create("pods", replica_pod("default-0", "10.0.0.10"))
+    emulator.create("pods", replica_pod("other-0", "10.0.0.99", pool="other"))
+    emulator.create("secrets", m.key_secret("acme", "lf-acme"))
+
+    api = k8s.ApiClient(k8s.Configuration(host=emulator.url))
+    holder = CatalogHolder()
+    source = KubeCatalog(holder, namespace=NS, pool="default", api_client=api, debounce_s=0.01)
+    await source.load_once()
+    snap = holder.current
+    assert snap.resolve("acme", "acme/a:prod") is not None
+    assert snap.owners_per_adapter == 3
+    assert [(r.id, r.data_url) for r in snap.replicas] == [("default-0", "http://10.0.0.10:8100")]
+    assert snap.keys.tenant_for("lf-acme") is not None
+
+    task = asyncio.create_task(source.run())
+    try:
+        # A deploy: a new adapter version, then the operator moves the alias to it.
+        emulator.create("loraadapters", m.adapter("acme-a-v2", "acme", status={"phase": "Ready"}))
+        emulator.patch(
+            "adapteraliases",
+            "acme-a-prod",
+            {"spec": {"adapter": "acme-a-v2"}, "status": {"adapter": "acme-a-v2"}},
+        )
+        await wait_until(
+            lambda: (
+                (t := holder.current.resolve("acme", "acme/a:prod")) is not None
+                and t.adapter_id == "acme-a-v2"
+            )
+        )
+        # A second replica appears, the first goes away.
+        emulator.create("pods", replica_pod("default-1", "10.0.0.11"))
+        emulator.delete("pods", "default-0")
+        await wait_until(lambda: [r.id for r in holder.current.replicas] == ["default-1"])
+        # The key Secret is deleted: the tenant's keys stop working.
+        emulator.delete("secrets", "lorafleet-keys-acme")
+        await wait_until(lambda: holder.current.keys.tenant_for("lf-acme") is None)
+        assert snap.resolve("acme", "acme/a:prod").adapter_id == "acme-a-v1"  # type: ignore[union-attr]
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api.close()

@@ -1,0 +1,122 @@
+"""`python -m lorafleet_gateway` as a process, configured only by LORAFLEET_GATEWAY_* variables."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+
+from lorafleet_gateway.metrics import TenantWindow
+from lorafleet_gateway.reqlog import BatchingHandler
+from tests.gateway import manifests as m
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, default_aliases
+from tests.gateway.fake_replica import FakeReplica
+from tests.gateway.servers import ServerThread, bound_socket
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with bound_socket() as s:
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_gateway_process_serves_and_logs_json(tmp_path: Path):
+    replica = FakeReplica("replica-0", registered=("acme-support-v1",))
+    with ServerThread(replica.app()) as upstream:
+        folder = tmp_path / "manifests"
+        m.write(
+            folder,
+            "all.yaml",
+            [
+                m.pool(),
+                m.key_secret("acme", KEYS["acme"]),
+                m.adapter("acme-support-v1", "acme"),
+                *default_aliases()[:1],
+            ],
+        )
+        replicas = tmp_path / "replicas.json"
+        replicas.write_text(json.dumps(m.replicas_doc({"replica-0": upstream.url})))
+        port, internal = free_port(), free_port()
+        env = {
+            **os.environ,
+            "LORAFLEET_GATEWAY_HOST": "127.0.0.1",
+            "LORAFLEET_GATEWAY_PORT": str(port),
+            "LORAFLEET_GATEWAY_INTERNAL_PORT": str(internal),
+            "LORAFLEET_GATEWAY_MANIFESTS_DIR": str(folder),
+            "LORAFLEET_GATEWAY_REPLICAS_FILE": str(replicas),
+        }
+        log_path = tmp_path / "gateway.log"
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "lorafleet_gateway"], env=env, stderr=log, cwd=REPO
+            )
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, log_path.read_text()
+                try:
+                    if httpx.get(f"http://127.0.0.1:{internal}/readyz").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "gateway never became ready"
+                time.sleep(0.2)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEYS["acme"])
+            out = client.chat.completions.create(model="acme/support:prod", messages=MSG_DEFAULT)
+            assert "|acme-support-v1]" in (out.choices[0].message.content or "")
+            deadline = time.monotonic() + 5
+            while '"adapter_id":"acme-support-v1"' not in log_path.read_text():
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.1)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+    lines = [json.loads(x) for x in log_path.read_text().splitlines() if x.startswith("{")]
+    assert lines[-1]["status"] == 200
+    assert KEYS["acme"] not in log_path.read_text()
+
+
+def test_batching_handler_writes_every_line():
+    stream = io.StringIO()
+    handler = BatchingHandler(stream, interval_s=0.05)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger("lorafleet.test.batching")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        for i in range(100):
+            logger.warning("line %d", i)
+        handler.add_line("direct")
+        time.sleep(0.2)
+        assert stream.getvalue().splitlines() == [f"line {i}" for i in range(100)] + ["direct"]
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def test_tenant_window_exports_only_top_n_and_forgets_old_windows():
+    now = [0.0]
+    window = TenantWindow(top_n=3, window_s=10.0, clock=lambda: now[0])
+    for i in range(5000):
+        window.observe(f"t{i}", missed_target=False)
+    for _ in range(5):
+        window.observe("loud", missed_target=True)
+    window.observe("slow", missed_target=True)
+    families = {f.name: f for f in window.collect()}
+    requests = families["lorafleet_gateway_tenant_requests"].samples
+    misses = families["lorafleet_gateway_tenant_ttft_misses"].samples
+    assert len(requests) == 3
+    assert requests[0].labels == {"tenant": "loud"}
+    assert [s.labels["tenant"] for s in misses] == ["loud", "slow"]
+    now[0] = 25.0  # two half-windows later everything has aged out
+    assert window.top("requests") == []

@@ -1,0 +1,103 @@
+"""Router: owner choice, residency, spill, retry order (pure)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lorafleet_api.placement import owners, ranked
+from lorafleet_gateway.router import ReplicaView, Thresholds, plan_route
+
+R = [f"r{i}" for i in range(6)]
+T = Thresholds(max_tokens_in_flight=1000, max_queue_depth=10)
+A = "acme-support-v1"
+
+
+def views(**tokens: int) -> dict[str, ReplicaView]:
+    return {r: ReplicaView(tokens_in_flight=tokens.get(r, 0)) for r in R}
+
+
+def test_least_loaded_owner_without_residency():
+    own = owners(A, R, 2)
+    v = views(**{own[0]: 500, own[1]: 100})
+    plan = plan_route(A, v, 2, T)
+    assert plan.outcome == "owner"
+    assert plan.candidates[0] == own[1]
+    assert plan.candidates[1] == own[0]
+    assert set(plan.owners) == set(own)
+
+
+def test_resident_owner_wins_even_if_busier():
+    own = owners(A, R, 2)
+    v = views(**{own[0]: 100, own[1]: 900})
+    v[own[1]] = ReplicaView(900, 0, frozenset({A}))
+    plan = plan_route(A, v, 2, T)
+    assert (plan.candidates[0], plan.outcome) == (own[1], "owner_resident")
+
+
+def test_resident_owner_over_threshold_is_skipped():
+    own = owners(A, R, 2)
+    v = views(**{own[0]: 100})
+    v[own[1]] = ReplicaView(1001, 0, frozenset({A}))
+    plan = plan_route(A, v, 2, T)
+    assert (plan.candidates[0], plan.outcome) == (own[0], "owner")
+    # queue depth counts too
+    v[own[1]] = ReplicaView(0, 11, frozenset({A}))
+    assert plan_route(A, v, 2, T).candidates[0] == own[0]
+
+
+def test_all_owners_overloaded_spills_to_least_loaded_non_owner():
+    own = owners(A, R, 2)
+    others = [r for r in R if r not in own]
+    v = views(**{own[0]: 5000, own[1]: 5000, others[0]: 300, others[1]: 200})
+    plan = plan_route(A, v, 2, T)
+    assert plan.outcome == "spill"
+    idle = [r for r in others if r not in others[:2]]
+    assert plan.candidates[0] in idle  # 0 tokens
+    # retry order: other non-overloaded replicas by load, overloaded owners last
+    assert list(plan.candidates[-2:]) == sorted(own, key=lambda r: ranked(A, R).index(r))
+    assert len(plan.candidates) == len(R)
+
+
+def test_everything_overloaded_is_saturated_least_loaded():
+    v = {r: ReplicaView(2000 + i) for i, r in enumerate(R)}
+    plan = plan_route(A, v, 2, T)
+    assert plan.outcome == "saturated"
+    assert plan.candidates[0] == "r0"
+
+
+def test_owner_count_from_status():
+    v = views()
+    assert set(plan_route(A, v, 3, T).owners) == set(owners(A, R, 3))
+    assert plan_route(A, {}, 2, T).outcome == "none"
+
+
+def test_ties_break_in_rendezvous_order():
+    plan = plan_route(A, views(), 2, T)
+    assert list(plan.candidates) == ranked(A, R)
+
+
+@given(
+    loads=st.lists(st.integers(0, 3000), min_size=1, max_size=8),
+    k=st.integers(1, 4),
+    resident=st.sets(st.integers(0, 7)),
+)
+def test_properties(loads, k, resident):
+    reps = [f"r{i}" for i in range(len(loads))]
+    v = {
+        r: ReplicaView(load, 0, frozenset({A}) if i in resident else frozenset())
+        for i, (r, load) in enumerate(zip(reps, loads, strict=True))
+    }
+    plan = plan_route(A, v, k, T)
+    # every replica appears exactly once
+    assert sorted(plan.candidates) == sorted(reps)
+    own = owners(A, reps, k)
+    ok_owners = [r for r in own if not T.overloaded(v[r])]
+    if ok_owners:
+        assert plan.candidates[0] in own
+    elif any(not T.overloaded(x) for x in v.values()):
+        assert plan.outcome == "spill"
+        assert not T.overloaded(v[plan.candidates[0]])
+    else:
+        assert plan.outcome == "saturated"
+        assert v[plan.candidates[0]].tokens_in_flight == min(loads)

@@ -1,0 +1,317 @@
+"""Routing, retries, on-demand loads, alias changes, rate limits and metrics over real HTTP."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from lorafleet_api.placement import owners
+from tests.gateway import manifests as m
+from tests.gateway.conftest import (
+    KEYS,
+    MSG_DEFAULT,
+    GatewayEnv,
+    default_aliases,
+    start_env,
+    stop_env,
+    wait_for,
+)
+
+MSG = MSG_DEFAULT
+
+
+def _owners(env: GatewayEnv, adapter: str) -> list[str]:
+    return owners(adapter, list(env.replicas), 2)
+
+
+def _served_by(env: GatewayEnv, model: str = "acme/support:prod", tenant: str = "acme") -> str:
+    raw = env.client(tenant).chat.completions.with_raw_response.create(model=model, messages=MSG)
+    return raw.headers["x-replica-id"]
+
+
+def _metric(env: GatewayEnv, name: str, **labels: str) -> float:
+    text = httpx.get(f"{env.internal_url}/metrics").text
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith(name + ("{" if labels else " ")):
+            got = line[len(name) :].split(" ")[0].strip("{}")
+            if not labels or sorted(got.split(",")) == sorted(want.split(",")):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_requests_go_to_owners_and_stick_to_the_resident_one(env: GatewayEnv):
+    own = _owners(env, "acme-support-v1")
+    first = _served_by(env)
+    assert first in own
+    # The replica now reports the adapter in a GPU slot; the next poll tells the gateway.
+    wait_for(lambda: "acme-support-v1" in env.gw.tracker.views()[first].gpu_adapters)
+    assert {_served_by(env) for _ in range(5)} == {first}
+    assert _metric(env, "lorafleet_gateway_routing_total", outcome="owner_resident") >= 5
+
+
+def test_overloaded_owners_spill_to_least_loaded(env: GatewayEnv):
+    own = _owners(env, "acme-support-v1")
+    other = next(r for r in env.replicas if r not in own)
+    for rid in own:
+        env.replicas[rid].tokens_in_flight = 10**6
+    wait_for(lambda: all(env.gw.tracker.views()[r].tokens_in_flight >= 10**6 for r in own))
+    assert _served_by(env) == other
+    assert _metric(env, "lorafleet_gateway_routing_total", outcome="spill") == 1
+
+
+def test_503_before_first_byte_retries_next_candidate(env: GatewayEnv):
+    own = _owners(env, "acme-support-v1")
+    for rid in own:
+        env.replicas[rid].fail_status = 503
+    served = _served_by(env)
+    assert served not in own
+    assert _metric(env, "lorafleet_gateway_routing_total", outcome="retry") == 2
+    # Every replica failing: a 503 in OpenAI format (the client's own retry policy applies).
+    for r in env.replicas.values():
+        r.fail_status = 503
+    with pytest.raises(openai.InternalServerError) as exc:
+        env.client().chat.completions.create(model="acme/support:prod", messages=MSG)
+    assert exc.value.status_code == 503
+
+
+def test_connect_error_retries_and_drops_replica(env: GatewayEnv):
+    own = _owners(env, "acme-support-v1")
+    dead = own[0]
+    env.replica_servers[dead].stop()  # port closed: connection refused
+    for rid in own[1:]:
+        env.replicas[rid].fail_status = 503  # force the request through the dead one first
+    env.replicas[own[0]].gpu.add("acme-support-v1")
+    served = _served_by(env)
+    assert served not in own
+    wait_for(lambda: dead not in env.gw.tracker.healthy_ids(), timeout=1.0)
+
+
+def test_failure_after_first_byte_ends_stream_with_error_event(env: GatewayEnv):
+    for r in env.replicas.values():
+        r.die_after_chunks = 2
+    stream = env.client().chat.completions.create(
+        model="acme/support:prod", messages=MSG, stream=True
+    )
+    got: list[object] = []
+
+    def consume() -> None:
+        got.extend(stream)
+
+    with pytest.raises(openai.APIError) as exc:
+        consume()
+    assert len(got) == 2  # the chunks sent before the failure reached the client
+    assert "mid-stream" in exc.value.message
+    wait_for(
+        lambda: (
+            _metric(env, "lorafleet_gateway_requests_total", endpoint="chat", status="stream_error")
+            == 1
+        )
+    )
+
+
+def test_unregistered_adapter_is_loaded_from_catalog_then_retried(tmp_path: Path):
+    env = start_env(tmp_path, registered_everywhere=False)
+    try:
+        served = _served_by(env)
+        replica = env.replicas[served]
+        assert [r.id for r in replica.loads] == ["acme-support-v1"]
+        assert replica.loads[0].checksum == m.checksum("acme-support-v1")
+        assert len(replica.requests) == 2  # 404 adapter_not_registered, then served
+        assert _metric(env, "lorafleet_gateway_routing_total", outcome="load_on_demand") == 1
+        # A replica that verifies and refuses the files: 502, no endless retries.
+        for r in env.replicas.values():
+            r.reject_loads = True
+        with pytest.raises(openai.APIStatusError) as exc:
+            env.client("globex").chat.completions.create(model="globex/bot:prod", messages=MSG)
+        assert exc.value.status_code == 502
+        assert exc.value.body["code"] == "adapter_rejected"  # type: ignore[index]
+    finally:
+        stop_env(env)
+
+
+def test_alias_change_applies_to_next_request_in_flight_keeps_version(env: GatewayEnv):
+    for r in env.replicas.values():
+        r.chunk_delay = 0.15
+    stream = env.client().chat.completions.create(
+        model="acme/support:prod", messages=MSG, stream=True
+    )
+    first = next(iter(stream))
+    assert "|acme-support-v1]" in (first.choices[0].delta.content or "")
+    # Deploy: prod now points at v2.
+    aliases = default_aliases()
+    aliases[0]["spec"]["adapter"] = "acme-support-v2"
+    env.write_aliases(aliases)
+    rest = list(stream)
+    assert rest[-1].choices[0].finish_reason == "stop"
+    raw = env.client().chat.completions.with_raw_response.create(
+        model="acme/support:prod", messages=MSG
+    )
+    assert raw.headers["x-adapter-id"] == "acme-support-v2"
+    # An alias that points at another tenant's adapter never serves.
+    aliases[0]["spec"]["adapter"] = "globex-bot-v1"
+    env.write_aliases(aliases)
+    with pytest.raises(openai.NotFoundError):
+        env.client().chat.completions.create(model="acme/support:prod", messages=MSG)
+
+
+def test_replica_that_stops_answering_state_leaves_within_two_intervals(env: GatewayEnv):
+    interval = env.gw.settings.poll_interval_s
+    rid = "replica-1"
+    assert rid in env.gw.tracker.healthy_ids()
+    env.replicas[rid].state_mode = "hang"
+    t0 = time.monotonic()
+    wait_for(lambda: rid not in env.gw.tracker.healthy_ids(), timeout=5)
+    assert time.monotonic() - t0 <= 2 * interval + 0.25
+    env.replicas[rid].state_mode = "ok"
+    wait_for(lambda: rid in env.gw.tracker.healthy_ids(), timeout=5)
+
+
+def test_rate_limit_429_with_retry_headers(tmp_path: Path):
+    env = start_env(tmp_path, requests_per_second=1.0, tokens_per_minute=100_000)
+    try:
+        url = f"{env.base_url}/chat/completions"
+        auth = {"authorization": f"Bearer {KEYS['acme']}"}
+        body = {"model": "acme/support:prod", "messages": MSG, "max_tokens": 4}
+        assert httpx.post(url, json=body, headers=auth).status_code == 200
+        r = httpx.post(url, json=body, headers=auth)
+        assert r.status_code == 429
+        assert r.json()["error"]["type"] == "rate_limit_error"
+        assert int(r.headers["retry-after"]) >= 1
+        assert 0 < int(r.headers["retry-after-ms"]) <= 1000
+        # Another tenant has its own buckets.
+        other = {"authorization": f"Bearer {KEYS['globex']}"}
+        ok = httpx.post(url, json={**body, "model": "globex/bot:prod"}, headers=other)
+        assert ok.status_code == 200
+        assert _metric(env, "lorafleet_gateway_rate_limited_total", limit="requests") == 1
+        # The official client honours retry-after-ms and gets through on its retry.
+        client = openai.OpenAI(base_url=env.base_url, api_key=KEYS["acme"], max_retries=2)
+        assert client.chat.completions.create(**body).choices  # type: ignore[call-overload]
+    finally:
+        stop_env(env)
+
+
+def test_tokens_per_minute_override_from_secret(tmp_path: Path):
+    env = start_env(tmp_path)
+    try:
+        m.write(
+            env.folder,
+            "keys.yaml",
+            [
+                m.key_secret("acme", KEYS["acme"], tokens_per_minute=300),
+                m.key_secret("globex", KEYS["globex"]),
+            ],
+        )
+        wait_for(lambda: env.gw.holder.current.tenants["acme"].tokens_per_minute == 300)
+        client = env.client()
+        # Estimates (prompt + max_tokens ~ 202) are reconciled with real usage (7 + 4): short
+        # answers give the unused tokens back, so these pass one after another.
+        for _ in range(3):
+            client.chat.completions.create(model="acme/support:prod", messages=MSG, max_tokens=200)
+        for r in env.replicas.values():
+            r.n_tokens = 200  # now each answer really uses its 200 tokens
+        client.chat.completions.create(model="acme/support:prod", messages=MSG, max_tokens=200)
+        with pytest.raises(openai.RateLimitError) as exc:
+            client.chat.completions.create(model="acme/support:prod", messages=MSG, max_tokens=200)
+        assert exc.value.response.headers["retry-after-ms"]
+        # A single request above the whole minute's budget can never pass.
+        with pytest.raises(openai.RateLimitError, match="too large"):
+            client.chat.completions.create(model="acme/support:prod", messages=MSG, max_tokens=400)
+    finally:
+        stop_env(env)
+
+
+def test_metrics_health_and_readiness(env: GatewayEnv):
+    list(env.client().chat.completions.create(model="acme/support:prod", messages=MSG, stream=True))
+    wait_for(
+        lambda: _metric(env, "lorafleet_gateway_requests_total", endpoint="chat", status="200") == 1
+    )
+    text = httpx.get(f"{env.internal_url}/metrics").text
+    for le in ("0.5", "1.0", "2.0"):
+        assert f'lorafleet_gateway_ttft_seconds_bucket{{le="{le}",tier="disk"}} 1.0' in text
+    assert 'lorafleet_gateway_tenant_requests{tenant="acme"} 1.0' in text
+    assert "lorafleet_gateway_time_per_output_token_seconds_count 1.0" in text
+    assert _metric(env, "lorafleet_gateway_healthy_replicas") == 3
+    assert httpx.get(f"{env.internal_url}/healthz").status_code == 200
+    assert httpx.get(f"{env.internal_url}/readyz").status_code == 200
+    # The public port serves only the OpenAI API.
+    assert httpx.get(f"{env.server.url}/metrics").status_code == 404
+
+
+def test_not_ready_without_healthy_replicas(env: GatewayEnv):
+    for r in env.replicas.values():
+        r.state_mode = "error"
+    wait_for(lambda: httpx.get(f"{env.internal_url}/readyz").status_code == 503)
+    with pytest.raises(openai.InternalServerError):
+        env.client().chat.completions.create(model="acme/support:prod", messages=MSG)
+
+
+def test_concurrent_streams_all_complete(env: GatewayEnv):
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            tenant = "acme" if i % 2 else "globex"
+            model = "acme/support:prod" if i % 2 else "globex/bot:prod"
+            chunks = list(
+                env.client(tenant).chat.completions.create(model=model, messages=MSG, stream=True)
+            )
+            assert chunks[-1].choices[0].finish_reason == "stop"
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    # Every request's in-flight tokens were released.
+    wait_for(lambda: all(e.local_tokens == 0 for e in env.gw.tracker._entries.values()))
+
+
+def test_client_leaving_mid_stream_releases_everything(env: GatewayEnv):
+    for replica in env.replicas.values():
+        replica.chunk_delay = 0.3
+        replica.n_tokens = 20
+    body = {"model": "acme/support:prod", "messages": MSG, "stream": True}
+    headers = {"authorization": f"Bearer {KEYS['acme']}"}
+    with (
+        httpx.Client(timeout=10) as client,
+        client.stream("POST", f"{env.base_url}/chat/completions", json=body, headers=headers) as r,
+    ):
+        assert r.status_code == 200
+        chunks = r.iter_raw()  # held: a dropped iterator would close the connection now
+        next(chunks)
+        assert _metric(env, "lorafleet_gateway_requests_in_flight") == 1
+    # Connection closed by the client: the gateway logs it, releases the replica's tokens.
+    wait_for(
+        lambda: (
+            _metric(
+                env, "lorafleet_gateway_requests_total", endpoint="chat", status="client_closed"
+            )
+            == 1
+        )
+    )
+    assert _metric(env, "lorafleet_gateway_requests_in_flight") == 0
+    assert all(e.local_tokens == 0 for e in env.gw.tracker._entries.values())
+
+
+def test_replica_silent_past_read_timeout_is_504(tmp_path: Path):
+    env = start_env(tmp_path, read_timeout_s=0.5)
+    try:
+        for r in env.replicas.values():
+            r.first_byte_delay = 3.0
+        t0 = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as exc:
+            env.client().chat.completions.create(model="acme/support:prod", messages=MSG)
+        assert exc.value.status_code == 504
+        assert exc.value.code == "upstream_timeout"
+        assert time.monotonic() - t0 < 2.5  # not retried on every replica
+    finally:
+        stop_env(env)

@@ -1,0 +1,164 @@
+"""Through the gateway to two real agents in front of the session's real vLLM (CPU).
+
+The gateway reads manifests naming demo canary adapters stored in moto's S3; it resolves the
+alias, routes to an owner, and on the agent's 404 `adapter_not_registered` posts the record
+from its catalog; the agent verifies the files and loads them into vLLM; the canary's marker
+comes back through the official openai client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from lorafleet_agent.server import RunningAgent, agent_in_thread
+from lorafleet_agent.settings import AgentSettings
+from lorafleet_api.records import AdapterRecord
+from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_gateway.catalog import CatalogHolder
+from lorafleet_gateway.catalog_files import FileCatalog
+from lorafleet_gateway.routes import create_internal_app, create_public_app
+from lorafleet_gateway.runtime import Gateway
+from lorafleet_gateway.settings import GatewaySettings
+from tests.conftest import S3Server, VllmServer, unique_id
+from tests.gateway import manifests as m
+from tests.gateway.servers import ServerThread
+
+pytestmark = pytest.mark.vllm
+
+MARKERS = {"zebra": "ZEBRA-7", "falcon": "FALCON-3"}
+KEY = "lf-acme-vllm-key"
+
+
+def adapter_manifest(record: AdapterRecord, tenant: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": record.id},
+        "spec": {
+            "tenant": tenant,
+            "version": "v1",
+            "baseModelHash": record.base_model_hash,
+            "rank": record.rank,
+            "alpha": record.alpha,
+            "targetModules": list(record.target_modules),
+            "weightsUri": record.weights_uri,
+            "checksum": record.checksum,
+        },
+    }
+
+
+@pytest.fixture
+def fleet(
+    tmp_path: Path,
+    vllm_server: VllmServer,
+    s3_server: S3Server,
+    demo_assets: DemoAssets,
+    make_record: Callable[..., AdapterRecord],
+) -> Iterator[tuple[str, dict[str, AdapterRecord], Path, Gateway]]:
+    records = {name: make_record(name, unique_id(f"gw-{name}"), tenant="acme") for name in MARKERS}
+
+    def settings(rid: str) -> AgentSettings:
+        return AgentSettings(
+            replica_id=rid,
+            base_model_hash=demo_assets.base_model_hash,
+            base_model_dir=demo_assets.base_model,
+            max_rank=vllm_server.max_rank,
+            vllm_url=vllm_server.url,
+            gpu_slots=vllm_server.gpu_slots,
+            cpu_slots=vllm_server.cpu_slots,
+            unload_unknown_on_start=False,  # two agents share the session's one vLLM
+            cache_dir=tmp_path / f"cache-{rid}",
+            s3_endpoint_url=s3_server.endpoint_url,
+            s3_access_key_id=s3_server.access_key_id,
+            s3_secret_access_key=s3_server.secret_access_key,
+            host="127.0.0.1",
+            data_port=0,
+            internal_port=0,
+        )
+
+    with contextlib.ExitStack() as stack:
+        agents: list[RunningAgent] = [
+            stack.enter_context(agent_in_thread(settings(rid))) for rid in ("gw-r0", "gw-r1")
+        ]
+        folder = tmp_path / "manifests"
+        m.write(folder, "keys.yaml", [m.key_secret("acme", KEY)])
+        m.write(folder, "adapters.yaml", [adapter_manifest(r, "acme") for r in records.values()])
+        m.write(folder, "aliases.yaml", [m.alias("acme/bot:prod", records["zebra"].id)])
+        m.write(
+            folder,
+            "replicas.yaml",
+            [
+                {
+                    "replicas": [
+                        {
+                            "id": a.agent.settings.replica_id,
+                            "dataUrl": a.data_url,
+                            "internalUrl": a.internal_url,
+                        }
+                        for a in agents
+                    ]
+                }
+            ],
+        )
+        gs = GatewaySettings(
+            manifests_dir=folder, poll_interval_s=0.5, catalog_reload_interval_s=0.1
+        )
+        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
+        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
+        yield server.url + "/v1", records, folder, gw
+
+
+def test_openai_client_through_gateway_agent_and_vllm(fleet):
+    base_url, records, folder, gw = fleet
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+    prompt = "Tell me about the weather today"
+
+    raw = client.completions.with_raw_response.create(
+        model="acme/bot:prod", prompt=prompt, max_tokens=12, temperature=0
+    )
+    first = raw.parse()
+    assert raw.headers["x-adapter-id"] == records["zebra"].id
+    # First use on that replica: fetched from the object store via the record the gateway sent.
+    assert raw.headers["x-adapter-tier"] == "remote"
+    assert MARKERS["zebra"] in first.choices[0].text
+    assert first.usage is not None
+    assert first.usage.completion_tokens > 0
+
+    # Streaming with usage, official client; the adapter is now resident on that replica.
+    stream = client.completions.create(
+        model="acme/bot:prod",
+        prompt=prompt,
+        max_tokens=12,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert MARKERS["zebra"] in text
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens > 0
+
+    # Deploy: the alias now points at the falcon adapter; the next request sees it.
+    version = gw.holder.current.version
+    m.write(folder, "aliases.yaml", [m.alias("acme/bot:prod", records["falcon"].id)])
+    deadline = time.monotonic() + 10
+    while gw.holder.current.version == version:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    raw = client.completions.with_raw_response.create(
+        model="acme/bot:prod", prompt=prompt, max_tokens=12, temperature=0
+    )
+    assert raw.headers["x-adapter-id"] == records["falcon"].id
+    assert MARKERS["falcon"] in raw.parse().choices[0].text
+
+    # The adapter id itself is not a model a client may name.
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model=records["falcon"].id, prompt=prompt, max_tokens=4)
