@@ -64,6 +64,7 @@ def main() -> int:
 
     from lorafleet_agent.server import agent_in_thread
     from lorafleet_agent.settings import AgentSettings
+    from lorafleet_api.models import ALL_TARGET_MODULES
     from lorafleet_api.records import AdapterRecord
     from lorafleet_cli.demo_assets import ensure_demo_assets
     from tests.conftest import (
@@ -101,15 +102,7 @@ def main() -> int:
             base_model_hash=assets.base_model_hash,
             rank=assets.ranks[name],
             alpha=2.0 * assets.ranks[name],
-            target_modules=(
-                "down_proj",
-                "gate_proj",
-                "k_proj",
-                "o_proj",
-                "q_proj",
-                "up_proj",
-                "v_proj",
-            ),
+            target_modules=tuple(sorted(ALL_TARGET_MODULES)),
             weights_uri=uris[name],
             checksum=assets.checksums[name],
         )

@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from lorafleet_api.adapter_files import ADAPTER_FILES
+from lorafleet_api.models import ALL_TARGET_MODULES
 from lorafleet_api.records import AdapterRecord
 from lorafleet_cli.demo_assets import DEFAULT_MARKERS, DemoAssets, ensure_demo_assets
 
@@ -261,15 +262,7 @@ def make_record(demo_assets: DemoAssets, s3_server: S3Server) -> Callable[..., A
             "base_model_hash": demo_assets.base_model_hash,
             "rank": demo_assets.ranks[name],
             "alpha": float(2 * demo_assets.ranks[name]),
-            "target_modules": (
-                "down_proj",
-                "gate_proj",
-                "k_proj",
-                "o_proj",
-                "q_proj",
-                "up_proj",
-                "v_proj",
-            ),
+            "target_modules": tuple(sorted(ALL_TARGET_MODULES)),
             "weights_uri": s3_server.uris[name],
             "checksum": demo_assets.checksums[name],
         }

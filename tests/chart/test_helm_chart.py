@@ -144,3 +144,13 @@ def test_chart_crds_match_generated_crds():
     assert shipped == generated
     _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", generated, shallow=False)
     assert (mismatch, errors) == ([], []), "run `make crds` to refresh charts/lorafleet/crds"
+
+
+def test_operator_runs_standalone_in_the_release_namespace():
+    (op,) = [d for d in by_kind(render(), "Deployment") if "operator" in d["metadata"]["name"]]
+    container = op["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "lorafleet_operator"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["LORAFLEET_OPERATOR_NAMESPACES"] == "serving"
+    assert env["LORAFLEET_OPERATOR_LIVENESS_ENDPOINT"].endswith(":8080/healthz")
+    assert op["spec"]["replicas"] == 1
