@@ -1,0 +1,89 @@
+"""Pydantic models of lorafleet's custom resources: the one source of truth.
+
+`crds/*.yaml` is generated from these models (see lorafleet_api.crds); a test fails when the
+committed YAML drifts. Python attributes are snake_case; the wire format (and the YAML a user
+writes) is camelCase, as everywhere in Kubernetes.
+
+Constraints live twice on purpose: as pydantic validation (what the operator, gateway, CLI and
+standalone mode enforce) and as OpenAPI/CEL in the CRD (what the API server enforces before any
+lorafleet code runs). Cross-field rules are written as CEL in `json_schema_extra` and mirrored by
+model validators here.
+
+Split by resource: `common` (patterns, CamelModel, Condition, ObjectMeta), `adapter`, `alias`,
+`pool`. Import from `lorafleet_api.models`; the submodules are an implementation detail.
+"""
+
+from lorafleet_api.models.adapter import (
+    AdapterPhase,
+    LoRAAdapter,
+    LoRAAdapterSpec,
+    LoRAAdapterStatus,
+)
+from lorafleet_api.models.alias import (
+    AdapterAlias,
+    AdapterAliasSpec,
+    AdapterAliasStatus,
+    AliasHistoryEntry,
+)
+from lorafleet_api.models.common import (
+    ALIAS_MODEL,
+    ALL_TARGET_MODULES,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    MODULE_NAME,
+    SHA256_REF,
+    WEIGHTS_URI,
+    AdapterName,
+    CamelModel,
+    Condition,
+    ConditionStatus,
+    ModuleName,
+    ObjectMeta,
+    ReplicaId,
+)
+from lorafleet_api.models.pool import (
+    AutoscalingSpec,
+    BaseModelRef,
+    CacheSpec,
+    EngineSpec,
+    ReplicaBounds,
+    ReplicaPool,
+    ReplicaPoolSpec,
+    ReplicaPoolStatus,
+)
+
+AnyResource = LoRAAdapter | AdapterAlias | ReplicaPool
+
+__all__ = [
+    "ALIAS_MODEL",
+    "ALL_TARGET_MODULES",
+    "DNS_LABEL",
+    "DNS_SUBDOMAIN",
+    "MODULE_NAME",
+    "SHA256_REF",
+    "WEIGHTS_URI",
+    "AdapterAlias",
+    "AdapterAliasSpec",
+    "AdapterAliasStatus",
+    "AdapterName",
+    "AdapterPhase",
+    "AliasHistoryEntry",
+    "AnyResource",
+    "AutoscalingSpec",
+    "BaseModelRef",
+    "CacheSpec",
+    "CamelModel",
+    "Condition",
+    "ConditionStatus",
+    "EngineSpec",
+    "LoRAAdapter",
+    "LoRAAdapterSpec",
+    "LoRAAdapterStatus",
+    "ModuleName",
+    "ObjectMeta",
+    "ReplicaBounds",
+    "ReplicaId",
+    "ReplicaPool",
+    "ReplicaPoolSpec",
+    "ReplicaPoolStatus",
+]
