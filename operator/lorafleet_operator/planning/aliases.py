@@ -105,18 +105,15 @@ def plan_alias(
             condition(DEPLOYED, False, MODEL_CLAIMED, msg, now, gen),
             condition(READY, False, MODEL_CLAIMED, f"not served: {msg}", now, gen),
         ]
-        return AliasPlan(
-            status=AdapterAliasStatus(
-                adapter=adapter,
-                previous_adapter=previous,
-                updated_at=updated_at,
-                history=history,
-                conditions=merge_conditions(old.conditions, conds),
-                observed_generation=gen,
-            ),
-            deployed=None,
-            conflict_with=older.name,
+        # The loser of a claim keeps whatever it served before; only its conditions change.
+        status = old.model_copy(
+            deep=True,
+            update={
+                "conditions": merge_conditions(old.conditions, conds),
+                "observed_generation": gen,
+            },
         )
+        return AliasPlan(status=status, deployed=None, conflict_with=older.name)
     conds.append(condition(CONFLICT, False, "NoConflict", "", now, gen))
 
     target = adapters.get(spec.adapter)
