@@ -22,6 +22,7 @@ from lorafleet_api.adapter_files import (
     read_safetensors_header,
 )
 from lorafleet_api.models import SHA256_REF
+from tests.peft_factory import tensor_name, write_peft_adapter
 
 DIMS = BaseModelDims(
     hidden_size=128,
@@ -31,12 +32,6 @@ DIMS = BaseModelDims(
     num_key_value_heads=1,
     head_dim=64,
 )
-ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-def tensor_name(layer: int, module: str, ab: str) -> str:
-    block = "self_attn" if module in ATTN else "mlp"
-    return f"base_model.model.model.layers.{layer}.{block}.{module}.lora_{ab}.weight"
 
 
 def make_adapter(
@@ -49,32 +44,9 @@ def make_adapter(
     dtype: type = np.float32,
     seed: int = 0,
 ) -> Path:
-    """A PEFT-format adapter (random weights), in the layout `peft.save_pretrained` writes."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    tensors: dict[str, np.ndarray] = {}
-    for layer in range(dims.num_layers):
-        for module in modules:
-            io = dims.io_dims(module)
-            assert io is not None
-            tensors[tensor_name(layer, module, "A")] = rng.standard_normal(
-                (rank, io[0]), dtype=np.float32
-            ).astype(dtype)
-            tensors[tensor_name(layer, module, "B")] = np.zeros((io[1], rank), dtype=dtype)
-    save_file(tensors, str(folder / "adapter_model.safetensors"))
-    cfg = {
-        "peft_type": "LORA",
-        "r": rank,
-        "lora_alpha": 2 * rank,
-        "target_modules": list(modules),
-        "base_model_name_or_path": "tiny-llama",
-        "task_type": "CAUSAL_LM",
-        "rank_pattern": {},
-        "alpha_pattern": {},
-    }
-    cfg.update(config or {})
-    (folder / "adapter_config.json").write_text(json.dumps(cfg))
-    return folder
+    return write_peft_adapter(
+        folder, dims, rank=rank, modules=modules, config=config, dtype=dtype, seed=seed
+    )
 
 
 def write_raw_safetensors(path: Path, header: Any, data: bytes) -> None:

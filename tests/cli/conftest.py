@@ -16,11 +16,20 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from lorafleet_api.adapter_files import base_model_hash
+from lorafleet_api.adapter_files import BaseModelDims, base_model_hash
 from lorafleet_api.models import ALL_TARGET_MODULES
 from lorafleet_cli.manifests import load_folder, write_object
+from tests.peft_factory import write_peft_adapter
 
 HIDDEN, INTERMEDIATE, LAYERS, HEADS = 64, 128, 2, 1
+DIMS = BaseModelDims(
+    hidden_size=HIDDEN,
+    intermediate_size=INTERMEDIATE,
+    num_layers=LAYERS,
+    num_attention_heads=HEADS,
+    num_key_value_heads=HEADS,
+    head_dim=HIDDEN // HEADS,
+)
 
 
 def make_base_model(folder: Path) -> Path:
@@ -42,18 +51,6 @@ def make_base_model(folder: Path) -> Path:
     return folder
 
 
-def _io(module: str) -> tuple[int, int]:
-    return {
-        "q_proj": (HIDDEN, HIDDEN),
-        "k_proj": (HIDDEN, HIDDEN),
-        "v_proj": (HIDDEN, HIDDEN),
-        "o_proj": (HIDDEN, HIDDEN),
-        "gate_proj": (HIDDEN, INTERMEDIATE),
-        "up_proj": (HIDDEN, INTERMEDIATE),
-        "down_proj": (INTERMEDIATE, HIDDEN),
-    }.get(module, (HIDDEN, HIDDEN))
-
-
 def make_adapter(
     folder: Path,
     *,
@@ -62,35 +59,16 @@ def make_adapter(
     wrong_shape: bool = False,
     seed: int = 0,
 ) -> Path:
-    """A PEFT LoRA folder with random weights and PEFT's tensor names."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors: dict[str, Any] = {}
-    for layer in range(LAYERS):
-        for module in modules:
-            d_in, d_out = _io(module)
-            if wrong_shape:
-                d_in += 8
-            kind = (
-                "self_attn" if module.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else "mlp"
-            )
-            prefix = f"base_model.model.model.layers.{layer}.{kind}.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = rng.standard_normal((rank, d_in)).astype(
-                np.float32
-            )
-            tensors[f"{prefix}.lora_B.weight"] = rng.standard_normal((d_out, rank)).astype(
-                np.float32
-            )
-    save_file(tensors, str(folder / "adapter_model.safetensors"))
-    config = {
-        "peft_type": "LORA",
-        "r": rank,
-        "lora_alpha": 2 * rank,
-        "target_modules": list(modules),
-        "base_model_name_or_path": "test-base",
-        "task_type": "CAUSAL_LM",
-    }
-    (folder / "adapter_config.json").write_text(json.dumps(config))
+    """A PEFT LoRA folder for the base model of `make_base_model`, plus a README as PEFT writes."""
+    write_peft_adapter(
+        folder,
+        DIMS,
+        rank=rank,
+        modules=modules,
+        seed=seed,
+        in_features_offset=8 if wrong_shape else 0,
+        base_model_name="test-base",
+    )
     (folder / "README.md").write_text("not part of the adapter")
     return folder
 
