@@ -37,6 +37,15 @@ def test_engine_flags_come_from_the_spec():
     assert "--enable-lora" in args
 
 
+def test_host_ram_cache_is_never_smaller_than_the_gpu_slots():
+    # vLLM refuses --max-cpu-loras < --max-loras; the agent must count the same RAM slots.
+    small_ram = pool("p", engine={"gpuSlots": 300, "hostRamSlots": 100})
+    objs = containers(plan_pool_objects(small_ram, "ns", 1))
+    assert flag(objs["vllm"]["args"], "--max-cpu-loras") == "300"
+    env = {e["name"]: e.get("value") for e in objs["agent"]["env"]}
+    assert env["LORAFLEET_AGENT_CPU_SLOTS"] == "300"
+
+
 def test_agent_sees_annotations_through_the_downward_api():
     objs = plan_pool_objects(POOL, "ns", 3)
     spec = objs.statefulset["spec"]["template"]["spec"]

@@ -9,13 +9,13 @@ lorafleet_gateway` with `LORAFLEET_GATEWAY_*`, vLLM's OpenAI server).
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from lorafleet_api.models import ReplicaPoolSpec
 from lorafleet_cli.standalone.supervisor import ProcessSpec
+from lorafleet_operator.planning.replica_config import AGENT_ENV_PREFIX, agent_env, lora_flags
 
 LOOPBACK = "127.0.0.1"
 
@@ -61,11 +61,6 @@ def is_cpu_build() -> bool:
     return True
 
 
-def cpu_loras(pool: ReplicaPoolSpec) -> int:
-    """vLLM --max-cpu-loras: the host-RAM cache, never smaller than the GPU slots (vLLM refuses)."""
-    return max(pool.engine.host_ram_slots, pool.engine.gpu_slots)
-
-
 def vllm_process(
     replica: ReplicaPlan,
     model_dir: Path,
@@ -86,17 +81,9 @@ def vllm_process(
         str(replica.vllm_port),
         "--model",
         str(model_dir),
-        "--enable-lora",
-        "--max-loras",
-        str(engine.gpu_slots),
-        "--max-cpu-loras",
-        str(cpu_loras(pool)),
-        "--max-lora-rank",
-        str(engine.max_rank),
+        *lora_flags(pool),
     ]
     env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-    if engine.max_model_len is not None:
-        argv += ["--max-model-len", str(engine.max_model_len)]
     if cpu:
         # Measured on the CPU build: without these it reserves most of RAM or refuses to start.
         argv += ["--dtype", "float32", "--gpu-memory-utilization", "0.1"]
@@ -122,26 +109,18 @@ def agent_process(
     python: str = sys.executable,
     log_dir: Path,
 ) -> ProcessSpec:
-    p = "LORAFLEET_AGENT_"
-    engine = pool.engine
-    env = {
-        f"{p}REPLICA_ID": replica.id,
-        f"{p}HOST": LOOPBACK,
-        f"{p}DATA_PORT": str(replica.data_port),
-        f"{p}INTERNAL_PORT": str(replica.internal_port),
-        f"{p}VLLM_URL": replica.vllm_url,
-        f"{p}OWNED_ADAPTERS_FILE": str(replica.annotations_file),
-        f"{p}PREWARM_POLL_S": "1.0",
-        f"{p}CACHE_DIR": str(replica.cache_dir),
-        f"{p}CACHE_BYTES": str(max(pool.cache.disk_bytes, 1)),
-        f"{p}BASE_MODEL_HASH": pool.base_model.hash,
-        f"{p}BASE_MODEL_DIR": str(model_dir),
-        f"{p}MAX_RANK": str(engine.max_rank),
-        # pydantic-settings reads complex fields (tuples) as JSON.
-        f"{p}ALLOWED_TARGET_MODULES": json.dumps(list(engine.allowed_target_modules)),
-        f"{p}GPU_SLOTS": str(engine.gpu_slots),
-        f"{p}CPU_SLOTS": str(cpu_loras(pool)),
-    }
+    env = agent_env(
+        pool,
+        replica_id=replica.id,
+        owned_adapters_file=replica.annotations_file,
+        cache_dir=replica.cache_dir,
+        vllm_url=replica.vllm_url,
+        data_port=replica.data_port,
+        internal_port=replica.internal_port,
+        base_model_dir=model_dir,
+    )
+    env[f"{AGENT_ENV_PREFIX}HOST"] = LOOPBACK
+    env[f"{AGENT_ENV_PREFIX}PREWARM_POLL_S"] = "1.0"  # a laptop user edits files by hand
     return ProcessSpec(
         name=f"{replica.id}/agent",
         argv=[python, "-m", "lorafleet_agent"],

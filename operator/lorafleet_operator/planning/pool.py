@@ -10,12 +10,12 @@ image: vLLM bound to 127.0.0.1:8000 (only the agent talks to it) and the lorafle
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from lorafleet_api.models import ReplicaPool
 from lorafleet_api.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_operator.planning.replica_config import agent_env, lora_flags
 
 COMPONENT_REPLICA = "replica"
 PODINFO_DIR = "/etc/lorafleet/podinfo"
@@ -50,8 +50,7 @@ def clamp_replicas(pool: ReplicaPool, wanted: int | None) -> int:
 
 
 def engine_args(pool: ReplicaPool) -> list[str]:
-    """vLLM command line: multi-LoRA slots and rank cap from the pool's engine spec."""
-    e = pool.spec.engine
+    """vLLM command line: the base model on localhost plus the pool's multi-LoRA flags."""
     args = [
         "--model",
         pool.spec.base_model.uri,
@@ -61,17 +60,9 @@ def engine_args(pool: ReplicaPool) -> list[str]:
         "127.0.0.1",
         "--port",
         str(VLLM_PORT),
-        "--enable-lora",
-        "--max-loras",
-        str(e.gpu_slots),
-        "--max-cpu-loras",
-        str(e.host_ram_slots),
-        "--max-lora-rank",
-        str(e.max_rank),
+        *lora_flags(pool.spec),
     ]
-    if e.max_model_len is not None:
-        args += ["--max-model-len", str(e.max_model_len)]
-    return args + list(e.extra_args)
+    return args + list(pool.spec.engine.extra_args)
 
 
 def _owner_refs(pool: ReplicaPool) -> list[dict[str, Any]]:
@@ -103,25 +94,19 @@ def _meta(pool: ReplicaPool, namespace: str) -> dict[str, Any]:
 
 
 def _agent_env(pool: ReplicaPool) -> list[dict[str, Any]]:
-    """Environment of the agent container, named after lorafleet_agent.settings.AgentSettings."""
+    """Environment of the agent container (see planning.replica_config.agent_env)."""
     spec = pool.spec
-    plain = {
+    plain = agent_env(
+        spec,
         # The downward-API annotations file; the agent reads owned-adapters from it.
-        "LORAFLEET_AGENT_OWNED_ADAPTERS_FILE": ANNOTATIONS_FILE,
-        "LORAFLEET_AGENT_CACHE_DIR": f"{CACHE_DIR}/adapters",
-        "LORAFLEET_AGENT_CACHE_BYTES": str(spec.cache.disk_bytes),
-        "LORAFLEET_AGENT_BASE_MODEL_HASH": spec.base_model.hash,
-        "LORAFLEET_AGENT_MAX_RANK": str(spec.engine.max_rank),
-        "LORAFLEET_AGENT_ALLOWED_TARGET_MODULES": json.dumps(spec.engine.allowed_target_modules),
-        "LORAFLEET_AGENT_GPU_SLOTS": str(spec.engine.gpu_slots),
-        "LORAFLEET_AGENT_CPU_SLOTS": str(spec.engine.host_ram_slots),
-        "LORAFLEET_AGENT_VLLM_URL": f"http://127.0.0.1:{VLLM_PORT}",
-        "LORAFLEET_AGENT_DATA_PORT": str(DATA_PORT),
-        "LORAFLEET_AGENT_INTERNAL_PORT": str(INTERNAL_PORT),
-    }
-    if spec.base_model.uri.startswith("/"):
+        owned_adapters_file=ANNOTATIONS_FILE,
+        cache_dir=f"{CACHE_DIR}/adapters",
+        vllm_url=f"http://127.0.0.1:{VLLM_PORT}",
+        data_port=DATA_PORT,
+        internal_port=INTERNAL_PORT,
         # A folder inside the image: the agent reads its config.json for tensor shapes.
-        plain["LORAFLEET_AGENT_BASE_MODEL_DIR"] = spec.base_model.uri
+        base_model_dir=spec.base_model.uri if spec.base_model.uri.startswith("/") else None,
+    )
     env: list[dict[str, Any]] = [
         # The replica id is the pod name: stable under a StatefulSet, hashed by placement.
         {

@@ -1,0 +1,81 @@
+"""What one replica runs, from a ReplicaPool spec: vLLM's LoRA flags and the agent's settings.
+
+One definition for both places that start replicas: the operator's StatefulSet
+(`planning.pool`) and standalone mode's local processes (`lorafleet_cli.standalone.processes`).
+The environment names are those `lorafleet_agent.settings.AgentSettings` reads; tests on both
+sides load AgentSettings from what is produced here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lorafleet_api.models import ReplicaPoolSpec
+
+AGENT_ENV_PREFIX = "LORAFLEET_AGENT_"
+
+
+def cpu_loras(spec: ReplicaPoolSpec) -> int:
+    """vLLM --max-cpu-loras: the host-RAM cache, never smaller than the GPU slots.
+
+    vLLM refuses to start when --max-cpu-loras < --max-loras; a pool asking for more GPU slots
+    than host-RAM slots gets a RAM cache as large as its GPU slots instead.
+    """
+    return max(spec.engine.host_ram_slots, spec.engine.gpu_slots)
+
+
+def lora_flags(spec: ReplicaPoolSpec) -> list[str]:
+    """vLLM's multi-LoRA flags: GPU slots, host-RAM cache, rank cap (and context length)."""
+    engine = spec.engine
+    flags = [
+        "--enable-lora",
+        "--max-loras",
+        str(engine.gpu_slots),
+        "--max-cpu-loras",
+        str(cpu_loras(spec)),
+        "--max-lora-rank",
+        str(engine.max_rank),
+    ]
+    if engine.max_model_len is not None:
+        flags += ["--max-model-len", str(engine.max_model_len)]
+    return flags
+
+
+def agent_env(
+    spec: ReplicaPoolSpec,
+    *,
+    owned_adapters_file: str | Path,
+    cache_dir: str | Path,
+    vllm_url: str,
+    data_port: int,
+    internal_port: int,
+    base_model_dir: str | Path | None,
+    replica_id: str | None = None,
+) -> dict[str, str]:
+    """The agent's environment for one replica of the pool.
+
+    `replica_id` None leaves it out (a StatefulSet sets it from the pod name via the downward
+    API); `base_model_dir` None leaves shape checks to a model the agent cannot read.
+    """
+    p = AGENT_ENV_PREFIX
+    engine = spec.engine
+    env = {
+        f"{p}OWNED_ADAPTERS_FILE": str(owned_adapters_file),
+        f"{p}CACHE_DIR": str(cache_dir),
+        f"{p}CACHE_BYTES": str(max(spec.cache.disk_bytes, 1)),
+        f"{p}BASE_MODEL_HASH": spec.base_model.hash,
+        f"{p}MAX_RANK": str(engine.max_rank),
+        # pydantic-settings reads complex fields (tuples) as JSON.
+        f"{p}ALLOWED_TARGET_MODULES": json.dumps(list(engine.allowed_target_modules)),
+        f"{p}GPU_SLOTS": str(engine.gpu_slots),
+        f"{p}CPU_SLOTS": str(cpu_loras(spec)),
+        f"{p}VLLM_URL": vllm_url,
+        f"{p}DATA_PORT": str(data_port),
+        f"{p}INTERNAL_PORT": str(internal_port),
+    }
+    if base_model_dir is not None:
+        env[f"{p}BASE_MODEL_DIR"] = str(base_model_dir)
+    if replica_id is not None:
+        env[f"{p}REPLICA_ID"] = replica_id
+    return env
