@@ -28,7 +28,7 @@ lint: install
 	$(BIN)/ruff format --check .
 
 typecheck: install
-	$(BIN)/mypy $(SRC) tests benchmarks
+	$(BIN)/mypy $(SRC) tests benchmarks e2e
 
 pytest: install
 	$(BIN)/pytest

@@ -1,0 +1,107 @@
+"""One streaming chat completion through the gateway with the official `openai` client.
+
+TTFT is measured to the first chunk that carries text (what a user sees), total time to the
+end of the stream; headers give the adapter id, tier and replica; usage comes from the final
+chunk (`stream_options.include_usage`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+import openai
+
+from e2e.results import RequestResult, marker_matches
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
+DEFAULT_KEY_FILE = Path(".lorafleet/demo-api-key")
+
+
+def make_client(base_url: str, api_key: str, timeout_s: float) -> openai.AsyncOpenAI:
+    # No client retries: a 429 or 503 is a measurement, not something to hide.
+    return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
+
+
+def read_api_key(key: str | None, key_file: Path | None) -> str:
+    if key:
+        return key
+    path = key_file or DEFAULT_KEY_FILE
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise SystemExit(f"no API key: pass --api-key or --api-key-file ({exc})") from exc
+
+
+async def stream_chat(
+    client: openai.AsyncOpenAI,
+    *,
+    index: int,
+    alias: str,
+    prompt: str,
+    max_tokens: int,
+    marker: str | None,
+    scheduled_at: float,
+    run_t0: float,
+    temperature: float = 0.0,
+) -> RequestResult:
+    started = time.perf_counter()
+    res = RequestResult(index, alias, scheduled_at, started - run_t0, status="?")
+    parts: list[str] = []
+    try:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=alias,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        res.adapter_id = raw.headers.get("x-adapter-id")
+        res.tier = raw.headers.get("x-adapter-tier")
+        res.replica = raw.headers.get("x-replica-id")
+        stream = raw.parse()
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].finish_reason:
+                res.finish_reason = chunk.choices[0].finish_reason
+            if chunk.choices and chunk.choices[0].delta.content:
+                if res.ttft_s is None:
+                    res.ttft_s = time.perf_counter() - started
+                parts.append(chunk.choices[0].delta.content)
+            if chunk.usage is not None:
+                res.prompt_tokens = chunk.usage.prompt_tokens
+                res.completion_tokens = chunk.usage.completion_tokens
+        res.status = str(raw.status_code)
+    except openai.APIStatusError as exc:
+        res.status, res.error = str(exc.status_code), _short(exc)
+    except openai.APITimeoutError as exc:
+        res.status, res.error = "timeout", _short(exc)
+    except openai.APIConnectionError as exc:
+        res.status, res.error = "connection", _short(exc)
+    except openai.APIError as exc:  # an SSE error event after the first byte
+        res.status, res.error = "stream_error", _short(exc)
+    res.total_s = time.perf_counter() - started
+    res.text = "".join(parts)
+    if res.ok:
+        if res.ttft_s is None:  # an empty answer: first byte == end
+            res.ttft_s = res.total_s
+        res.marker_ok = marker_matches(res.text, marker, truncated=res.finish_reason == "length")
+    return res
+
+
+def reproduce_command(module: str, argv: list[str]) -> str:
+    """The command line that reruns this, with an `--api-key` value hidden (it is printed)."""
+    shown = list(argv)
+    for i, arg in enumerate(shown):
+        if arg == "--api-key" and i + 1 < len(shown):
+            shown[i + 1] = "$LORAFLEET_API_KEY"
+        elif arg.startswith("--api-key="):
+            shown[i] = "--api-key=$LORAFLEET_API_KEY"
+    return f"command: .venv/bin/python -m {module} " + shlex.join(shown).replace(
+        "'$LORAFLEET_API_KEY'", '"$LORAFLEET_API_KEY"'
+    )
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).replace("\n", " ")[:200]

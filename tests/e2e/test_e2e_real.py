@@ -1,0 +1,189 @@
+"""Both tools against a real system: gateway -> agent -> the session's real vLLM (CPU).
+
+The fleet is the gateway in-process (files catalog) in front of one real agent on the test
+session's shared vLLM, serving real canary adapters from moto's S3; no new vLLM is started,
+so the run costs seconds. (`--start`, which runs a whole `lorafleet up`, is exercised by hand:
+see e2e/README.md.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import canary_probe, loadtest
+from lorafleet_agent.server import agent_in_thread
+from lorafleet_agent.settings import AgentSettings
+from lorafleet_api.records import AdapterRecord
+from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_gateway.catalog import CatalogHolder
+from lorafleet_gateway.catalog_files import FileCatalog
+from lorafleet_gateway.routes import create_internal_app, create_public_app
+from lorafleet_gateway.runtime import Gateway
+from lorafleet_gateway.settings import GatewaySettings
+from tests.conftest import S3Server, VllmServer, unique_id
+from tests.gateway import manifests as m
+from tests.gateway.servers import ServerThread
+
+pytestmark = pytest.mark.vllm
+
+KEY = "lf-e2e-loadtest-key"
+MARKERS = {"e2e/zebra:prod": "ZEBRA-7", "e2e/falcon:prod": "FALCON-3"}
+
+
+def adapter_manifest(record: AdapterRecord, tenant: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": record.id},
+        "spec": {
+            "tenant": tenant,
+            "version": "v1",
+            "baseModelHash": record.base_model_hash,
+            "rank": record.rank,
+            "alpha": record.alpha,
+            "targetModules": list(record.target_modules),
+            "weightsUri": record.weights_uri,
+            "checksum": record.checksum,
+        },
+    }
+
+
+@dataclass
+class Fleet:
+    base_url: str
+    folder: Path
+    records: dict[str, AdapterRecord]
+
+    def point(self, model: str, adapter: str) -> None:
+        aliases = {
+            "e2e/zebra:prod": self.records["zebra"].id,
+            "e2e/falcon:prod": self.records["falcon"].id,
+            model: adapter,
+        }
+        m.write(self.folder, "aliases.yaml", [m.alias(k, v) for k, v in aliases.items()])
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    tmp_path_factory: pytest.TempPathFactory,
+    vllm_server: VllmServer,
+    s3_server: S3Server,
+    demo_assets: DemoAssets,
+    make_record: Callable[..., AdapterRecord],
+) -> Iterator[Fleet]:
+    tmp = tmp_path_factory.mktemp("e2e-fleet")
+    records = {
+        "zebra": make_record("zebra", unique_id("e2e-zebra"), tenant="e2e"),
+        "zebra2": make_record("zebra", unique_id("e2e-zebra2"), tenant="e2e"),
+        "falcon": make_record("falcon", unique_id("e2e-falcon"), tenant="e2e"),
+    }
+    settings = AgentSettings(
+        replica_id="e2e-r0",
+        base_model_hash=demo_assets.base_model_hash,
+        base_model_dir=demo_assets.base_model,
+        max_rank=vllm_server.max_rank,
+        vllm_url=vllm_server.url,
+        gpu_slots=vllm_server.gpu_slots,
+        cpu_slots=vllm_server.cpu_slots,
+        unload_unknown_on_start=False,  # the session's vLLM is shared with other tests
+        cache_dir=tmp / "cache",
+        s3_endpoint_url=s3_server.endpoint_url,
+        s3_access_key_id=s3_server.access_key_id,
+        s3_secret_access_key=s3_server.secret_access_key,
+        host="127.0.0.1",
+        data_port=0,
+        internal_port=0,
+    )
+    with contextlib.ExitStack() as stack:
+        agent = stack.enter_context(agent_in_thread(settings))
+        folder = tmp / "manifests"
+        m.write(folder, "keys.yaml", [m.key_secret("e2e", KEY, requests_per_second=1000)])
+        m.write(folder, "adapters.yaml", [adapter_manifest(r, "e2e") for r in records.values()])
+        replicas = {"id": "e2e-r0", "dataUrl": agent.data_url, "internalUrl": agent.internal_url}
+        m.write(folder, "replicas.yaml", [{"replicas": [replicas]}])
+        handle = Fleet("", folder, records)
+        handle.point("e2e/zebra:prod", records["zebra"].id)
+        gs = GatewaySettings(
+            manifests_dir=folder, poll_interval_s=0.5, catalog_reload_interval_s=0.1
+        )
+        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
+        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
+        handle.base_url = server.url + "/v1"
+        yield handle
+
+
+def test_loadtest_against_a_real_fleet(fleet: Fleet, tmp_path: Path, capsys):
+    plot = tmp_path / "lt.png"
+    markers = [f"{k}={v}" for k, v in MARKERS.items()]
+    rc = loadtest.main([
+        "--base-url", fleet.base_url, "--api-key", KEY, "--aliases", *MARKERS,
+        "--markers", *markers, "--rate", "4", "--duration", "8", "--max-requests", "10",
+        "--max-prompt-tokens", "48", "--max-output-tokens", "16", "--plot", str(plot),
+        "--no-progress", "--max-error-rate", "0",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "zipf_s=1 seed=0" in out
+    assert "Zipf over 2 aliases, hottest first: e2e/zebra:prod, e2e/falcon:prod" in out
+    assert "errors by status: none" in out
+    assert "marker mismatches: 0" in out
+    requests = int(out.split("requests ")[1].split()[0])
+    assert 5 <= requests <= 10
+    assert any(line.startswith(tier) for line in out.splitlines() for tier in ("gpu", "ram"))
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert "command: .venv/bin/python -m e2e.loadtest --base-url" in out
+
+    # A wrong expected marker is a failure exit.
+    rc = loadtest.main([
+        "--base-url", fleet.base_url, "--api-key", KEY, "--aliases", "e2e/falcon:prod",
+        "--markers", "e2e/falcon:prod=ZEBRA-7", "--rate", "4", "--duration", "5",
+        "--max-requests", "2", "--plot", str(plot), "--no-progress",
+    ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "MARKER MISMATCHES: 2" in out
+
+
+def test_canary_probe_sees_a_deploy(fleet: Fleet):
+    zebra2 = fleet.records["zebra2"].id
+
+    async def run() -> tuple[dict[str, canary_probe.AliasTally], list[str]]:
+        lines: list[str] = []
+
+        async def deploy() -> None:
+            await asyncio.sleep(1.5)  # after the first round
+            fleet.point("e2e/zebra:prod", zebra2)  # a new version with the same marker
+
+        deployer = asyncio.create_task(deploy())
+        tallies = await canary_probe.probe(
+            base_url=fleet.base_url, api_key=KEY, markers=dict(MARKERS), interval_s=1.0,
+            rounds=4, duration_s=30, max_tokens=8, timeout_s=60, out=lines,
+        )  # fmt: skip
+        await deployer
+        return tallies, lines
+
+    tallies, lines = asyncio.run(run())
+    zebra = tallies["e2e/zebra:prod"]
+    assert zebra.hits == 4
+    assert zebra.errors == 0
+    assert zebra.adapters == [fleet.records["zebra"].id, zebra2]
+    assert any(line.endswith(f"SWITCH e2e/zebra:prod: {fleet.records['zebra'].id} -> {zebra2}")
+               for line in lines)  # fmt: skip
+    assert tallies["e2e/falcon:prod"].hits == 4
+    assert tallies["e2e/falcon:prod"].switches == 0
+    assert canary_probe.verdict(tallies, 0.0) == 0
+    fleet.point("e2e/zebra:prod", fleet.records["zebra"].id)
+
+    # The CLI: a wrong expected marker exits 1.
+    rc = canary_probe.main([
+        "--base-url", fleet.base_url, "--api-key", KEY, "--markers",
+        "e2e/falcon:prod=OTTER-9", "--rounds", "1", "--interval", "0.5",
+    ])  # fmt: skip
+    assert rc == 1
