@@ -7,6 +7,7 @@ No cluster: these check what `helm install` would send, and that the security-re
 from __future__ import annotations
 
 import filecmp
+import re
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,33 @@ def test_operator_runs_standalone_in_the_release_namespace():
     assert env["LORAFLEET_OPERATOR_NAMESPACES"] == "serving"
     assert env["LORAFLEET_OPERATOR_LIVENESS_ENDPOINT"].endswith(":8080/healthz")
     assert op["spec"]["replicas"] == 1
+
+
+def _exported_metric_names() -> set[str]:
+    """Every series name the gateway and the agent can export (histogram parts included)."""
+    from prometheus_client.core import HistogramMetricFamily
+
+    from lorafleet_agent.metrics import AgentMetrics
+    from lorafleet_gateway.metrics import GatewayMetrics
+
+    names: set[str] = set()
+    for registry in (GatewayMetrics().registry, AgentMetrics().registry):
+        for family in registry.collect():
+            if isinstance(family, HistogramMetricFamily) or family.type == "histogram":
+                names |= {f"{family.name}_{s}" for s in ("bucket", "count", "sum")}
+            elif family.type == "counter":
+                names.add(f"{family.name}_total")
+            else:
+                names.add(family.name)
+    return names
+
+
+def test_dashboard_and_alerts_only_query_metrics_that_exist():
+    # A renamed metric must not leave a silent, empty panel or an alert that never fires.
+    docs = render(ALL_ON)
+    (rule,) = by_kind(docs, "PrometheusRule")
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    dashboard = (CHART / "files" / "dashboard.json").read_text()
+    queried = set(re.findall(r"lorafleet_[a-z_]+", " ".join(exprs) + dashboard))
+    assert queried, "no lorafleet metric found in the dashboard or alerts"
+    assert queried - _exported_metric_names() == set()
