@@ -29,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lorafleet_agent.settings import AgentSettings
 from lorafleet_api.adapter_files import ADAPTER_FILES
 from lorafleet_api.models import ALL_TARGET_MODULES
 from lorafleet_api.records import AdapterRecord
@@ -270,6 +271,33 @@ def make_record(demo_assets: DemoAssets, s3_server: S3Server) -> Callable[..., A
         return AdapterRecord(**fields)
 
     return make
+
+
+def session_agent_settings(
+    vllm: VllmServer, s3: S3Server, assets: DemoAssets, cache_dir: Path, **overrides: Any
+) -> AgentSettings:
+    """Settings of an in-process agent in front of the session's vLLM, adapters in moto S3.
+
+    Ports 0: the agent binds free ports and reports them (RunningAgent.data_url, ...).
+    """
+    values: dict[str, Any] = {
+        "replica_id": "r0",
+        "base_model_hash": assets.base_model_hash,
+        "base_model_dir": assets.base_model,
+        "max_rank": vllm.max_rank,
+        "vllm_url": vllm.url,
+        "gpu_slots": vllm.gpu_slots,
+        "cpu_slots": vllm.cpu_slots,
+        "cache_dir": cache_dir,
+        "s3_endpoint_url": s3.endpoint_url,
+        "s3_access_key_id": s3.access_key_id,
+        "s3_secret_access_key": s3.secret_access_key,
+        "host": "127.0.0.1",
+        "data_port": 0,
+        "internal_port": 0,
+    }
+    values.update(overrides)
+    return AgentSettings(**values)
 
 
 def copy_adapter(src: Path, dest: Path) -> Path:

@@ -14,7 +14,7 @@ from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_api.records import AdapterRecord
 from lorafleet_cli.demo_assets import DemoAssets
-from tests.conftest import S3Server, VllmServer
+from tests.conftest import S3Server, VllmServer, session_agent_settings
 
 AgentFactory = Callable[..., contextlib.AbstractContextManager[RunningAgent]]
 
@@ -24,24 +24,8 @@ def agent_settings(
     tmp_path: Path, vllm_server: VllmServer, s3_server: S3Server, demo_assets: DemoAssets
 ) -> Callable[..., AgentSettings]:
     def make(**overrides: Any) -> AgentSettings:
-        values: dict[str, Any] = {
-            "replica_id": "r0",
-            "base_model_hash": demo_assets.base_model_hash,
-            "base_model_dir": demo_assets.base_model,
-            "max_rank": vllm_server.max_rank,
-            "vllm_url": vllm_server.url,
-            "gpu_slots": vllm_server.gpu_slots,
-            "cpu_slots": vllm_server.cpu_slots,
-            "cache_dir": tmp_path / "cache",
-            "s3_endpoint_url": s3_server.endpoint_url,
-            "s3_access_key_id": s3_server.access_key_id,
-            "s3_secret_access_key": s3_server.secret_access_key,
-            "host": "127.0.0.1",
-            "data_port": 0,
-            "internal_port": 0,
-        }
-        values.update(overrides)
-        return AgentSettings(**values)
+        cache_dir = overrides.pop("cache_dir", tmp_path / "cache")  # a test may move it
+        return session_agent_settings(vllm_server, s3_server, demo_assets, cache_dir, **overrides)
 
     return make
 

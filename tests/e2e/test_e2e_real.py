@@ -13,13 +13,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from e2e import canary_probe, loadtest
 from lorafleet_agent.server import agent_in_thread
-from lorafleet_agent.settings import AgentSettings
 from lorafleet_api.records import AdapterRecord
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_gateway.catalog import CatalogHolder
@@ -27,7 +25,7 @@ from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import S3Server, VllmServer, unique_id
+from tests.conftest import S3Server, VllmServer, session_agent_settings, unique_id
 from tests.gateway import manifests as m
 from tests.gateway.servers import ServerThread
 
@@ -35,24 +33,6 @@ pytestmark = pytest.mark.vllm
 
 KEY = "lf-e2e-loadtest-key"
 MARKERS = {"e2e/zebra:prod": "ZEBRA-7", "e2e/falcon:prod": "FALCON-3"}
-
-
-def adapter_manifest(record: AdapterRecord, tenant: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "lorafleet.dev/v1alpha1",
-        "kind": "LoRAAdapter",
-        "metadata": {"name": record.id},
-        "spec": {
-            "tenant": tenant,
-            "version": "v1",
-            "baseModelHash": record.base_model_hash,
-            "rank": record.rank,
-            "alpha": record.alpha,
-            "targetModules": list(record.target_modules),
-            "weightsUri": record.weights_uri,
-            "checksum": record.checksum,
-        },
-    }
 
 
 @dataclass
@@ -84,28 +64,21 @@ def fleet(
         "zebra2": make_record("zebra", unique_id("e2e-zebra2"), tenant="e2e"),
         "falcon": make_record("falcon", unique_id("e2e-falcon"), tenant="e2e"),
     }
-    settings = AgentSettings(
+    settings = session_agent_settings(
+        vllm_server,
+        s3_server,
+        demo_assets,
+        tmp / "cache",
         replica_id="e2e-r0",
-        base_model_hash=demo_assets.base_model_hash,
-        base_model_dir=demo_assets.base_model,
-        max_rank=vllm_server.max_rank,
-        vllm_url=vllm_server.url,
-        gpu_slots=vllm_server.gpu_slots,
-        cpu_slots=vllm_server.cpu_slots,
         unload_unknown_on_start=False,  # the session's vLLM is shared with other tests
-        cache_dir=tmp / "cache",
-        s3_endpoint_url=s3_server.endpoint_url,
-        s3_access_key_id=s3_server.access_key_id,
-        s3_secret_access_key=s3_server.secret_access_key,
-        host="127.0.0.1",
-        data_port=0,
-        internal_port=0,
     )
     with contextlib.ExitStack() as stack:
         agent = stack.enter_context(agent_in_thread(settings))
         folder = tmp / "manifests"
         m.write(folder, "keys.yaml", [m.key_secret("e2e", KEY, requests_per_second=1000)])
-        m.write(folder, "adapters.yaml", [adapter_manifest(r, "e2e") for r in records.values()])
+        m.write(
+            folder, "adapters.yaml", [m.adapter_from_record(r, "e2e") for r in records.values()]
+        )
         replicas = {"id": "e2e-r0", "dataUrl": agent.data_url, "internalUrl": agent.internal_url}
         m.write(folder, "replicas.yaml", [{"replicas": [replicas]}])
         handle = Fleet("", folder, records)

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from lorafleet_api.apikeys import TenantKeys, hash_key
+from lorafleet_api.records import AdapterRecord
 
 BASE_HASH = "sha256:" + "b" * 64
 
@@ -36,6 +37,25 @@ def adapter(name: str, tenant: str, *, status: dict[str, Any] | None = None) -> 
     if status is not None:
         obj["status"] = status
     return obj
+
+
+def adapter_from_record(record: AdapterRecord, tenant: str) -> dict[str, Any]:
+    """A LoRAAdapter manifest for a real adapter's registry record (files in moto S3)."""
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": record.id},
+        "spec": {
+            "tenant": tenant,
+            "version": "v1",
+            "baseModelHash": record.base_model_hash,
+            "rank": record.rank,
+            "alpha": record.alpha,
+            "targetModules": list(record.target_modules),
+            "weightsUri": record.weights_uri,
+            "checksum": record.checksum,
+        },
+    }
 
 
 def alias(model: str, adapter_name: str, *, status: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -12,7 +12,6 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
@@ -26,7 +25,7 @@ from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import S3Server, VllmServer, unique_id
+from tests.conftest import S3Server, VllmServer, session_agent_settings, unique_id
 from tests.gateway import manifests as m
 from tests.gateway.servers import ServerThread
 
@@ -34,24 +33,6 @@ pytestmark = pytest.mark.vllm
 
 MARKERS = {"zebra": "ZEBRA-7", "falcon": "FALCON-3"}
 KEY = "lf-acme-vllm-key"
-
-
-def adapter_manifest(record: AdapterRecord, tenant: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "lorafleet.dev/v1alpha1",
-        "kind": "LoRAAdapter",
-        "metadata": {"name": record.id},
-        "spec": {
-            "tenant": tenant,
-            "version": "v1",
-            "baseModelHash": record.base_model_hash,
-            "rank": record.rank,
-            "alpha": record.alpha,
-            "targetModules": list(record.target_modules),
-            "weightsUri": record.weights_uri,
-            "checksum": record.checksum,
-        },
-    }
 
 
 @pytest.fixture
@@ -65,22 +46,13 @@ def fleet(
     records = {name: make_record(name, unique_id(f"gw-{name}"), tenant="acme") for name in MARKERS}
 
     def settings(rid: str) -> AgentSettings:
-        return AgentSettings(
+        return session_agent_settings(
+            vllm_server,
+            s3_server,
+            demo_assets,
+            tmp_path / f"cache-{rid}",
             replica_id=rid,
-            base_model_hash=demo_assets.base_model_hash,
-            base_model_dir=demo_assets.base_model,
-            max_rank=vllm_server.max_rank,
-            vllm_url=vllm_server.url,
-            gpu_slots=vllm_server.gpu_slots,
-            cpu_slots=vllm_server.cpu_slots,
             unload_unknown_on_start=False,  # two agents share the session's one vLLM
-            cache_dir=tmp_path / f"cache-{rid}",
-            s3_endpoint_url=s3_server.endpoint_url,
-            s3_access_key_id=s3_server.access_key_id,
-            s3_secret_access_key=s3_server.secret_access_key,
-            host="127.0.0.1",
-            data_port=0,
-            internal_port=0,
         )
 
     with contextlib.ExitStack() as stack:
@@ -89,7 +61,9 @@ def fleet(
         ]
         folder = tmp_path / "manifests"
         m.write(folder, "keys.yaml", [m.key_secret("acme", KEY)])
-        m.write(folder, "adapters.yaml", [adapter_manifest(r, "acme") for r in records.values()])
+        m.write(
+            folder, "adapters.yaml", [m.adapter_from_record(r, "acme") for r in records.values()]
+        )
         m.write(folder, "aliases.yaml", [m.alias("acme/bot:prod", records["zebra"].id)])
         m.write(
             folder,
