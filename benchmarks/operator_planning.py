@@ -24,7 +24,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from lorafleet_api.models import LoRAAdapter, ReplicaPool
+from lorafleet_api.models import ALL_TARGET_MODULES, LoRAAdapter, ReplicaPool
 from lorafleet_api.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_operator.planning.fleet import (
     AdapterEntry,
@@ -50,15 +50,7 @@ def adapter_body(i: int) -> dict[str, Any]:
             "baseModelHash": BASE,
             "rank": 16,
             "alpha": 32,
-            "targetModules": [
-                "q_proj",
-                "k_proj",
-                "v_proj",
-                "o_proj",
-                "gate_proj",
-                "up_proj",
-                "down_proj",
-            ],
+            "targetModules": list(ALL_TARGET_MODULES),
             "weightsUri": f"s3://lorafleet-adapters/tenant-{i:04d}/support/v1/",
             "checksum": "sha256:" + f"{i:064x}",
             "sizeBytes": 80_000_000,
