@@ -164,6 +164,13 @@ def test_push_and_deploy_a_new_version(up: Up, capsys: pytest.CaptureFixture[str
     _wait(lambda: up.ask("demo/zebra:prod")[1] == "demo-zebra-v2", 30, "deploy of v2", up)
     assert up.ask("demo/zebra:prod")[0].startswith("ZEBRA-7")
 
+    # `status` shows the reconciler's last pass, which may trail the gateway by one poll.
+    _wait(
+        lambda: up.reconcile().get("models", {}).get("demo/zebra:prod") == "demo-zebra-v2",
+        30,
+        "reconciler sees v2",
+        up,
+    )
     capsys.readouterr()
     assert main(["status", "--state-dir", str(up.state), "--manifests", str(up.manifests)]) == 0
     out = capsys.readouterr().out

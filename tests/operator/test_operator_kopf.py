@@ -324,12 +324,16 @@ def test_autoscaler_follows_scraped_state(cluster, operator):
         for s in servers:
             s.set_load()
         wait_for(lambda: cluster.get(sts_path)["spec"]["replicas"] == 1, timeout=30)
-        reasons = {
-            e.get("reason")
-            for e in cluster.items(cluster.path("events", group="v1"))
-            if e.get("involvedObject", {}).get("name") == "auto"
-        }
-        assert {"ScaledUp", "ScaledDown"} <= reasons
+
+        def reasons() -> set[str]:
+            return {
+                e.get("reason")
+                for e in cluster.items(cluster.path("events", group="v1"))
+                if e.get("involvedObject", {}).get("name") == "auto"
+            }
+
+        # kopf posts events in the background, after the scale patch: wait for them too.
+        wait_for(lambda: {"ScaledUp", "ScaledDown"} <= reasons(), what="scale events")
     finally:
         for s in servers:
             s.close()
