@@ -6,6 +6,7 @@ FROM python:3.11-slim
 
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY core core
 COPY operator operator
 COPY gateway gateway
 COPY replica-image/lorafleet_agent replica-image/lorafleet_agent

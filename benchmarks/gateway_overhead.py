@@ -148,7 +148,7 @@ def key_of(i: int) -> str:
 
 
 def write_manifests(folder: Path, upstream: str) -> None:
-    from lorafleet_api.apikeys import TenantKeys, hash_key
+    from lorafleet_core.apikeys import TenantKeys, hash_key
 
     base = "sha256:" + "b" * 64
     docs: list[dict[str, Any]] = [
@@ -284,7 +284,7 @@ def launch(tmp: Path, log: IO[bytes]) -> Fleet:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
-            str(ROOT / p) for p in ("operator", "gateway", "replica-image", "cli")
+            str(ROOT / p) for p in ("core", "operator", "gateway", "replica-image", "cli")
         ),
     }
     gw_env = {

@@ -24,15 +24,15 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from lorafleet_api.models import ALL_TARGET_MODULES, LoRAAdapter, ReplicaPool
-from lorafleet_api.names import LABEL_COMPONENT, LABEL_POOL
-from lorafleet_operator.planning.fleet import (
+from lorafleet_core.models import ALL_TARGET_MODULES, LoRAAdapter, ReplicaPool
+from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.planning.fleet import (
     AdapterEntry,
     FleetSnapshot,
     PodView,
     plan_fleet,
 )
-from lorafleet_operator.planning.prewarm import _owners_cached
+from lorafleet_core.planning.prewarm import _owners_cached
 from lorafleet_operator.settings import OperatorSettings
 from lorafleet_operator.sync import FleetSync
 

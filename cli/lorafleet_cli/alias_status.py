@@ -14,11 +14,11 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lorafleet_api.models import AdapterAliasStatus, AliasHistoryEntry
-from lorafleet_api.standalone_paths import ALIAS_STATUS_FILE as ALIAS_STATUS_FILE
-from lorafleet_api.standalone_paths import STATUS_DIR as STATUS_DIR
-from lorafleet_api.standalone_paths import alias_status_path
 from lorafleet_cli.manifests import atomic_write
+from lorafleet_core.models import AdapterAliasStatus, AliasHistoryEntry
+from lorafleet_core.standalone_paths import ALIAS_STATUS_FILE as ALIAS_STATUS_FILE
+from lorafleet_core.standalone_paths import STATUS_DIR as STATUS_DIR
+from lorafleet_core.standalone_paths import alias_status_path
 
 HISTORY_MAX = 10
 

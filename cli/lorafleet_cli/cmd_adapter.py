@@ -21,8 +21,10 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from lorafleet_api import names
-from lorafleet_api.adapter_files import (
+from lorafleet_cli import objectstore
+from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
+from lorafleet_core import names
+from lorafleet_core.adapter_files import (
     AdapterFormatError,
     AdapterInfo,
     BaseModelDims,
@@ -30,10 +32,8 @@ from lorafleet_api.adapter_files import (
     check_shapes,
     inspect_adapter,
 )
-from lorafleet_api.models import LoRAAdapter, LoRAAdapterSpec, ObjectMeta, ReplicaPool
-from lorafleet_cli import objectstore
-from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
-from lorafleet_operator.planning.adapters import validate_adapter
+from lorafleet_core.models import LoRAAdapter, LoRAAdapterSpec, ObjectMeta, ReplicaPool
+from lorafleet_core.planning.adapters import validate_adapter
 
 
 class PushRefused(RuntimeError):

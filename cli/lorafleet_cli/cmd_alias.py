@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_api import names
-from lorafleet_api.models import AdapterAlias, AdapterAliasSpec, ObjectMeta, ReplicaPool
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
-from lorafleet_operator.planning.adapters import Validation, parse_adapter, validate_adapter
+from lorafleet_core import names
+from lorafleet_core.models import AdapterAlias, AdapterAliasSpec, ObjectMeta, ReplicaPool
+from lorafleet_core.planning.adapters import Validation, parse_adapter, validate_adapter
 
 
 class AliasError(RuntimeError):

@@ -19,14 +19,14 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from lorafleet_api import names
-from lorafleet_api.replica_state import ReplicaState
 from lorafleet_cli.targets import (
     DEFAULT_STATE_DIR,
     ClusterTarget,
     TargetError,
     add_target_arguments,
 )
+from lorafleet_core import names
+from lorafleet_core.replica_state import ReplicaState
 
 REQUESTS_BY_TIER = "lorafleet_agent_requests"  # the agent's counter, label `tier`
 

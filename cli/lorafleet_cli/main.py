@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
-    from lorafleet_api.crds import write_crds
+    from lorafleet_core.crds import write_crds
 
     for path in write_crds(args.out):
         print(path)

@@ -4,7 +4,7 @@ Two schemes, the ones a LoRAAdapter's weightsUri accepts: `s3://bucket/prefix` (
 endpoint comes from `--s3-endpoint-url` or boto3's own AWS_ENDPOINT_URL, so MinIO and moto
 work) and `file:///path` (a local folder; standalone mode's default store is
 `file://<state-dir>/objectstore`). Only the two files a replica loads are uploaded (see
-lorafleet_api.adapter_files); READMEs and training leftovers stay behind.
+lorafleet_core.adapter_files); READMEs and training leftovers stay behind.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from lorafleet_api.adapter_files import ADAPTER_FILES
+from lorafleet_core.adapter_files import ADAPTER_FILES
 
 
 class StoreError(RuntimeError):

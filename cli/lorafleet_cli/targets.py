@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from lorafleet_api import names
-from lorafleet_api.models import AdapterAliasStatus
 from lorafleet_cli import alias_status
 from lorafleet_cli.manifests import load_folder, write_object
+from lorafleet_core import names
+from lorafleet_core.models import AdapterAliasStatus
 
 MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_STATE_DIR = ".lorafleet"

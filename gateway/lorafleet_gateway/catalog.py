@@ -12,8 +12,8 @@ import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from lorafleet_api.apikeys import KeyIndex, TenantKeys
-from lorafleet_api.records import AdapterRecord
+from lorafleet_core.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.records import AdapterRecord
 
 
 @dataclass(frozen=True, slots=True)

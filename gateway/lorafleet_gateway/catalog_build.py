@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_api.apikeys import KeyIndex, TenantKeys
-from lorafleet_api.models import AdapterAliasSpec, LoRAAdapterSpec, ReplicaPoolSpec
-from lorafleet_api.records import AdapterRecord
+from lorafleet_core.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.models import AdapterAliasSpec, LoRAAdapterSpec, ReplicaPoolSpec
+from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.catalog import AliasTarget, CatalogSnapshot, ReplicaEndpoint
 
 log = logging.getLogger("lorafleet.gateway.catalog")

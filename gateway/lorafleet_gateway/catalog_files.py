@@ -1,14 +1,14 @@
 """Catalog from a folder of YAML manifests (standalone mode).
 
 The folder holds what `kubectl apply -f` would take: LoRAAdapter, AdapterAlias, ReplicaPool
-and tenant key Secrets (label `lorafleet.dev/api-keys: "true"`, see lorafleet_api.apikeys), any
+and tenant key Secrets (label `lorafleet.dev/api-keys: "true"`, see lorafleet_core.apikeys), any
 number per file (`---` separated), `*.yaml`/`*.yml`/`*.json` directly in the folder, as
 `kubectl apply -f DIR` reads it (not recursive; hidden files are skipped).
 
 Alias status: on a cluster the gateway serves an alias's `status.adapter`, which the operator
 advances only to a target that is Ready, so a bad deploy keeps the last good adapter serving.
 Standalone mode's reconciler runs the same planner and keeps those statuses in
-`<folder>/.lorafleet/alias-status.json` (lorafleet_api.standalone_paths); when that file has an
+`<folder>/.lorafleet/alias-status.json` (lorafleet_core.standalone_paths); when that file has an
 entry for an alias it is served exactly like a cluster status. An alias with no entry (nobody
 reconciles the folder) serves its spec.adapter.
 
@@ -35,9 +35,9 @@ from typing import Any
 
 import yaml
 
-from lorafleet_api.models import AdapterAliasStatus
-from lorafleet_api.names import API_KEYS_SECRET_LABEL, KIND_ADAPTER, KIND_ALIAS, KIND_POOL
-from lorafleet_api.standalone_paths import alias_status_path
+from lorafleet_core.models import AdapterAliasStatus
+from lorafleet_core.names import API_KEYS_SECRET_LABEL, KIND_ADAPTER, KIND_ALIAS, KIND_POOL
+from lorafleet_core.standalone_paths import alias_status_path
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource, ReplicaEndpoint
 from lorafleet_gateway.catalog_build import build_snapshot
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from lorafleet_api.names import (
+from lorafleet_core.names import (
     API_KEYS_SECRET_LABEL,
     GROUP,
     LABEL_COMPONENT,
@@ -35,7 +35,7 @@ from lorafleet_gateway.catalog_build import build_snapshot
 
 log = logging.getLogger("lorafleet.gateway.catalog")
 
-# The operator labels replica pods <LABEL_COMPONENT>=replica (lorafleet_operator.planning.pool).
+# The operator labels replica pods <LABEL_COMPONENT>=replica (lorafleet_core.planning.pool).
 COMPONENT_REPLICA = "replica"
 KINDS = ("adapters", "aliases", "pools", "pods", "secrets")
 Obj = Mapping[str, Any]

@@ -6,7 +6,7 @@ import json
 
 from starlette.responses import Response
 
-from lorafleet_api.openai_errors import error_body
+from lorafleet_core.openai_errors import error_body
 
 
 class APIError(Exception):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import httpx
 from pydantic import ValidationError
 
-from lorafleet_api.replica_state import ReplicaState
+from lorafleet_core.replica_state import ReplicaState
 from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.router import ReplicaView
 

@@ -1,6 +1,6 @@
 """Where a request goes: pure choice of replicas from a load snapshot.
 
-Owners are the k rendezvous winners among healthy replicas (lorafleet_api.placement, the same
+Owners are the k rendezvous winners among healthy replicas (lorafleet_core.placement, the same
 function the operator uses to pre-warm them). Among the owners that are not overloaded:
 
 1. residency first: an owner whose state lists the adapter in a GPU slot (least loaded of
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from lorafleet_api.placement import ranked
+from lorafleet_core.placement import ranked
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from lorafleet_api.apikeys import TenantKeys
-from lorafleet_api.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
+from lorafleet_core.apikeys import TenantKeys
+from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_gateway.auth import authenticate
 from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.errors import APIError, error_response, model_not_found

@@ -8,7 +8,7 @@ import logging
 
 import httpx
 
-from lorafleet_api.apikeys import TenantKeys
+from lorafleet_core.apikeys import TenantKeys
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
 from lorafleet_gateway.metrics import GatewayMetrics
 from lorafleet_gateway.ratelimit import Limits, RateLimiter

@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from lorafleet_api.names import HEADER_ADAPTER_TIER
-from lorafleet_api.records import AdapterRecord
+from lorafleet_core.names import HEADER_ADAPTER_TIER
+from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.errors import APIError
 from lorafleet_gateway.replica_poller import ReplicaTracker
 from lorafleet_gateway.validation import CompletionRequest

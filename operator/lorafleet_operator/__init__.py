@@ -1,11 +1,7 @@
-"""lorafleet operator: pure planners (`planning`) and the kopf handlers that apply them.
+"""lorafleet operator: the kopf handlers that apply the shared planners to a cluster.
 
-`kopf run --module lorafleet_operator` and `python -m lorafleet_operator` both import this
-package, which registers the handlers. Standalone mode imports only `planning`, which needs
-neither kopf nor a cluster; so handlers are registered only where kopf is installed.
+Importing this package has no side effects. The handlers register with kopf only when
+`lorafleet_operator.handlers` is imported, which the entry point (`run_operator`) does
+explicitly; `kopf run --module lorafleet_operator.handlers` works the same way. The pure
+planners live in `lorafleet_core.planning`, which standalone mode imports without kopf.
 """
-
-import importlib.util
-
-if importlib.util.find_spec("kopf") is not None:
-    from lorafleet_operator import handlers as handlers

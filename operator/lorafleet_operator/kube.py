@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import kopf
 
-from lorafleet_api.names import API_VERSION
+from lorafleet_core.names import API_VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
 

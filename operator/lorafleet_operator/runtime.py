@@ -14,14 +14,14 @@ from typing import Any, cast
 
 import kopf
 
-from lorafleet_api.names import (
+from lorafleet_core.names import (
     ANNOTATION_OWNED_ADAPTERS,
     API_VERSION,
     PLURAL_ADAPTER,
     PLURAL_ALIAS,
 )
+from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_operator.kube import HOLDER, lorafleet_path, object_path
-from lorafleet_operator.planning.fleet import FleetParams
 from lorafleet_operator.settings import OperatorSettings
 from lorafleet_operator.sync import FleetSync
 

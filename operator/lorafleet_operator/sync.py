@@ -26,16 +26,15 @@ from typing import Any, Protocol
 import httpx
 from pydantic import ValidationError
 
-from lorafleet_api.models import (
+from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,
     LoRAAdapterStatus,
     ReplicaPool,
 )
-from lorafleet_api.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
-from lorafleet_api.replica_state import ReplicaState
-from lorafleet_operator.planning.adapters import Validation, parse_adapter
-from lorafleet_operator.planning.fleet import (
+from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.planning.adapters import Validation, parse_adapter
+from lorafleet_core.planning.fleet import (
     AdapterEntry,
     FleetParams,
     FleetPlan,
@@ -43,7 +42,8 @@ from lorafleet_operator.planning.fleet import (
     PodView,
     plan_fleet,
 )
-from lorafleet_operator.planning.pool import COMPONENT_REPLICA, INTERNAL_PORT_NAME
+from lorafleet_core.planning.pool import COMPONENT_REPLICA, INTERNAL_PORT_NAME
+from lorafleet_core.replica_state import ReplicaState
 
 log = logging.getLogger(__name__)
 

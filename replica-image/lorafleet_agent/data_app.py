@@ -20,8 +20,8 @@ from lorafleet_agent.object_store import FetchError
 from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, estimate_tokens
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_api.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
-from lorafleet_api.openai_errors import error_body
+from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
+from lorafleet_core.openai_errors import error_body
 
 
 def _error(status: int, message: str, code: str, **headers: str) -> JSONResponse:

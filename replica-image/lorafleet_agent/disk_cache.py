@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
-from lorafleet_api.adapter_files import ADAPTER_FILES
+from lorafleet_core.adapter_files import ADAPTER_FILES
 
 
 class LruBytes:

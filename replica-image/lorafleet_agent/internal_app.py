@@ -15,9 +15,9 @@ from lorafleet_agent.object_store import FetchError
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_api.openai_errors import error_body
-from lorafleet_api.records import AdapterRecord
-from lorafleet_api.replica_state import ReplicaState
+from lorafleet_core.openai_errors import error_body
+from lorafleet_core.records import AdapterRecord
+from lorafleet_core.replica_state import ReplicaState
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:

@@ -23,8 +23,8 @@ from lorafleet_agent.object_store import FetchError, ObjectStore
 from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
 from lorafleet_agent.vllm_client import VllmClient
-from lorafleet_api.records import AdapterRecord
-from lorafleet_api.tiers import Tier
+from lorafleet_core.records import AdapterRecord
+from lorafleet_core.tiers import Tier
 
 log = logging.getLogger(__name__)
 

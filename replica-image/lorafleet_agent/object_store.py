@@ -1,6 +1,6 @@
 """Fetching an adapter's two files from the object store into a folder (boto3 or file://).
 
-Only the files vLLM reads (lorafleet_api.adapter_files.ADAPTER_FILES) are fetched; anything
+Only the files vLLM reads (lorafleet_core.adapter_files.ADAPTER_FILES) are fetched; anything
 else under the prefix is ignored. Callers download into a temporary folder and rename it into
 the cache only after verification (see lorafleet_agent.disk_cache), so a partial or corrupt
 download is never visible under an adapter's name.
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from lorafleet_api.adapter_files import ADAPTER_FILES
+from lorafleet_core.adapter_files import ADAPTER_FILES
 
 
 class FetchError(RuntimeError):

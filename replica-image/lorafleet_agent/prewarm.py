@@ -14,8 +14,8 @@ import logging
 from pathlib import Path
 
 from lorafleet_agent.manager import AdapterManager
-from lorafleet_api.names import ANNOTATION_OWNED_ADAPTERS
-from lorafleet_api.records import AdapterRecord, decode_owned, parse_downward_annotations
+from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.records import AdapterRecord, decode_owned, parse_downward_annotations
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from lorafleet_agent.settings import AgentSettings
 from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy
 from lorafleet_agent.vllm_client import VllmClient
-from lorafleet_api.adapter_files import BaseModelDims
+from lorafleet_core.adapter_files import BaseModelDims
 
 log = logging.getLogger(__name__)
 

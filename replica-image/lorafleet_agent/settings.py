@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lorafleet_api.models import ALL_TARGET_MODULES
+from lorafleet_core.models import ALL_TARGET_MODULES
 
 
 class AgentSettings(BaseSettings):

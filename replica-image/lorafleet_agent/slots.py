@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from lorafleet_api.tiers import Tier
+from lorafleet_core.tiers import Tier
 
 
 class SlotTracker:

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lorafleet_api.adapter_files import (
+from lorafleet_core.adapter_files import (
     AdapterFormatError,
     BaseModelDims,
     adapter_checksum,
     check_shapes,
     inspect_adapter,
 )
-from lorafleet_api.records import AdapterRecord
+from lorafleet_core.records import AdapterRecord
 
 
 class VerificationError(ValueError):

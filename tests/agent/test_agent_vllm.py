@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_api.names import ANNOTATION_OWNED_ADAPTERS
-from lorafleet_api.records import encode_owned, format_downward_annotations
+from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.records import encode_owned, format_downward_annotations
 from tests.agent.conftest import load, metric, state
 from tests.conftest import copy_adapter, unique_id
 

@@ -1,4 +1,4 @@
-"""Shared fixtures for the lorafleet_api tests: repository paths and the example manifests."""
+"""Shared fixtures for the lorafleet_core tests: repository paths and the example manifests."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from lorafleet_api import crds, names
+from lorafleet_core import crds, names
 
 from .conftest import CRDS, REPO
 

@@ -12,14 +12,14 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from lorafleet_api.apikeys import KeyIndex, TenantKeys
-from lorafleet_api.crd_validation import (
+from lorafleet_core.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.crd_validation import (
     apply_defaults,
     cel_errors,
     schema_in_crd,
     validate,
 )
-from lorafleet_api.models import AdapterAlias, LoRAAdapter, ReplicaPool
+from lorafleet_core.models import AdapterAlias, LoRAAdapter, ReplicaPool
 
 from .conftest import CRDS, EXAMPLES, examples_of_kind, load_yaml_docs
 
@@ -193,7 +193,7 @@ def test_example_files_are_commented_for_users():
 
 def test_api_docs_mention_every_spec_field():
     """docs/api.md is the user's reference: a new spec field must be documented there."""
-    from lorafleet_api.crd_validation import schema_of
+    from lorafleet_core.crd_validation import schema_of
 
     text = (EXAMPLES.parent / "docs" / "api.md").read_text()
     missing = [
@@ -206,8 +206,8 @@ def test_api_docs_mention_every_spec_field():
 
 
 def test_offline_validation_command(tmp_path, capsys):
-    """`python -m lorafleet_api.crd_validation FILE...`: examples pass, a bad file is named."""
-    from lorafleet_api.crd_validation import main
+    """`python -m lorafleet_core.crd_validation FILE...`: examples pass, a bad file is named."""
+    from lorafleet_core.crd_validation import main
 
     assert main([str(p) for p in sorted(EXAMPLES.glob("*.yaml"))]) == 0
     bad = tmp_path / "bad.yaml"

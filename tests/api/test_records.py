@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from lorafleet_api.models import LoRAAdapter
-from lorafleet_api.records import (
+from lorafleet_core.models import LoRAAdapter
+from lorafleet_core.records import (
     AdapterRecord,
     decode_owned,
     encode_owned,

@@ -16,7 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from lorafleet_api import crd_validation
+from lorafleet_core import crd_validation
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "lorafleet"

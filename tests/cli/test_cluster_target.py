@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from lorafleet_api.apikeys import KeyIndex, TenantKeys
 from lorafleet_cli import cmd_status
 from lorafleet_cli.cmd_adapter import push
 from lorafleet_cli.cmd_alias import AliasError, rollback, set_alias
 from lorafleet_cli.cmd_keys import create_key
 from lorafleet_cli.main import build_parser
 from lorafleet_cli.targets import ClusterTarget
+from lorafleet_core.apikeys import KeyIndex, TenantKeys
 from tests.operator import kmock_cluster
 from tests.operator.kmock_cluster import Cluster
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import yaml
 
-from lorafleet_api.apikeys import KeyIndex, TenantKeys
-from lorafleet_api.models import AdapterAlias
 from lorafleet_cli import alias_status
 from lorafleet_cli.main import main
 from lorafleet_cli.manifests import load_folder, write_object
+from lorafleet_core.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.models import AdapterAlias
 
 from .conftest import adapter_manifest, alias_manifest, find_body, pool_hash
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_api.models import ReplicaPoolSpec
 from lorafleet_cli.standalone import processes
 from lorafleet_cli.standalone.processes import ReplicaPlan
+from lorafleet_core.models import ReplicaPoolSpec
 from lorafleet_gateway.settings import GatewaySettings
 
 POOL = ReplicaPoolSpec.model_validate(

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lorafleet_api.names import ANNOTATION_OWNED_ADAPTERS
-from lorafleet_api.placement import owners
-from lorafleet_api.records import decode_owned, parse_downward_annotations
 from lorafleet_cli import alias_status
 from lorafleet_cli.manifests import write_object
 from lorafleet_cli.standalone.reconciler import Reconciler
+from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.placement import owners
+from lorafleet_core.records import decode_owned, parse_downward_annotations
 
 from .conftest import adapter_manifest, alias_manifest, pool_hash
 

@@ -18,8 +18,8 @@ import pytest
 
 from e2e import canary_probe, loadtest
 from lorafleet_agent.server import agent_in_thread
-from lorafleet_api.records import AdapterRecord
 from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app

@@ -17,8 +17,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from lorafleet_api.openai_errors import error_body
-from lorafleet_api.records import AdapterRecord
+from lorafleet_core.openai_errors import error_body
+from lorafleet_core.records import AdapterRecord
 
 
 class FakeReplica:

@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from lorafleet_api.apikeys import TenantKeys, hash_key
-from lorafleet_api.records import AdapterRecord
+from lorafleet_core.apikeys import TenantKeys, hash_key
+from lorafleet_core.records import AdapterRecord
 
 BASE_HASH = "sha256:" + "b" * 64
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import openai
 import pytest
 
-from lorafleet_api.models import AdapterAliasStatus
-from lorafleet_api.standalone_paths import alias_status_path
 from lorafleet_cli import alias_status
 from lorafleet_cli.standalone.reconciler import Reconciler
+from lorafleet_core.models import AdapterAliasStatus
+from lorafleet_core.standalone_paths import alias_status_path
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 from tests.gateway import manifests as m

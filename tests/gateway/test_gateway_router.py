@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet_api.placement import owners, ranked
+from lorafleet_core.placement import owners, ranked
 from lorafleet_gateway.router import ReplicaView, Thresholds, plan_route
 
 R = [f"r{i}" for i in range(6)]

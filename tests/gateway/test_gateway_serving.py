@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_api.placement import owners
+from lorafleet_core.placement import owners
 from tests.gateway import manifests as m
 from tests.gateway.conftest import (
     KEYS,

@@ -18,8 +18,8 @@ import pytest
 
 from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_api.records import AdapterRecord
 from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app

@@ -6,9 +6,9 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lorafleet_api.models import AdapterAlias, LoRAAdapter, ReplicaPool
-from lorafleet_operator.planning.adapters import parse_adapter
-from lorafleet_operator.planning.fleet import AdapterEntry, PodView
+from lorafleet_core.models import AdapterAlias, LoRAAdapter, ReplicaPool
+from lorafleet_core.planning.adapters import parse_adapter
+from lorafleet_core.planning.fleet import AdapterEntry, PodView
 
 BASE_HASH = "sha256:" + "b" * 64
 OTHER_HASH = "sha256:" + "c" * 64

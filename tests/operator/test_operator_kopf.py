@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
-from lorafleet_api.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
-from lorafleet_api.records import decode_owned
+from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.records import decode_owned
 from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, wait_for
 from tests.operator.state_servers import StateServer
@@ -44,7 +44,14 @@ def cluster() -> Iterator[Cluster]:
 def operator(cluster: Cluster) -> Iterator[KopfRunner]:
     saved = {k: os.environ.get(k) for k in [*ENV, "LORAFLEET_OPERATOR_API_SERVER"]}
     os.environ.update(ENV, LORAFLEET_OPERATOR_API_SERVER=cluster.url)
-    args = ["run", "--standalone", "--namespace", cluster.namespace, "-m", "lorafleet_operator"]
+    args = [
+        "run",
+        "--standalone",
+        "--namespace",
+        cluster.namespace,
+        "-m",
+        "lorafleet_operator.handlers",
+    ]
     try:
         with KopfRunner(args, timeout=60) as runner:
             yield runner

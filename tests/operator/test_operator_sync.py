@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lorafleet_api.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_operator.sync import FleetSync
 from tests.operator.factories import adapter_body, alias_body, pool
 

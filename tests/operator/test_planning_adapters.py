@@ -3,9 +3,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet_api.models import AdapterPhase, ConditionStatus
-from lorafleet_operator.planning import adapters as A
-from lorafleet_operator.planning.conditions import find
+from lorafleet_core.models import AdapterPhase, ConditionStatus
+from lorafleet_core.planning import adapters as A
+from lorafleet_core.planning.conditions import find
 from tests.operator.factories import OTHER_HASH, T0, adapter, adapter_body, pool
 
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from lorafleet_api.models import AdapterPhase, ConditionStatus
-from lorafleet_operator.planning import aliases as L
-from lorafleet_operator.planning.conditions import find
+from lorafleet_core.models import AdapterPhase, ConditionStatus
+from lorafleet_core.planning import aliases as L
+from lorafleet_core.planning.conditions import find
 from tests.operator.factories import T0, alias
 
 READY = L.AdapterView("acme", AdapterPhase.READY)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from lorafleet_api.models import ConditionStatus
-from lorafleet_operator.planning.conditions import condition, find, set_condition, without
+from lorafleet_core.models import ConditionStatus
+from lorafleet_core.planning.conditions import condition, find, set_condition, without
 from tests.operator.factories import T0
 
 

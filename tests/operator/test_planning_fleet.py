@@ -3,11 +3,11 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from lorafleet_api.models import AdapterPhase, ConditionStatus
-from lorafleet_api.records import decode_owned
-from lorafleet_api.replica_state import ReplicaState
-from lorafleet_operator.planning.conditions import find
-from lorafleet_operator.planning.fleet import FleetParams, FleetSnapshot, PodView, plan_fleet
+from lorafleet_core.models import AdapterPhase, ConditionStatus
+from lorafleet_core.planning.conditions import find
+from lorafleet_core.planning.fleet import FleetParams, FleetSnapshot, PodView, plan_fleet
+from lorafleet_core.records import decode_owned
+from lorafleet_core.replica_state import ReplicaState
 from tests.operator.factories import T0, alias, entry, pod_views, pool
 
 
@@ -112,8 +112,8 @@ def test_adapter_refused_by_all_owners_is_failed():
 
 
 def test_invalid_spec_is_rejected_with_the_field():
-    from lorafleet_operator.planning.adapters import parse_adapter
-    from lorafleet_operator.planning.fleet import AdapterEntry
+    from lorafleet_core.planning.adapters import parse_adapter
+    from lorafleet_core.planning.fleet import AdapterEntry
     from tests.operator.factories import adapter_body
 
     bad = parse_adapter(adapter_body("bad", weightsUri="https://x/y"))

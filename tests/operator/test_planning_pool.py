@@ -3,8 +3,8 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
-from lorafleet_api.names import LABEL_POOL
-from lorafleet_operator.planning.pool import (
+from lorafleet_core.names import LABEL_POOL
+from lorafleet_core.planning.pool import (
     ANNOTATIONS_FILE,
     clamp_replicas,
     plan_pool_objects,

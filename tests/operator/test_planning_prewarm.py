@@ -6,8 +6,8 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lorafleet_api.records import AdapterRecord, decode_owned, encode_owned
-from lorafleet_operator.planning.prewarm import plan_owned_annotations
+from lorafleet_core.planning.prewarm import plan_owned_annotations
+from lorafleet_core.records import AdapterRecord, decode_owned, encode_owned
 from tests.operator.factories import adapter
 
 REPLICAS = [f"pool-{i}" for i in range(26)]

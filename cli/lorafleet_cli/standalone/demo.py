@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorafleet_api.adapter_files import inspect_adapter
-from lorafleet_api.apikeys import TenantKeys, generate_key, hash_key
-from lorafleet_api.models import (
+from lorafleet_cli import objectstore
+from lorafleet_cli.cmd_adapter import adapter_object_name, build_adapter
+from lorafleet_cli.manifests import atomic_write, file_name_for, write_object
+from lorafleet_core.adapter_files import inspect_adapter
+from lorafleet_core.apikeys import TenantKeys, generate_key, hash_key
+from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasSpec,
     BaseModelRef,
@@ -30,9 +33,6 @@ from lorafleet_api.models import (
     ReplicaPool,
     ReplicaPoolSpec,
 )
-from lorafleet_cli import objectstore
-from lorafleet_cli.cmd_adapter import adapter_object_name, build_adapter
-from lorafleet_cli.manifests import atomic_write, file_name_for, write_object
 
 DEMO_TENANT = "demo"
 DEMO_POOL = "demo"

@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_api import names
-from lorafleet_api.models import (
+from lorafleet_cli.manifests import ManifestSet
+from lorafleet_core import names
+from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,
     AdapterPhase,
@@ -26,11 +27,10 @@ from lorafleet_api.models import (
     ReplicaPool,
     ReplicaPoolSpec,
 )
-from lorafleet_api.records import AdapterRecord
-from lorafleet_api.replica_state import ReplicaState
-from lorafleet_cli.manifests import ManifestSet
-from lorafleet_operator.planning.adapters import Validation, parse_adapter
-from lorafleet_operator.planning.fleet import AdapterEntry, FleetSnapshot, PodView, plan_fleet
+from lorafleet_core.planning.adapters import Validation, parse_adapter
+from lorafleet_core.planning.fleet import AdapterEntry, FleetSnapshot, PodView, plan_fleet
+from lorafleet_core.records import AdapterRecord
+from lorafleet_core.replica_state import ReplicaState
 
 
 @dataclass(frozen=True, order=True)

@@ -13,9 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from lorafleet_api.models import ReplicaPoolSpec
 from lorafleet_cli.standalone.supervisor import ProcessSpec
-from lorafleet_operator.planning.replica_config import AGENT_ENV_PREFIX, agent_env, lora_flags
+from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_core.planning.replica_config import AGENT_ENV_PREFIX, agent_env, lora_flags
 
 LOOPBACK = "127.0.0.1"
 

@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lorafleet_api import names
-from lorafleet_api.records import format_downward_annotations
-from lorafleet_api.replica_state import ReplicaState
 from lorafleet_cli import alias_status
 from lorafleet_cli.manifests import atomic_write, fingerprint, load_folder
 from lorafleet_cli.standalone.planning import Plan, Problem, plan, status_document
+from lorafleet_core import names
+from lorafleet_core.records import format_downward_annotations
+from lorafleet_core.replica_state import ReplicaState
 
 
 class Reconciler:

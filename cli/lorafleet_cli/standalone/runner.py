@@ -26,14 +26,14 @@ from urllib.parse import urlparse
 import httpx
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lorafleet_api.models import ReplicaPoolSpec
-from lorafleet_api.replica_state import ReplicaState
 from lorafleet_cli.manifests import atomic_write, load_folder
 from lorafleet_cli.standalone import processes
 from lorafleet_cli.standalone.planning import plan
 from lorafleet_cli.standalone.processes import ReplicaPlan
 from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_cli.standalone.supervisor import StartError, Supervisor
+from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_core.replica_state import ReplicaState
 
 UP_STATUS_FILE = "up.json"
 RECONCILE_STATUS_FILE = "reconcile.json"

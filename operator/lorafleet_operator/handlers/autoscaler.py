@@ -12,9 +12,12 @@ import httpx
 import kopf
 from pydantic import ValidationError
 
-from lorafleet_api.models import ReplicaPool, ReplicaPoolStatus
-from lorafleet_api.names import GROUP, PLURAL_POOL, VERSION
-from lorafleet_api.replica_state import ReplicaState
+from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
+from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
+from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
+from lorafleet_core.planning.conditions import condition, merge_conditions
+from lorafleet_core.planning.pool import clamp_replicas, selector_string
+from lorafleet_core.replica_state import ReplicaState
 from lorafleet_operator.handlers.pools import parse_pool
 from lorafleet_operator.kube import (
     HOLDER,
@@ -22,9 +25,6 @@ from lorafleet_operator.kube import (
     collection_path,
     lorafleet_path,
 )
-from lorafleet_operator.planning.autoscale import Load, ScaleState, recommend, stabilize
-from lorafleet_operator.planning.conditions import condition, merge_conditions
-from lorafleet_operator.planning.pool import clamp_replicas, selector_string
 from lorafleet_operator.runtime import runtime
 from lorafleet_operator.sync import Endpoint, FleetSync, status_patch
 

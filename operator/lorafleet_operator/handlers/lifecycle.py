@@ -7,7 +7,7 @@ from typing import Any
 
 import kopf
 
-from lorafleet_api.names import FINALIZER, GROUP
+from lorafleet_core.names import FINALIZER, GROUP
 from lorafleet_operator import runtime
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.settings import OperatorSettings

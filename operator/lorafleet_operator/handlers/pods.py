@@ -6,8 +6,8 @@ from typing import Any
 
 import kopf
 
-from lorafleet_api.names import LABEL_COMPONENT
-from lorafleet_operator.planning.pool import COMPONENT_REPLICA
+from lorafleet_core.names import LABEL_COMPONENT
+from lorafleet_core.planning.pool import COMPONENT_REPLICA
 from lorafleet_operator.runtime import runtime
 
 

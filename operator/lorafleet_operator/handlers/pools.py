@@ -8,12 +8,12 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from lorafleet_api.models import ReplicaPool, ReplicaPoolStatus
-from lorafleet_api.names import GROUP, PLURAL_POOL, VERSION
+from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
+from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
+from lorafleet_core.planning.conditions import condition, set_condition
+from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects, selector_string
 from lorafleet_operator.errors import InvalidSpecError, describe, mapped
 from lorafleet_operator.kube import HOLDER, collection_path, lorafleet_path
-from lorafleet_operator.planning.conditions import condition, set_condition
-from lorafleet_operator.planning.pool import clamp_replicas, plan_pool_objects, selector_string
 from lorafleet_operator.runtime import runtime
 from lorafleet_operator.sync import status_patch
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from lorafleet_api.models.common import (
+from lorafleet_core.models.common import (
     ALL_TARGET_MODULES,
     SHA256_REF,
     CamelModel,

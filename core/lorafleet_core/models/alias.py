@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from lorafleet_api.models.common import (
+from lorafleet_core.models.common import (
     ALIAS_MODEL,
     DNS_LABEL,
     DNS_SUBDOMAIN,

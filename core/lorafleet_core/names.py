@@ -24,7 +24,7 @@ LABEL_COMPONENT: Final = f"{GROUP}/component"
 LABEL_TENANT: Final = f"{GROUP}/tenant"
 
 # Written by the operator on each replica pod; projected into the pod by the downward API
-# and read by the agent to pre-warm what the pod owns (see lorafleet_api.records).
+# and read by the agent to pre-warm what the pod owns (see lorafleet_core.records).
 ANNOTATION_OWNED_ADAPTERS: Final = f"{GROUP}/owned-adapters"
 
 FINALIZER: Final = f"{GROUP}/finalizer"

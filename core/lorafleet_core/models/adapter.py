@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from lorafleet_api.models.common import (
+from lorafleet_core.models.common import (
     DNS_LABEL,
     MODULE_NAME,
     SHA256_REF,
@@ -73,7 +73,7 @@ class LoRAAdapterSpec(CamelModel):
         max_length=2048,
     )
     checksum: str = Field(
-        description="sha256 over the adapter's files (see lorafleet_api.adapter_files), "
+        description="sha256 over the adapter's files (see lorafleet_core.adapter_files), "
         "as sha256:<64 hex>.",
         pattern=SHA256_REF,
     )

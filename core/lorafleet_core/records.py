@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from lorafleet_api.models import DNS_SUBDOMAIN, SHA256_REF, WEIGHTS_URI, LoRAAdapterSpec
+from lorafleet_core.models import DNS_SUBDOMAIN, SHA256_REF, WEIGHTS_URI, LoRAAdapterSpec
 
 
 class AdapterRecord(BaseModel):

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from lorafleet_api.models import (
+from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,
     AdapterPhase,
@@ -20,23 +20,23 @@ from lorafleet_api.models import (
     LoRAAdapterStatus,
     ReplicaPool,
 )
-from lorafleet_api.records import AdapterRecord
-from lorafleet_api.replica_state import ReplicaState
-from lorafleet_operator.planning.adapters import (
+from lorafleet_core.planning.adapters import (
     AdapterInputs,
     Validation,
     plan_adapter_status,
     plan_owner_count,
     validate_adapter,
 )
-from lorafleet_operator.planning.aliases import (
+from lorafleet_core.planning.aliases import (
     AdapterView,
     AliasClaim,
     created_at,
     plan_alias,
 )
-from lorafleet_operator.planning.conditions import condition
-from lorafleet_operator.planning.prewarm import plan_owned_annotations
+from lorafleet_core.planning.conditions import condition
+from lorafleet_core.planning.prewarm import plan_owned_annotations
+from lorafleet_core.records import AdapterRecord
+from lorafleet_core.replica_state import ReplicaState
 
 
 @dataclass(frozen=True)

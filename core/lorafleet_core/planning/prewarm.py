@@ -1,7 +1,7 @@
 """Pre-warm plan: the `lorafleet.dev/owned-adapters` annotation value for every replica pod.
 
-Each adapter's owners come from rendezvous hashing (`lorafleet_api.placement.owners`); a pod's
-annotation lists the records of the adapters it owns, encoded by `lorafleet_api.records`
+Each adapter's owners come from rendezvous hashing (`lorafleet_core.placement.owners`); a pod's
+annotation lists the records of the adapters it owns, encoded by `lorafleet_core.records`
 (sorted by id, compact JSON) so the same set always gives the same bytes and unchanged pods
 are never patched.
 
@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from lorafleet_api.placement import owners as rendezvous_owners
-from lorafleet_api.records import AdapterRecord
+from lorafleet_core.placement import owners as rendezvous_owners
+from lorafleet_core.records import AdapterRecord
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def _owners_cached(adapter_id: str, replicas: tuple[str, ...], k: int) -> tuple[
 
 
 def _row(record: AdapterRecord) -> str:
-    # Byte-identical to one element of lorafleet_api.records.encode_owned's output.
+    # Byte-identical to one element of lorafleet_core.records.encode_owned's output.
     return json.dumps(
         record.model_dump(mode="json", exclude_none=True), separators=(",", ":"), sort_keys=True
     )

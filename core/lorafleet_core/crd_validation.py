@@ -2,7 +2,7 @@
 
 Used by the tests (examples and bad manifests) and usable by standalone mode and the CLI, where
 no API server checks what a user wrote. Needs `openapi-schema-validator` and `cel-python`
-(imported lazily, so importing lorafleet_api never requires them).
+(imported lazily, so importing lorafleet_core never requires them).
 
 What the API server does, and this module mirrors:
 1. apply `default`s of absent properties (only inside objects that are present);
@@ -28,7 +28,7 @@ _MISSING = object()
 
 def schema_of(kind: str) -> Schema:
     """The generated openAPIV3Schema for a kind (LoRAAdapter, AdapterAlias, ReplicaPool)."""
-    from lorafleet_api.crds import RESOURCES, openapi_schema
+    from lorafleet_core.crds import RESOURCES, openapi_schema
 
     for resource in RESOURCES:
         if resource.kind == kind:
@@ -217,7 +217,7 @@ def validate(schema: Schema, obj: Any, old: Any = None) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# python -m lorafleet_api.crd_validation FILE... : check manifests before `kubectl apply`
+# python -m lorafleet_core.crd_validation FILE... : check manifests before `kubectl apply`
 
 
 def check_files(paths: list[str]) -> list[str]:
@@ -226,7 +226,7 @@ def check_files(paths: list[str]) -> list[str]:
 
     import yaml
 
-    from lorafleet_api.crds import RESOURCES
+    from lorafleet_core.crds import RESOURCES
 
     kinds = {r.kind for r in RESOURCES}
     problems: list[str] = []
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m lorafleet_api.crd_validation",
+        prog="python -m lorafleet_core.crd_validation",
         description="Validate lorafleet manifests offline against the CRD schemas and CEL "
         "rules, as the API server would on create.",
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from lorafleet_api.models import Condition, ConditionStatus
+from lorafleet_core.models import Condition, ConditionStatus
 
 
 def condition(

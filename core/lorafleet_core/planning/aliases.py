@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lorafleet_api.models import (
+from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,
     AdapterPhase,
     AliasHistoryEntry,
     ObjectMeta,
 )
-from lorafleet_operator.planning.conditions import condition, merge_conditions
+from lorafleet_core.planning.conditions import condition, merge_conditions
 
 HISTORY_MAX = 10
 

@@ -25,8 +25,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from lorafleet_api.models import DNS_LABEL, SHA256_REF
-from lorafleet_api.names import API_KEYS_SECRET_LABEL
+from lorafleet_core.models import DNS_LABEL, SHA256_REF
+from lorafleet_core.names import API_KEYS_SECRET_LABEL
 
 KEY_PREFIX = "lf-"
 

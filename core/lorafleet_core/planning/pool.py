@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lorafleet_api.models import ReplicaPool
-from lorafleet_api.names import LABEL_COMPONENT, LABEL_POOL
-from lorafleet_operator.planning.replica_config import agent_env, lora_flags
+from lorafleet_core.models import ReplicaPool
+from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.planning.replica_config import agent_env, lora_flags
 
 COMPONENT_REPLICA = "replica"
 PODINFO_DIR = "/etc/lorafleet/podinfo"

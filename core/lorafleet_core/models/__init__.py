@@ -1,6 +1,6 @@
 """Pydantic models of lorafleet's custom resources: the one source of truth.
 
-`crds/*.yaml` is generated from these models (see lorafleet_api.crds); a test fails when the
+`crds/*.yaml` is generated from these models (see lorafleet_core.crds); a test fails when the
 committed YAML drifts. Python attributes are snake_case; the wire format (and the YAML a user
 writes) is camelCase, as everywhere in Kubernetes.
 
@@ -10,22 +10,22 @@ lorafleet code runs). Cross-field rules are written as CEL in `json_schema_extra
 model validators here.
 
 Split by resource: `common` (patterns, CamelModel, Condition, ObjectMeta), `adapter`, `alias`,
-`pool`. Import from `lorafleet_api.models`; the submodules are an implementation detail.
+`pool`. Import from `lorafleet_core.models`; the submodules are an implementation detail.
 """
 
-from lorafleet_api.models.adapter import (
+from lorafleet_core.models.adapter import (
     AdapterPhase,
     LoRAAdapter,
     LoRAAdapterSpec,
     LoRAAdapterStatus,
 )
-from lorafleet_api.models.alias import (
+from lorafleet_core.models.alias import (
     AdapterAlias,
     AdapterAliasSpec,
     AdapterAliasStatus,
     AliasHistoryEntry,
 )
-from lorafleet_api.models.common import (
+from lorafleet_core.models.common import (
     ALIAS_MODEL,
     ALL_TARGET_MODULES,
     DNS_LABEL,
@@ -41,7 +41,7 @@ from lorafleet_api.models.common import (
     ObjectMeta,
     ReplicaId,
 )
-from lorafleet_api.models.pool import (
+from lorafleet_core.models.pool import (
     AutoscalingSpec,
     BaseModelRef,
     CacheSpec,

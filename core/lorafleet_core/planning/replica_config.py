@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lorafleet_api.models import ReplicaPoolSpec
+from lorafleet_core.models import ReplicaPoolSpec
 
 AGENT_ENV_PREFIX = "LORAFLEET_AGENT_"
 

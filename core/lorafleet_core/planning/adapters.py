@@ -20,14 +20,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_api.models import (
+from lorafleet_core.models import (
     AdapterPhase,
     LoRAAdapter,
     LoRAAdapterSpec,
     LoRAAdapterStatus,
     ReplicaPool,
 )
-from lorafleet_operator.planning.conditions import condition, merge_conditions
+from lorafleet_core.planning.conditions import condition, merge_conditions
 
 VALIDATED = "Validated"
 PLACED = "Placed"

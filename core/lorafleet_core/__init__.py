@@ -1,0 +1,9 @@
+"""The shared core of lorafleet: every component (operator, gateway, agent, CLI) imports it.
+
+It holds what more than one component needs, each concept once: the custom-resource models and
+generated CRDs (`models`, `crds`), names and header keys (`names`), placement by rendezvous
+hashing (`placement`), the pure planners (`planning`), adapter records and files (`records`,
+`adapter_files`), the replica `/state` contract (`replica_state`), tiers and OpenAI error bodies.
+Importing it has no side effects and needs neither kopf nor a cluster; nothing here does I/O
+beyond reading local adapter files.
+"""
