@@ -36,3 +36,12 @@ HEADER_REPLICA_ID: Final = "x-replica-id"
 
 # Secret holding tenants' API key hashes and rate limits (never plaintext keys).
 API_KEYS_SECRET_LABEL: Final = f"{GROUP}/api-keys"
+
+# Request headers the gateway sets on the data request it sends to a replica's agent.
+# The gateway's token estimate of the request (lorafleet_core.tokens): the agent counts the same
+# figure in its tokens in flight, so the autoscaler and the gateway's limiter agree.
+HEADER_TOKENS_ESTIMATE: Final = "x-lorafleet-tokens-estimate"
+# On a request retried after an on-demand load: the tier the load call found the adapter in
+# (its answer's `from`). The agent reports the slower of it and where the retried request found
+# the adapter, so the tier is a property of each request, not of the adapter.
+HEADER_LOADED_FROM: Final = "x-lorafleet-loaded-from"

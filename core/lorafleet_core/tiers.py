@@ -14,3 +14,24 @@ class Tier(StrEnum):
     RAM = "ram"
     DISK = "disk"
     REMOTE = "remote"
+
+
+_ORDER = tuple(Tier)  # fastest first
+
+
+def slowest(*tiers: Tier | None) -> Tier:
+    """The slowest of the given tiers (None ignored; gpu when none is given).
+
+    A request that waited for an on-demand load from `remote` and then found the adapter in
+    `ram` paid for the remote fetch: its tier is the slowest place it had to get it from.
+    """
+    present = [t for t in tiers if t is not None]
+    return max(present, key=_ORDER.index) if present else Tier.GPU
+
+
+def parse_tier(value: str | None) -> Tier | None:
+    """A tier from a header or an answer; None when absent or not a tier."""
+    try:
+        return Tier(value) if value is not None else None
+    except ValueError:
+        return None

@@ -1,8 +1,15 @@
 """Per-tenant token buckets: requests per second and tokens per minute (pure, injectable clock).
 
 A request is admitted when both buckets hold enough: one request, and its estimated tokens
-(prompt estimate + max_tokens). When it finishes, `settle` returns the difference between the
-estimate and the real usage, so a tenant is charged what it used, not what it might have used.
+(lorafleet_core.tokens: prompt estimate + max_tokens). When it finishes, `settle` returns the
+difference between the estimate and the real usage, so a tenant is charged what it used, not
+what it might have used. The request path calls both through one
+`lorafleet_gateway.reservation.Reservation`, never by hand.
+
+`Limiter` is the whole interface the request path needs; `RateLimiter` is the in-memory one
+(standalone mode, one gateway pod). A backend shared by several gateway pods (Redis) implements
+the same two coroutines. Its methods are coroutines for that backend's sake; this one never
+awaits anything.
 
 State is bounded: at most `max_tenants` tenants are tracked, least recently seen dropped first.
 A dropped tenant comes back with full buckets, which is what an idle tenant's buckets would
@@ -16,6 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +58,19 @@ class Decision:
     retry_after_s: float = 0.0
     limit: str = ""  # "requests" | "tokens" when refused
     too_large: bool = False  # the request alone exceeds the tenant's tokens-per-minute
+
+
+class Limiter(Protocol):
+    """What the request path needs from a rate limiter."""
+
+    async def acquire(self, tenant: str, tokens: int, limits: Limits) -> Decision:
+        """Admit one request estimated at `tokens` under `limits` (taking both from the
+        buckets), or refuse it (taking nothing) with the time to wait."""
+        ...
+
+    async def settle(self, tenant: str, estimated: int, actual: int) -> None:
+        """Give back `estimated - actual` tokens (or charge the excess) when a request ends."""
+        ...
 
 
 @dataclass(slots=True)
@@ -94,7 +115,7 @@ class RateLimiter:
             self._tenants.move_to_end(tenant)
         return state
 
-    def acquire(self, tenant: str, tokens: int, limits: Limits | None = None) -> Decision:
+    async def acquire(self, tenant: str, tokens: int, limits: Limits | None = None) -> Decision:
         """Admit one request estimated at `tokens`, or say how long to wait."""
         limits = limits or self.defaults
         now = self.clock()
@@ -112,7 +133,7 @@ class RateLimiter:
         state.tokens.tokens -= tokens
         return Decision(True)
 
-    def settle(self, tenant: str, estimated: int, actual: int) -> None:
+    async def settle(self, tenant: str, estimated: int, actual: int) -> None:
         """Reconcile a finished request's estimate with its real token usage."""
         state = self._tenants.get(tenant)
         if state is None:

@@ -1,12 +1,16 @@
 """Relaying an opened upstream stream to the client, event by event.
 
-Upstream bytes arrive in arbitrary pieces; they are re-framed on the SSE event boundary
-(blank line) so the usage event can be read (rate-limit reconciliation, token metrics) and
-dropped when the client did not ask for it. Everything else passes through as received.
+Upstream bytes arrive in arbitrary pieces; the shared SSE framer (lorafleet_core.sse) cuts them
+on event boundaries so the usage event can be read (rate-limit reconciliation, token metrics)
+and dropped when the client did not ask for it. Everything else passes through unchanged
+(line endings normalised to LF). The relay only moves bytes and records what it saw in a
+`RelayResult`; the request handler (lorafleet_gateway.routes) does the bookkeeping once the
+response has ended.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -15,8 +19,9 @@ from typing import Any
 
 import httpx
 
+from lorafleet_core.sse import SseFramer, event_json
 from lorafleet_gateway.errors import sse_error_event
-from lorafleet_gateway.upstream import Opened, parse_usage
+from lorafleet_gateway.upstream import Opened
 
 log = logging.getLogger("lorafleet.gateway.relay")
 
@@ -29,50 +34,66 @@ class RelayResult:
     completed: bool = False
 
 
+def parse_usage(event: bytes) -> dict[str, Any] | None:
+    """The `usage` object of an SSE data event, when it carries one."""
+    if b'"usage":{' not in event and b'"usage": {' not in event:
+        return None  # fast path: most events carry no usage (or `"usage": null`)
+    data = event_json(event)
+    usage = data.get("usage") if data is not None else None
+    return usage if isinstance(usage, dict) else None
+
+
+def json_usage(body: bytes) -> dict[str, Any] | None:
+    """The `usage` object of a non-stream answer."""
+    try:
+        usage = json.loads(body).get("usage")
+    except (ValueError, AttributeError):
+        return None
+    return usage if isinstance(usage, dict) else None
+
+
 def _is_usage_only(event: bytes) -> bool:
     # The final usage chunk has an empty choices list.
     return b'"choices":[]' in event or b'"choices": []' in event
 
 
-def _frame(buf: bytes, include_usage: bool, result: RelayResult) -> tuple[bytes, bytes]:
-    """Split complete events off `buf`; returns (bytes to send, leftover)."""
-    if b'"usage"' not in buf:  # fast path: nothing to read or strip
-        cut = buf.rfind(b"\n\n")
-        if cut < 0:
-            return b"", buf
-        return buf[: cut + 2], buf[cut + 2 :]
-    out = []
-    while True:
-        cut = buf.find(b"\n\n")
-        if cut < 0:
-            break
-        event, buf = buf[: cut + 2], buf[cut + 2 :]
+def _select(events: list[bytes], include_usage: bool, result: RelayResult) -> bytes:
+    """The bytes to send for `events`; records the usage event's figures."""
+    if not events:
+        return b""
+    out = b"".join(events)
+    if b'"usage"' not in out:  # fast path: nothing to read or strip
+        return out
+    kept = []
+    for event in events:
         usage = parse_usage(event)
         if usage is not None:
             result.usage = usage
             if not include_usage and _is_usage_only(event):
                 continue
-        out.append(event)
-    return b"".join(out), buf
+        kept.append(event)
+    return b"".join(kept)
 
 
 async def relay_stream(
     opened: Opened, include_usage: bool, result: RelayResult
 ) -> AsyncIterator[bytes]:
-    """Yield the client's SSE bytes; fills `result`. Always closes the upstream response."""
-    buf = opened.first.replace(b"\r\n", b"\n")
+    """Yield the client's SSE bytes; fills `result`. The caller closes the upstream response."""
+    assert opened.chunks is not None
+    framer = SseFramer()
     try:
-        data, buf = _frame(buf, include_usage, result)
+        data = _select(framer.feed(opened.first), include_usage, result)
         if data:
             yield data
-        assert opened.chunks is not None
         async for chunk in opened.chunks:
-            buf += chunk.replace(b"\r\n", b"\n")
-            data, buf = _frame(buf, include_usage, result)
+            data = _select(framer.feed(chunk), include_usage, result)
             if data:
                 yield data
-        if buf.strip():
-            yield buf if buf.endswith(b"\n\n") else buf + b"\n\n"
+        rest = framer.flush()
+        if rest is not None:
+            data = _select([rest], include_usage, result)
+            if data:
+                yield data
         result.completed = True
     except httpx.HTTPError as exc:
         # Bytes already reached the client: the status line is sent, so the error goes in-band.
@@ -83,4 +104,3 @@ async def relay_stream(
         )
     finally:
         result.finished_at = time.perf_counter()
-        await opened.response.aclose()

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
-from pydantic import ValidationError
 
+from lorafleet_core.replica_client import StateUnavailable, fetch_state
 from lorafleet_core.replica_state import ReplicaState
 from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.router import ReplicaView
@@ -70,21 +70,18 @@ class ReplicaTracker:
     # -- polling ----------------------------------------------------------------------------
     async def _poll(self, entry: _Entry) -> None:
         ep = entry.endpoint
-        url = f"{ep.internal_url}/internal/replicas/{ep.id}/state"
         at_send = entry.local_tokens
         try:
-            resp = await self.client.get(url, timeout=self.interval_s * 0.9)
-            resp.raise_for_status()
-            state = ReplicaState.model_validate_json(resp.content)
-        except httpx.TimeoutException as exc:
-            # Slow, not necessarily gone (a busy event loop, a GC pause): keep the last state
-            # until it ages out, which happens two intervals after the last answer.
-            log.info("replica %s state poll timed out: %r", ep.id, exc)
-            return
-        except (httpx.HTTPError, ValidationError) as exc:
+            state = await fetch_state(self.client, ep.internal_url, ep.id)
+        except StateUnavailable as exc:
+            if exc.timed_out:
+                # Slow, not necessarily gone (a busy event loop, a GC pause): keep the last
+                # state until it ages out, which happens two intervals after the last answer.
+                log.info("replica %s state poll timed out: %s", ep.id, exc)
+                return
             # Refused connection or a broken answer: out of the candidate set right away.
             if entry.ok:
-                log.warning("replica %s state poll failed: %r", ep.id, exc)
+                log.warning("replica %s state poll failed: %s", ep.id, exc)
             entry.ok = False
             return
         entry.state = state
@@ -125,6 +122,7 @@ class ReplicaTracker:
             out[rid] = ReplicaView(tokens, e.state.queue_depth, e.gpu)
         return out
 
+    # Called only by lorafleet_gateway.reservation.Reservation, which pairs them.
     def begin(self, replica_id: str, tokens: int) -> None:
         entry = self._entries.get(replica_id)
         if entry is not None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,22 +12,23 @@ from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_gateway.auth import authenticate
 from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.errors import APIError, error_response, model_not_found
-from lorafleet_gateway.ratelimit import retry_after_headers
-from lorafleet_gateway.relay import RelayResult, relay_stream
+from lorafleet_gateway.relay import RelayResult, json_usage, relay_stream
 from lorafleet_gateway.reqlog import log_request
+from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.router import plan_route
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.upstream import Opened
-from lorafleet_gateway.validation import parse_request
+from lorafleet_gateway.validation import CompletionRequest, parse_request
 
 _log = logging.getLogger("lorafleet.gateway")
 
@@ -48,193 +48,188 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-class CompletionHandler:
-    """One completion request from arrival to its log line."""
+class CompletionEndpoint:
+    """ASGI app of one completion route: one request from arrival to its log line.
 
-    def __init__(self, gw: Gateway) -> None:
+    The order is the request's: authenticate, parse, resolve the alias, reserve its tokens
+    (`Reservation`, released once however the request ends), route, `upstream.open` (one
+    `try_replica` per candidate), answer or relay the stream, and only then the metrics and the
+    log line (nothing more may delay the first byte). The response is sent inside the
+    reservation, so a stream holds its tokens until its last byte or the client leaving.
+    """
+
+    def __init__(self, gw: Gateway, kind: str) -> None:
         self.gw = gw
+        self.kind = kind
 
-    async def __call__(self, request: Request, kind: str) -> Response:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gw = self.gw
-        t0 = time.perf_counter()
+        out = _Outcome(self.kind)
         gw.metrics.in_flight.inc()  # decremented in _finish, which every path reaches once
-        snap = gw.holder.current  # this request's catalog version, whatever changes later
-        log: dict[str, Any] = {"endpoint": kind, "tenant": None, "model": None}
-        tenant = None
-        estimate = 0
+        watched = _WatchedSend(send)
         try:
-            tenant = _auth(snap, request)
-            log["tenant"] = tenant.tenant
-            req = parse_request(await read_body(request, gw.bounds.max_body_bytes), kind, gw.bounds)
-            log["model"] = req.model
-            target = snap.resolve(tenant.tenant, req.model)
-            if target is None:
-                raise model_not_found(req.model)
-            record = snap.adapters[target.adapter_id]
-            log["adapter_id"] = record.id
-            estimate = req.tokens_estimate
-            decision = gw.limiter.acquire(tenant.tenant, estimate, gw.limits_for(tenant))
-            if not decision.allowed:
-                estimate = 0
-                gw.metrics.child(gw.metrics.rate_limited, decision.limit).inc()
-                raise _rate_limited(decision.limit, decision.retry_after_s, decision.too_large)
+            await self._serve(Request(scope, receive), out, scope, receive, watched)
+        except APIError as exc:  # always raised before an answer began
+            if isinstance(exc, RateLimited):
+                gw.metrics.child(gw.metrics.rate_limited, exc.limit).inc()
+            out.status, out.error = exc.status, exc.code
+            await exc.response()(scope, receive, send)
+        except Exception as exc:
+            if not watched.started:
+                _log.exception("unexpected error in the request path")
+                out.status, out.error = 500, "internal_error"
+                response = error_response(
+                    500, "The gateway had an internal error.", code="internal_error"
+                )
+                await response(scope, receive, send)
+            elif not isinstance(exc, OSError | ClientDisconnect):
+                _log.exception("unexpected error while answering")
+        except BaseException:  # cancelled: the client went away before an answer
+            if out.status is None:
+                out.status = "client_closed"
+            raise
+        finally:
+            self._finish(out)
+
+    async def _serve(
+        self, request: Request, out: _Outcome, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        gw = self.gw
+        snap = gw.holder.current  # this request's catalog version, whatever changes later
+        tenant = _auth(snap, request)
+        out.log["tenant"] = tenant.tenant
+        body = await read_body(request, gw.bounds.max_body_bytes)
+        req = parse_request(body, self.kind, gw.bounds)
+        out.log["model"] = req.model
+        target = snap.resolve(tenant.tenant, req.model)
+        if target is None:
+            raise model_not_found(req.model)
+        record = snap.adapters[target.adapter_id]
+        out.log["adapter_id"] = record.id
+        limits = gw.limits_for(tenant)
+        async with Reservation(
+            gw.limiter, gw.tracker, tenant.tenant, req.tokens_estimate, limits
+        ) as held:
             plan = plan_route(
                 record.id, gw.tracker.views(), snap.owner_count(record.id), gw.thresholds
             )
             gw.metrics.child(gw.metrics.routing, plan.outcome).inc()
-            log["route"] = plan.outcome
-            opened = await gw.upstream.open(req, record, plan.candidates, estimate)
-        except APIError as exc:
-            if tenant is not None and estimate:
-                gw.limiter.settle(tenant.tenant, estimate, 0)
-            self._finish(log, t0, exc.status, error=exc.code)
-            return exc.response()
-        except Exception:
-            _log.exception("unexpected error in the request path")
-            if tenant is not None and estimate:
-                gw.limiter.settle(tenant.tenant, estimate, 0)
-            self._finish(log, t0, 500, error="internal_error")
-            return error_response(500, "The gateway had an internal error.", code="internal_error")
-        except BaseException:  # cancelled: the client went away before an answer
-            if tenant is not None and estimate:
-                gw.limiter.settle(tenant.tenant, estimate, 0)
-            self._finish(log, t0, "client_closed")
-            raise
+            out.log["route"] = plan.outcome
+            opened = await gw.upstream.open(req, record, plan.candidates, held)
+            try:
+                await self._answer(opened, req, held, out, scope, receive, send)
+            finally:
+                await opened.response.aclose()
 
+    async def _answer(
+        self,
+        opened: Opened,
+        req: CompletionRequest,
+        held: Reservation,
+        out: _Outcome,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
         headers = {
-            HEADER_ADAPTER_ID: record.id,
+            HEADER_ADAPTER_ID: str(out.log["adapter_id"]),
             HEADER_ADAPTER_TIER: opened.tier,
             HEADER_REPLICA_ID: opened.replica_id,
         }
-        log.update(replica=opened.replica_id, tier=opened.tier, attempts=opened.attempts)
+        out.log.update(replica=opened.replica_id, tier=opened.tier, attempts=opened.attempts)
+        if opened.loaded_on_demand:
+            out.log["loaded_on_demand"] = True
         if opened.chunks is None:  # non-stream, or an error answer
-            gw.tracker.end(opened.replica_id, estimate)
             if opened.status == 200:
-                self._settle(tenant.tenant, estimate, _json_usage(opened.first), log)
-            else:  # the engine refused it (e.g. prompt too long): nothing was generated
-                gw.limiter.settle(tenant.tenant, estimate, 0)
-            self._finish(log, t0, opened.status)
+                held.answered()
+                self._charge(held, json_usage(opened.first), out)
+            # else the engine refused it (e.g. prompt too long): nothing generated, no charge
+            out.status = opened.status
             media = opened.response.headers.get("content-type", "application/json")
-            return Response(opened.first, opened.status, headers=headers, media_type=media)
-
-        # Metrics wait until the stream has ended: nothing more may delay the first byte.
-        closer = _StreamCloser(self, opened, tenant.tenant, estimate, log, t0)
-        return _RelayResponse(
-            relay_stream(opened, req.include_usage, closer.result),
-            closer,
+            response = Response(opened.first, opened.status, headers=headers, media_type=media)
+            await response(scope, receive, send)
+            return
+        held.answered()
+        result = RelayResult()
+        stream = StreamingResponse(
+            relay_stream(opened, req.include_usage, result),
             media_type="text/event-stream",
             headers=headers,
         )
+        try:
+            await stream(scope, receive, send)
+        finally:
+            self._stream_ended(opened, held, result, out)
 
-    def _settle(
-        self, tenant: str, estimate: int, usage: dict[str, Any] | None, log: dict[str, Any]
+    def _stream_ended(
+        self, opened: Opened, held: Reservation, result: RelayResult, out: _Outcome
     ) -> None:
+        gw = self.gw
+        ttft = opened.first_at - out.t0
+        gw.metrics.child(gw.metrics.ttft, opened.tier).observe(ttft)
+        out.log["ttft_ms"] = round(ttft * 1000, 2)
+        gw.metrics.tenants.observe(held.tenant, ttft > gw.settings.ttft_target_s)
+        self._charge(held, result.usage, out)
+        completion = out.log.get("completion_tokens") or 0
+        if result.completed and completion > 1 and result.finished_at:
+            gw.metrics.tpot.observe((result.finished_at - opened.first_at) / (completion - 1))
+        if result.error:
+            out.status, out.error = "stream_error", result.error
+        elif not result.completed:
+            out.status = "client_closed"
+        else:
+            out.status = 200
+
+    def _charge(self, held: Reservation, usage: dict[str, Any] | None, out: _Outcome) -> None:
         if usage is None:
-            # No usage known (error or aborted stream): keep the estimate charged.
-            return
+            return  # usage unknown (error or aborted stream): the estimate stays charged
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
-        log.update(prompt_tokens=prompt, completion_tokens=completion)
-        self.gw.limiter.settle(tenant, estimate, prompt + completion)
+        out.log.update(prompt_tokens=prompt, completion_tokens=completion)
+        held.used(prompt + completion)
         self.gw.metrics.child(self.gw.metrics.tokens, "prompt").inc(prompt)
         self.gw.metrics.child(self.gw.metrics.tokens, "completion").inc(completion)
 
-    def _finish(
-        self, log: dict[str, Any], t0: float, status: int | str, error: str | None = None
-    ) -> None:
-        self.gw.metrics.child(self.gw.metrics.requests, log["endpoint"], str(status)).inc()
+    def _finish(self, out: _Outcome) -> None:
+        status = out.status if out.status is not None else "client_closed"
+        self.gw.metrics.child(self.gw.metrics.requests, out.log["endpoint"], str(status)).inc()
         self.gw.metrics.in_flight.dec()
-        log["status"] = status
-        log["duration_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-        if error:
-            log["error"] = error
-        log_request(**log)
+        out.log["status"] = status
+        out.log["duration_ms"] = round((time.perf_counter() - out.t0) * 1000, 2)
+        if out.error:
+            out.log["error"] = out.error
+        log_request(**out.log)
 
 
-class _StreamCloser:
-    """Everything that must happen exactly once when a stream ends, however it ends.
+class _Outcome:
+    """What one request's log line and request counter will say."""
 
-    Called when the response ends, whatever happened: the body generator may never have
-    started (the client left before the first write) and then runs no `finally`; the
-    replica's in-flight tokens and connection must not leak.
-    """
+    __slots__ = ("error", "log", "status", "t0")
 
-    def __init__(
-        self,
-        handler: CompletionHandler,
-        opened: Opened,
-        tenant: str,
-        estimate: int,
-        log: dict[str, Any],
-        t0: float,
-    ) -> None:
-        self.handler = handler
-        self.opened = opened
-        self.tenant = tenant
-        self.estimate = estimate
-        self.log = log
-        self.t0 = t0
-        self.result = RelayResult()
-        self.closed = False
-
-    async def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        gw, result, opened = self.handler.gw, self.result, self.opened
-        ttft = opened.first_at - self.t0
-        gw.metrics.child(gw.metrics.ttft, opened.tier).observe(ttft)
-        self.log["ttft_ms"] = round(ttft * 1000, 2)
-        gw.metrics.tenants.observe(self.tenant, ttft > gw.settings.ttft_target_s)
-        gw.tracker.end(opened.replica_id, self.estimate)
-        self.handler._settle(self.tenant, self.estimate, result.usage, self.log)
-        completion = self.log.get("completion_tokens") or 0
-        if result.completed and completion > 1 and result.finished_at:
-            gw.metrics.tpot.observe((result.finished_at - opened.first_at) / (completion - 1))
-        status: int | str = 200
-        if result.error:
-            status = "stream_error"
-        elif not result.completed:
-            status = "client_closed"
-        self.handler._finish(self.log, self.t0, status, error=result.error)
-        await opened.response.aclose()
+    def __init__(self, kind: str) -> None:
+        self.t0 = time.perf_counter()
+        self.log: dict[str, Any] = {"endpoint": kind, "tenant": None, "model": None}
+        self.status: int | str | None = None
+        self.error: str | None = None
 
 
-class _RelayResponse(StreamingResponse):
-    def __init__(self, content: AsyncIterator[bytes], closer: _StreamCloser, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self.closer = closer
+class _WatchedSend:
+    """`send` that remembers whether the response has started (then no error answer fits)."""
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.closer.close()
+    __slots__ = ("send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
 
 
 def _auth(snap: CatalogSnapshot, request: Request) -> TenantKeys:
     return authenticate(snap.keys, request.headers.get("authorization"))
-
-
-def _json_usage(body: bytes) -> dict[str, Any] | None:
-    try:
-        usage = json.loads(body).get("usage")
-    except (ValueError, AttributeError):
-        return None
-    return usage if isinstance(usage, dict) else None
-
-
-def _rate_limited(limit: str, retry_after_s: float, too_large: bool) -> APIError:
-    if too_large:
-        message = "Request too large: its estimated tokens exceed your tokens-per-minute limit."
-    else:
-        what = "requests per second" if limit == "requests" else "tokens per minute"
-        message = (
-            f"Rate limit reached for {what}. Please try again in {retry_after_s * 1000:.0f}ms."
-        )
-    return APIError(
-        429, message, code="rate_limit_exceeded", headers=retry_after_headers(retry_after_s)
-    )
 
 
 def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlette:
@@ -250,8 +245,6 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
             if manage_lifecycle:
                 await gw.stop()
 
-    handler = CompletionHandler(gw)
-
     async def api_error(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, APIError)
         return exc.response()
@@ -260,12 +253,6 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         assert isinstance(exc, StarletteHTTPException)
         code = "unknown_url" if exc.status_code == 404 else None
         return error_response(exc.status_code, str(exc.detail), code=code)
-
-    async def chat_completions(request: Request) -> Response:
-        return await handler(request, "chat")
-
-    async def completions(request: Request) -> Response:
-        return await handler(request, "completion")
 
     async def list_models(request: Request) -> Response:
         snap = gw.holder.current
@@ -285,8 +272,8 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
     # dependency machinery and extra middleware would add to every first token.
     return Starlette(
         routes=[
-            Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", CompletionEndpoint(gw, "chat"), methods=["POST"]),
+            Route("/v1/completions", CompletionEndpoint(gw, "completion"), methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         ],

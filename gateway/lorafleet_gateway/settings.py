@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lorafleet_core.tokens import DEFAULT_MAX_TOKENS
+
 
 class GatewaySettings(BaseSettings):
     """Settings of one gateway process (env prefix `LORAFLEET_GATEWAY_`)."""
@@ -51,7 +53,9 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     max_tokens_limit: int = Field(default=4096, ge=1, description="largest max_tokens accepted")
     default_max_tokens: int = Field(
-        default=256, ge=1, description="assumed output length when the request sets none"
+        default=DEFAULT_MAX_TOKENS,
+        ge=1,
+        description="assumed output length when the request sets none (token estimate only)",
     )
     max_messages: int = Field(default=256, ge=1)
 

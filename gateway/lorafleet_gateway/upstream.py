@@ -1,11 +1,15 @@
-"""Talking to replicas: open a completion on the first candidate that answers, then relay it.
+"""Talking to replicas: open a completion on the first candidate that answers.
 
 Before the first byte of the answer nothing has reached the client, so a connection error, a
-503 or a dropped connection moves on to the next candidate (the router's retry order). A 404
-`adapter_not_registered` means the replica has no record of the adapter yet: the gateway posts
-the record from its catalog to the replica's internal load endpoint and retries that replica
-once. After the first byte the choice is final; a failure ends the stream with an SSE error
-event the official client raises as an APIError.
+503 or a dropped connection moves on to the next candidate (the router's retry order). One
+candidate is one `try_replica` step: send; on a 404 `adapter_not_registered` (the replica has
+no record of the adapter yet) post the record from the catalog to the replica's internal load
+endpoint, then send once more carrying the tier the load found the adapter in
+(`HEADER_LOADED_FROM`), so that request, and only that request, reports it. After the first
+byte the choice is final (lorafleet_gateway.relay takes over).
+
+Every data request carries the gateway's token estimate (`HEADER_TOKENS_ESTIMATE`), which the
+agent counts as the request's tokens in flight.
 """
 
 from __future__ import annotations
@@ -15,14 +19,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 
-from lorafleet_core.names import HEADER_ADAPTER_TIER
+from lorafleet_core.names import HEADER_ADAPTER_TIER, HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from lorafleet_core.records import AdapterRecord
+from lorafleet_core.tiers import Tier, parse_tier
+from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.errors import APIError
 from lorafleet_gateway.replica_poller import ReplicaTracker
+from lorafleet_gateway.reservation import Reservation
 from lorafleet_gateway.validation import CompletionRequest
 
 log = logging.getLogger("lorafleet.gateway.upstream")
@@ -33,7 +39,10 @@ _RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolErro
 
 @dataclass(slots=True)
 class Opened:
-    """An upstream answer whose first bytes have arrived (or a full non-stream body)."""
+    """An upstream answer whose first bytes have arrived (or a full non-stream body).
+
+    For a stream `response` stays open until the caller closes it.
+    """
 
     replica_id: str
     status: int
@@ -41,9 +50,17 @@ class Opened:
     response: httpx.Response
     first: bytes  # the first body chunk (stream) or the whole body
     first_at: float  # perf_counter when `first` arrived
-    attempts: int
-    chunks: AsyncIterator[bytes] | None = None
+    chunks: AsyncIterator[bytes] | None = None  # the rest of a stream
+    attempts: int = 1  # replicas tried, this one included
     loaded_on_demand: bool = False
+
+
+class TryNext(Exception):
+    """This candidate failed before the first byte: try the next one."""
+
+
+class _NotRegistered(Exception):
+    """The replica answered 404 adapter_not_registered."""
 
 
 def upstream_body(req: CompletionRequest, adapter_id: str) -> bytes:
@@ -83,100 +100,35 @@ class Upstream:
         self.max_attempts = max_attempts
         self.on_outcome = on_outcome
 
-    async def _load(self, internal_url: str, replica_id: str, record: AdapterRecord) -> None:
-        url = f"{internal_url}/internal/replicas/{replica_id}/adapters/{record.id}/load"
-        # for_request: the retried request then reports the tier the adapter was found in.
-        payload = {"record": record.model_dump(mode="json"), "gpu": False, "for_request": True}
-        try:
-            resp = await self.client.post(url, json=payload)
-        except httpx.HTTPError as exc:
-            raise _Retry(f"load on {replica_id} failed: {exc!r}") from exc
-        if resp.status_code == 422:
-            # The replica verified the files and refused them: no replica will do better.
-            log.error("replica %s rejected adapter %s: %s", replica_id, record.id, resp.text)
-            raise APIError(
-                502,
-                "The model's adapter could not be loaded; the operator has been notified.",
-                code="adapter_rejected",
-            )
-        if resp.status_code >= 400:
-            raise _Retry(f"load on {replica_id} answered {resp.status_code}")
-
     async def open(
         self,
         req: CompletionRequest,
         record: AdapterRecord,
         candidates: tuple[str, ...],
-        tokens: int,
+        held: Reservation,
     ) -> Opened:
-        """Send to candidates in order until one answers.
+        """`try_replica` on the candidates in order until one answers.
 
-        For a stream the caller owns `opened.response` and must close it (relay_stream does).
-        Raises APIError 503 when no candidate answered, 504 on a read timeout, 502 when a
-        replica refused the adapter's files.
+        Raises APIError 503 when none answered, 504 on a read timeout, 502 when a replica
+        refused the adapter's files.
         """
         content = upstream_body(req, record.id)
-        headers = {"content-type": "application/json"}
-        path = PATHS[req.kind]
-        attempts = 0
-        loaded = False
+        tried = 0
         last_error = "no healthy replica"
         for replica_id in candidates[: self.max_attempts]:
             ep = self.tracker.endpoint(replica_id)
             if ep is None:
                 continue
-            tries_here = 2  # a second try only after an on-demand load
-            loaded_here = False
-            while tries_here:
-                tries_here -= 1
-                attempts += 1
-                if attempts > 1:
-                    self.on_outcome("retry")
-                self.tracker.begin(replica_id, tokens)
-                try:
-                    opened = await self._attempt(ep.data_url, path, content, headers, req.stream)
-                except _NotRegistered:
-                    self.tracker.end(replica_id, tokens)
-                    if loaded_here or not tries_here:
-                        last_error = f"{replica_id} did not register the adapter"
-                        break
-                    try:
-                        await self._load(ep.internal_url, replica_id, record)
-                    except _Retry as exc:
-                        last_error = str(exc)
-                        break
-                    loaded = loaded_here = True
-                    self.on_outcome("load_on_demand")
-                    continue
-                except (_Retry, *_RETRYABLE) as exc:
-                    self.tracker.end(replica_id, tokens)
-                    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-                        self.tracker.mark_failed(replica_id)
-                    last_error = f"{replica_id}: {exc!r}"
-                    break
-                except httpx.TimeoutException as exc:
-                    # The replica took the request but produced nothing in read_timeout_s:
-                    # retrying elsewhere would double the work on an overloaded fleet.
-                    self.tracker.end(replica_id, tokens)
-                    log.warning("replica %s timed out before the first byte: %r", replica_id, exc)
-                    raise APIError(
-                        504, "The replica did not answer in time.", code="upstream_timeout"
-                    ) from None
-                except BaseException:
-                    self.tracker.end(replica_id, tokens)
-                    raise
-                response, first, first_at, chunks = opened
-                return Opened(
-                    replica_id=replica_id,
-                    status=response.status_code,
-                    tier=response.headers.get(HEADER_ADAPTER_TIER, "unknown"),
-                    response=response,
-                    first=first,
-                    first_at=first_at,
-                    attempts=attempts,
-                    chunks=chunks,
-                    loaded_on_demand=loaded,
-                )
+            if tried:
+                self.on_outcome("retry")
+            tried += 1
+            try:
+                opened = await self.try_replica(ep, req, record, content, held)
+            except TryNext as exc:
+                last_error = str(exc)
+                continue
+            opened.attempts = tried
+            return opened
         log.warning("no replica answered for %s: %s", record.id, last_error)
         raise APIError(
             503,
@@ -184,52 +136,112 @@ class Upstream:
             code="upstream_unavailable",
         )
 
-    async def _attempt(
-        self, data_url: str, path: str, content: bytes, headers: dict[str, str], stream: bool
-    ) -> tuple[httpx.Response, bytes, float, AsyncIterator[bytes] | None]:
+    async def try_replica(
+        self,
+        ep: ReplicaEndpoint,
+        req: CompletionRequest,
+        record: AdapterRecord,
+        content: bytes,
+        held: Reservation,
+    ) -> Opened:
+        """One candidate: send, and after a 404 adapter_not_registered load it and send again."""
+        held.place(ep.id)
+        headers = {"content-type": "application/json", HEADER_TOKENS_ESTIMATE: str(held.tokens)}
+        try:
+            return await self._send(ep, req, content, headers)
+        except _NotRegistered:
+            pass
+        headers[HEADER_LOADED_FROM] = await self._load(ep, record)
+        self.on_outcome("load_on_demand")
+        try:
+            opened = await self._send(ep, req, content, headers)
+        except _NotRegistered:
+            raise TryNext(f"{ep.id} did not register the adapter") from None
+        opened.loaded_on_demand = True
+        return opened
+
+    async def _load(self, ep: ReplicaEndpoint, record: AdapterRecord) -> str:
+        """Post the record to the replica's load endpoint; returns the tier it was found in."""
+        url = f"{ep.internal_url}/internal/replicas/{ep.id}/adapters/{record.id}/load"
+        payload = {"record": record.model_dump(mode="json"), "gpu": False}
+        try:
+            resp = await self.client.post(url, json=payload)
+        except httpx.HTTPError as exc:
+            raise TryNext(f"load on {ep.id} failed: {exc!r}") from exc
+        if resp.status_code == 422:
+            # The replica verified the files and refused them: no replica will do better.
+            log.error("replica %s rejected adapter %s: %s", ep.id, record.id, resp.text)
+            raise APIError(
+                502,
+                "The model's adapter could not be loaded; the operator has been notified.",
+                code="adapter_rejected",
+            )
+        if resp.status_code >= 400:
+            raise TryNext(f"load on {ep.id} answered {resp.status_code}")
+        try:
+            found = parse_tier(resp.json().get("from"))
+        except (ValueError, AttributeError):
+            found = None
+        # An agent that does not say where it found the adapter fetched it, at worst remotely.
+        return str(found or Tier.REMOTE)
+
+    async def _send(
+        self, ep: ReplicaEndpoint, req: CompletionRequest, content: bytes, headers: dict[str, str]
+    ) -> Opened:
         request = self.client.build_request(
-            "POST", data_url + path, content=content, headers=headers
+            "POST", ep.data_url + PATHS[req.kind], content=content, headers=headers
         )
-        response = await self.client.send(request, stream=True)
+        try:
+            response = await self.client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            self.tracker.mark_failed(ep.id)
+            raise TryNext(f"{ep.id}: {exc!r}") from exc
+        except _RETRYABLE as exc:
+            raise TryNext(f"{ep.id}: {exc!r}") from exc
+        except httpx.TimeoutException:
+            raise self._timed_out(ep.id) from None
+        try:
+            return await self._first_bytes(ep.id, response, req.stream)
+        except BaseException:
+            await response.aclose()
+            raise
+
+    async def _first_bytes(self, replica_id: str, response: httpx.Response, stream: bool) -> Opened:
         try:
             if response.status_code == 503:
-                raise _Retry("503")
+                raise TryNext(f"{replica_id}: 503")
             if response.status_code == 404 and await _error_code(response) == (
                 "adapter_not_registered"
             ):
                 raise _NotRegistered
+            chunks: AsyncIterator[bytes] | None = None
             if stream and response.status_code == 200:
                 chunks = response.aiter_raw()
                 first = b""
                 while not first:  # an empty read is not the first byte
                     first = await anext(chunks)
-                return response, first, time.perf_counter(), chunks
-            body = await response.aread()
-            await response.aclose()
-            return response, body, time.perf_counter(), None
+            else:
+                first = await response.aread()
+                await response.aclose()
         except StopAsyncIteration:
-            await response.aclose()
-            raise _Retry("closed before the first byte") from None
-        except BaseException:
-            await response.aclose()
-            raise
+            raise TryNext(f"{replica_id}: closed before the first byte") from None
+        except _RETRYABLE as exc:
+            raise TryNext(f"{replica_id}: {exc!r}") from exc
+        except httpx.TimeoutException:
+            raise self._timed_out(replica_id) from None
+        return Opened(
+            replica_id=replica_id,
+            status=response.status_code,
+            tier=response.headers.get(HEADER_ADAPTER_TIER, "unknown"),
+            response=response,
+            first=first,
+            first_at=time.perf_counter(),
+            chunks=chunks,
+        )
 
-
-class _Retry(Exception):
-    """This candidate failed before the first byte: try the next."""
-
-
-class _NotRegistered(Exception):
-    """The replica answered 404 adapter_not_registered."""
-
-
-def parse_usage(event: bytes) -> dict[str, Any] | None:
-    """The `usage` object of an SSE data event, when it carries one."""
-    if b'"usage":{' not in event and b'"usage": {' not in event:
-        return None
-    try:
-        data = json.loads(event[event.index(b"{") :])
-    except ValueError:
-        return None
-    usage = data.get("usage") if isinstance(data, dict) else None
-    return usage if isinstance(usage, dict) else None
+    @staticmethod
+    def _timed_out(replica_id: str) -> APIError:
+        # The replica took the request but produced nothing in read_timeout_s: retrying
+        # elsewhere would double the work on an overloaded fleet.
+        log.warning("replica %s timed out before the first byte", replica_id)
+        return APIError(504, "The replica did not answer in time.", code="upstream_timeout")

@@ -12,16 +12,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from lorafleet_core.tokens import DEFAULT_MAX_TOKENS, prompt_tokens, text_chars
 from lorafleet_gateway.errors import APIError
-
-CHARS_PER_TOKEN = 4  # rough estimate for rate limiting; reconciled with real usage afterwards
 
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
     max_body_bytes: int = 1_048_576
     max_tokens_limit: int = 4096
-    default_max_tokens: int = 256
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
     max_messages: int = 256
 
 
@@ -37,28 +36,12 @@ class CompletionRequest:
 
     @property
     def tokens_estimate(self) -> int:
+        """The request's size (lorafleet_core.tokens); the agent is told the same figure."""
         return self.prompt_tokens_estimate + self.max_tokens
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
-
-
-def _text_size(value: Any) -> int:
-    """Characters of text in a content value (string or list of content parts)."""
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, list):
-        total = 0
-        for part in value:
-            if isinstance(part, str):
-                total += len(part)
-            elif isinstance(part, dict) and isinstance(part.get("text"), str):
-                total += len(part["text"])
-            elif isinstance(part, int):  # token ids in a completions prompt
-                total += CHARS_PER_TOKEN
-        return total
-    return 0
 
 
 def _check_messages(messages: Any, bounds: Bounds) -> int:
@@ -73,18 +56,20 @@ def _check_messages(messages: Any, bounds: Bounds) -> int:
         content = msg.get("content")
         if content is not None and not isinstance(content, str | list):
             raise _bad(f"'messages[{i}].content' must be a string or an array.", "messages")
-        chars += _text_size(content)
+        chars += text_chars(content)
     return chars
 
 
 def _check_prompt(prompt: Any) -> int:
-    if isinstance(prompt, str):
-        return len(prompt)
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return sum(len(p) for p in prompt)
-        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
-            return len(prompt) * CHARS_PER_TOKEN
+    if isinstance(prompt, str) or (
+        isinstance(prompt, list)
+        and prompt
+        and (
+            all(isinstance(p, str) for p in prompt)
+            or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
+        )
+    ):
+        return text_chars(prompt)
     raise _bad("'prompt' must be a string, an array of strings or an array of tokens.", "prompt")
 
 
@@ -149,5 +134,5 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         stream=stream,
         include_usage=include_usage,
         max_tokens=max_tokens,
-        prompt_tokens_estimate=chars // CHARS_PER_TOKEN + 1,
+        prompt_tokens_estimate=prompt_tokens(chars),
     )

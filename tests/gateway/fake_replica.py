@@ -28,6 +28,7 @@ class FakeReplica:
         self.gpu: set[str] = set()
         self.loads: list[AdapterRecord] = []
         self.requests: list[dict[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
         # knobs a test may turn
         self.fail_status: int | None = None
         self.first_byte_delay = 0.0
@@ -43,10 +44,11 @@ class FakeReplica:
     def _text(self, adapter: str) -> list[str]:
         return [f"[{self.replica_id}|{adapter}]"] + [f" tok{i}" for i in range(self.n_tokens - 1)]
 
-    def _tier(self, adapter: str) -> str:
+    def _tier(self, adapter: str, loaded_from: str | None) -> str:
+        # As the agent: the slower of where the on-demand load found it and where it is now.
         tier = "gpu" if adapter in self.gpu else "disk"
         self.gpu.add(adapter)
-        return tier
+        return loaded_from if loaded_from in ("disk", "remote") else tier
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -85,14 +87,16 @@ class FakeReplica:
                 body = error_body(422, "checksum mismatch", code="adapter_rejected")
                 return JSONResponse(body, status_code=422)
             self.loads.append(record)
+            found = "disk" if aid in self.registered else "remote"
             self.registered.add(aid)
-            return JSONResponse({"adapter_id": aid, "tier": "disk"})
+            return JSONResponse({"adapter_id": aid, "tier": "ram", "from": found})
 
         return app
 
     async def _complete(self, request: Request, *, chat: bool) -> Response:
         body = await request.json()
         self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
         adapter = body["model"]
         if self.fail_status is not None:
             return JSONResponse(
@@ -105,7 +109,7 @@ class FakeReplica:
             )
         headers = {
             "x-adapter-id": adapter,
-            "x-adapter-tier": self._tier(adapter),
+            "x-adapter-tier": self._tier(adapter, request.headers.get("x-lorafleet-loaded-from")),
             "x-replica-id": self.replica_id,
         }
         pieces = self._text(adapter)

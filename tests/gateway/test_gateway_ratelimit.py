@@ -15,69 +15,69 @@ class Clock:
         return self.t
 
 
-def test_requests_per_second_bucket():
+async def test_requests_per_second_bucket():
     clock = Clock()
     rl = RateLimiter(Limits(2.0, 10**6), clock=clock)
-    assert rl.acquire("a", 1).allowed
-    assert rl.acquire("a", 1).allowed
-    d = rl.acquire("a", 1)
+    assert (await rl.acquire("a", 1)).allowed
+    assert (await rl.acquire("a", 1)).allowed
+    d = await rl.acquire("a", 1)
     assert not d.allowed
     assert d.limit == "requests"
     assert d.retry_after_s == pytest.approx(0.5)
     clock.t += 0.5
-    assert rl.acquire("a", 1).allowed
-    assert not rl.acquire("a", 1).allowed
+    assert (await rl.acquire("a", 1)).allowed
+    assert not (await rl.acquire("a", 1)).allowed
 
 
-def test_tokens_per_minute_bucket_and_settle():
+async def test_tokens_per_minute_bucket_and_settle():
     clock = Clock()
     rl = RateLimiter(Limits(100.0, 600), clock=clock)  # 10 tokens/s
-    assert rl.acquire("a", 500).allowed
-    d = rl.acquire("a", 200)
+    assert (await rl.acquire("a", 500)).allowed
+    d = await rl.acquire("a", 200)
     assert not d.allowed
     assert d.limit == "tokens"
     assert d.retry_after_s == pytest.approx(10.0)  # 100 missing at 10/s
-    rl.settle("a", estimated=500, actual=50)  # refund 450
-    assert rl.acquire("a", 200).allowed
-    rl.settle("a", estimated=10, actual=400)  # under-estimate: charged afterwards
-    assert not rl.acquire("a", 100).allowed
+    await rl.settle("a", estimated=500, actual=50)  # refund 450
+    assert (await rl.acquire("a", 200)).allowed
+    await rl.settle("a", estimated=10, actual=400)  # under-estimate: charged afterwards
+    assert not (await rl.acquire("a", 100)).allowed
 
 
-def test_refused_request_consumes_nothing():
+async def test_refused_request_consumes_nothing():
     clock = Clock()
     rl = RateLimiter(Limits(1.0, 600), clock=clock)
-    assert rl.acquire("a", 590).allowed
+    assert (await rl.acquire("a", 590)).allowed
     clock.t += 1.0  # request bucket full again; tokens 20
-    assert not rl.acquire("a", 100).allowed
-    assert rl.acquire("a", 15).allowed  # the refused one did not take the request token
+    assert not (await rl.acquire("a", 100)).allowed
+    assert (await rl.acquire("a", 15)).allowed  # the refused one did not take the request token
 
 
-def test_too_large_request():
+async def test_too_large_request():
     rl = RateLimiter(Limits(1.0, 100), clock=Clock())
-    d = rl.acquire("a", 101)
+    d = await rl.acquire("a", 101)
     assert not d.allowed
     assert d.too_large
 
 
-def test_tenants_are_independent_and_overrides_apply():
+async def test_tenants_are_independent_and_overrides_apply():
     clock = Clock()
     rl = RateLimiter(Limits(1.0, 10**6), clock=clock)
-    assert rl.acquire("a", 1).allowed
-    assert not rl.acquire("a", 1).allowed
-    assert rl.acquire("b", 1).allowed
+    assert (await rl.acquire("a", 1)).allowed
+    assert not (await rl.acquire("a", 1)).allowed
+    assert (await rl.acquire("b", 1)).allowed
     vip = Limits(5.0, 10**6)
-    assert all(rl.acquire("c", 1, vip).allowed for _ in range(5))
-    assert not rl.acquire("c", 1, vip).allowed
+    assert all([(await rl.acquire("c", 1, vip)).allowed for _ in range(5)])
+    assert not (await rl.acquire("c", 1, vip)).allowed
 
 
-def test_state_is_bounded_lru():
+async def test_state_is_bounded_lru():
     clock = Clock()
     rl = RateLimiter(Limits(1.0, 1000), max_tenants=100, clock=clock)
     for i in range(5000):
-        rl.acquire(f"t{i}", 1)
+        await rl.acquire(f"t{i}", 1)
     assert len(rl) == 100
     # the most recent tenants are the ones kept
-    assert not rl.acquire("t4999", 1).allowed
+    assert not (await rl.acquire("t4999", 1)).allowed
 
 
 def test_retry_after_headers():

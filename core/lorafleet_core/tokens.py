@@ -1,0 +1,73 @@
+"""The one token estimate of a completion request: prompt tokens (estimated) + max_tokens.
+
+Every figure that sizes a request by tokens uses it: the gateway's tokens-per-minute limiter and
+its router's tokens in flight, and the agent's tokens in flight (which the autoscaler scales
+on). The gateway computes it once per request and passes it to the agent in the
+`HEADER_TOKENS_ESTIMATE` header (lorafleet_core.names), so both count the same number; the
+agent falls back to this module only for a request that comes without it.
+
+The rule: the characters of the prompt's text (message contents or the completion prompt; a
+token id counts as one token) divided by `CHARS_PER_TOKEN`, plus one, plus the request's
+`max_completion_tokens` / `max_tokens`, or `DEFAULT_MAX_TOKENS` when it sets neither. Without
+the model's tokenizer ~4 characters a token is the usual figure for English text with a BPE
+tokenizer; the gateway reconciles its limiter with the real usage when the answer ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+CHARS_PER_TOKEN: Final = 4
+DEFAULT_MAX_TOKENS: Final = 256  # assumed output length when a request sets no max_tokens
+
+
+def text_chars(value: Any) -> int:
+    """Characters of text in a content value: a string, or a list of strings, content parts
+    (`{"type": "text", "text": ...}`) or token ids (one token's worth of characters each)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        total = 0
+        for part in value:
+            if isinstance(part, str):
+                total += len(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                total += len(part["text"])
+            elif isinstance(part, int) and not isinstance(part, bool):
+                total += CHARS_PER_TOKEN
+        return total
+    return 0
+
+
+def prompt_chars(body: dict[str, Any]) -> int:
+    """Characters of prompt text in a chat (`messages`) or completion (`prompt`) body."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return sum(text_chars(m.get("content")) for m in messages if isinstance(m, dict))
+    return text_chars(body.get("prompt"))
+
+
+def prompt_tokens(chars: int) -> int:
+    """Estimated prompt tokens for `chars` characters (at least one: the request exists)."""
+    return max(chars, 0) // CHARS_PER_TOKEN + 1
+
+
+def max_tokens(body: dict[str, Any], default: int = DEFAULT_MAX_TOKENS) -> int:
+    """The output tokens a request may generate: max_completion_tokens, max_tokens or default."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return default
+
+
+def estimate(body: dict[str, Any], default_max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
+    """prompt tokens (estimated) + max_tokens: the request's size in tokens."""
+    return prompt_tokens(prompt_chars(body)) + max_tokens(body, default_max_tokens)
+
+
+def parse_header(value: str | None) -> int | None:
+    """The estimate carried in `HEADER_TOKENS_ESTIMATE`, or None when absent or malformed."""
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 9:
+        return None
+    return int(value)
