@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
 
 from lorafleet_cli.targets import (
     DEFAULT_STATE_DIR,
@@ -26,6 +25,7 @@ from lorafleet_cli.targets import (
     add_target_arguments,
 )
 from lorafleet_core import names
+from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.replica_state import ReplicaState
 
 REQUESTS_BY_TIER = "lorafleet_agent_requests"  # the agent's counter, label `tier`
@@ -73,10 +73,8 @@ def replica_lines(state: ReplicaState, hits: dict[str, float]) -> list[str]:
 def _fetch(client: httpx.Client, replica: dict[str, Any]) -> list[str]:
     rid, base = replica["id"], replica["internalUrl"]
     try:
-        resp = client.get(f"{base}/internal/replicas/{rid}/state")
-        resp.raise_for_status()
-        state = ReplicaState.model_validate(resp.json())
-    except (httpx.HTTPError, ValidationError, ValueError) as exc:
+        state = fetch_state_sync(client, base, rid)
+    except StateUnavailable as exc:
         return [f"  {rid}: unreachable ({exc})"]
     try:
         hits = tier_hits(client.get(f"{base}/metrics").text)

@@ -3,6 +3,11 @@
 Admission: `model` must be the id of an adapter whose registry record the agent holds. Nothing
 in a request is ever used as a path or URL to load from: an unknown id (a path, a URL, anything)
 is answered 404 `adapter_not_registered` and nothing is fetched.
+
+Two request headers from the gateway (lorafleet_core.names): `HEADER_TOKENS_ESTIMATE`, the
+gateway's token estimate, counted as this request's tokens in flight; `HEADER_LOADED_FROM` on a
+request retried after the gateway's on-demand load, the tier that load found the adapter in.
+The request reports the slower of it and where it found the adapter itself (`x-adapter-tier`).
 """
 
 from __future__ import annotations
@@ -17,11 +22,18 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lorafleet_agent.manager import AdapterManager, CacheFull, Lease
 from lorafleet_agent.object_store import FetchError
-from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, estimate_tokens
+from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, request_tokens
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
+from lorafleet_core.names import (
+    HEADER_ADAPTER_ID,
+    HEADER_ADAPTER_TIER,
+    HEADER_LOADED_FROM,
+    HEADER_REPLICA_ID,
+    HEADER_TOKENS_ESTIMATE,
+)
 from lorafleet_core.openai_errors import error_body
+from lorafleet_core.tiers import parse_tier
 
 
 def _error(status: int, message: str, code: str, **headers: str) -> JSONResponse:
@@ -52,14 +64,15 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
                 "adapter_not_registered",
                 **base,
             )
-        tokens = estimate_tokens(body)
+        tokens = request_tokens(request.headers.get(HEADER_TOKENS_ESTIMATE), body)
+        loaded_from = parse_tier(request.headers.get(HEADER_LOADED_FROM))
         stats.admit(tokens)
         started = False
         handed_off = False  # a stream releases the lease and counters itself when it ends
         lease: Lease | None = None
         try:
             try:
-                lease = await manager.acquire(adapter_id)
+                lease = await manager.acquire(adapter_id, loaded_from=loaded_from)
             except VerificationError as exc:
                 return _error(
                     422, manager.failed.get(adapter_id, str(exc)), "adapter_rejected", **base

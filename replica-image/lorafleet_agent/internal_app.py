@@ -75,13 +75,12 @@ def build_internal_app(manager: AdapterManager, stats: RequestStats, replica_id:
         manager.failed.pop(aid, None)
         try:
             manager.add_record(record)
-            tier = manager.tier_of(aid)
-            if bool(payload.get("for_request")):
-                await manager.load_for_request(aid)
+            # One registration; `from` is where this load found the adapter (the gateway passes
+            # it on the request it retries, which then reports that tier).
             if bool(payload.get("gpu")):
-                await manager.warm_gpu(aid)
+                found = await manager.warm_gpu(aid)
             else:
-                await manager.ensure_registered(aid)
+                found = await manager.ensure_registered(aid)
         except RecordConflict as exc:
             return _error(409, str(exc), "record_conflict")
         except VerificationError:
@@ -91,7 +90,7 @@ def build_internal_app(manager: AdapterManager, stats: RequestStats, replica_id:
         except CacheFull as exc:
             return _error(503, str(exc), "cache_full")
         return JSONResponse(
-            {"adapter_id": aid, "tier": manager.tier_of(aid).value, "from": tier.value}
+            {"adapter_id": aid, "tier": manager.tier_of(aid).value, "from": found.value}
         )
 
     @app.post("/internal/replicas/{rid}/adapters/{aid}/unload")

@@ -24,7 +24,7 @@ from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
 from lorafleet_agent.vllm_client import VllmClient
 from lorafleet_core.records import AdapterRecord
-from lorafleet_core.tiers import Tier
+from lorafleet_core.tiers import Tier, slowest
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +70,9 @@ class AdapterManager:
         self._slots_cond = asyncio.Condition()
         self._loading: set[str] = set()
         self._verified: set[str] = set()  # disk folders checked against their record this life
-        # Loads made on behalf of a waiting request (the gateway's 404 -> load -> retry path):
-        # that request reports where the adapter really came from, not the tier it was moved to.
-        self._pending_source: dict[str, Tier] = {}
+        # Adapters being brought to vLLM right now -> the tier they come from. Read by a call
+        # as it arrives (its own wait), never handed from one request to a later one.
+        self._in_transit: dict[str, Tier] = {}
         self.ready = False  # set once vLLM answers and the agent has taken over its adapters
 
     async def start(self, unload_unknown: bool, wait_s: float) -> None:
@@ -120,15 +120,20 @@ class AdapterManager:
 
     # ---------------------------------------------------------------- requests
 
-    async def acquire(self, adapter_id: str) -> Lease:
-        """Make the adapter servable and count a reference until `release`."""
+    async def acquire(self, adapter_id: str, *, loaded_from: Tier | None = None) -> Lease:
+        """Make the adapter servable and count a reference until `release`.
+
+        `loaded_from`: the tier an on-demand load made for this very request found the adapter
+        in (the gateway passes it on the retried request); the request's tier is the slower of
+        that and where it finds the adapter now. It travels with the request, never in a table
+        keyed by adapter, so concurrent requests each report their own tier.
+        """
         self.refs[adapter_id] += 1  # before any await: from here on it cannot be evicted
         try:
-            tier = await self.ensure_registered(adapter_id)
+            tier = slowest(await self.ensure_registered(adapter_id), loaded_from)
         except BaseException:
             await self.release(adapter_id)
             raise
-        tier = self._pending_source.pop(adapter_id, tier)
         self.slots.use(adapter_id)
         self.disk.lru.touch(adapter_id)
         self.metrics.requests.labels(tier.value).inc()
@@ -144,7 +149,15 @@ class AdapterManager:
     # ---------------------------------------------------------------- loading
 
     async def ensure_registered(self, adapter_id: str) -> Tier:
-        """Bring the adapter to vLLM's RAM cache; returns the tier it was found in."""
+        """Bring the adapter to vLLM's RAM cache; returns where this call found it.
+
+        A call that arrives while another is loading the adapter waits for that load and
+        reports the tier it is being brought from: its wait cost that much.
+        """
+        in_transit = self._in_transit.get(adapter_id)  # read on arrival, before waiting
+        return slowest(await self._register_once(adapter_id), in_transit)
+
+    async def _register_once(self, adapter_id: str) -> Tier:
         record = self.records[adapter_id]
         async with self._locks[adapter_id]:
             if adapter_id in self.failed:
@@ -154,6 +167,7 @@ class AdapterManager:
                 return tier
             started = time.monotonic()
             self._loading.add(adapter_id)
+            self._in_transit[adapter_id] = tier
             try:
                 if tier is Tier.DISK and adapter_id not in self._verified:
                     try:  # adopted from a previous life: check the files against the record
@@ -161,25 +175,19 @@ class AdapterManager:
                         self._verified.add(adapter_id)
                     except VerificationError:
                         self.disk.evict(adapter_id)
-                        tier = Tier.REMOTE
+                        tier = self._in_transit[adapter_id] = Tier.REMOTE
                 if tier is Tier.REMOTE:
                     await self._download(record)
                 await self._register(adapter_id)
             finally:
                 self._loading.discard(adapter_id)
+                del self._in_transit[adapter_id]
             elapsed = time.monotonic() - started
             self.metrics.loads.labels(tier.value).inc()
             self.metrics.load_seconds.labels(tier.value).observe(elapsed)
             self.loads.add()
             log.info("adapter %s loaded from %s in %.3fs", adapter_id, tier.value, elapsed)
             return tier
-
-    async def load_for_request(self, adapter_id: str) -> Tier:
-        """Explicit load on behalf of a request that will be retried; returns the source tier."""
-        tier = await self.ensure_registered(adapter_id)
-        if tier in (Tier.DISK, Tier.REMOTE):
-            self._pending_source[adapter_id] = tier
-        return tier
 
     async def ensure_on_disk(self, adapter_id: str) -> Tier:
         """Fetch and verify into the disk tier only (pre-warm beyond vLLM's RAM slots)."""
@@ -190,10 +198,12 @@ class AdapterManager:
             tier = self.tier_of(adapter_id)
             if tier is Tier.REMOTE:
                 self._loading.add(adapter_id)
+                self._in_transit[adapter_id] = tier
                 try:
                     await self._download(record)
                 finally:
                     self._loading.discard(adapter_id)
+                    del self._in_transit[adapter_id]
             return tier
 
     async def _download(self, record: AdapterRecord) -> None:
@@ -256,11 +266,11 @@ class AdapterManager:
                 await self._unregister_locked(adapter_id, evicted=False)
             return True
 
-    async def warm_gpu(self, adapter_id: str) -> None:
-        """Pull a registered adapter into a GPU slot with a one-token request."""
+    async def warm_gpu(self, adapter_id: str) -> Tier:
+        """Pull an adapter into a GPU slot with a one-token request; returns where it was."""
         self.refs[adapter_id] += 1  # pinned while warming, like a request
         try:
-            await self.ensure_registered(adapter_id)
+            tier = await self.ensure_registered(adapter_id)
             self.slots.use(adapter_id)
             r = await self.vllm.http.post(
                 "/v1/completions",
@@ -269,6 +279,7 @@ class AdapterManager:
             r.raise_for_status()
         finally:
             await self.release(adapter_id)
+        return tier
 
 
 __all__ = ["AdapterManager", "CacheFull", "FetchError", "Lease", "RecordConflict"]

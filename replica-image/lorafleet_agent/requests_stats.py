@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Any
 
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
-
-# Without the model's tokenizer the agent estimates prompt tokens from characters; English text
-# with a BPE tokenizer runs about 4 characters a token. The gateway compares replicas with it.
-CHARS_PER_TOKEN = 4
-DEFAULT_MAX_TOKENS = 16
+from lorafleet_core.sse import SseFramer, event_json
+from lorafleet_core.tokens import estimate, parse_header
 
 
-def estimate_tokens(body: dict[str, Any]) -> int:
-    """prompt tokens (estimated) + max_tokens the request may generate."""
-    if "messages" in body:
-        text = json.dumps(body.get("messages"))
-    else:
-        text = json.dumps(body.get("prompt", ""))
-    limit = body.get("max_completion_tokens") or body.get("max_tokens") or DEFAULT_MAX_TOKENS
-    try:
-        limit_n = int(limit)
-    except (TypeError, ValueError):
-        limit_n = DEFAULT_MAX_TOKENS
-    return len(text) // CHARS_PER_TOKEN + max(limit_n, 0)
+def request_tokens(header: str | None, body: dict[str, Any]) -> int:
+    """The request's tokens in flight: the gateway's estimate when it sent one (so the agent,
+    the gateway's router and limiter and the autoscaler count the same figure), else the same
+    shared estimate computed here (a request sent to the agent directly)."""
+    passed = parse_header(header)
+    return passed if passed is not None else estimate(body)
 
 
 class RequestStats:
@@ -77,34 +67,25 @@ class SseTokenCounter:
     """
 
     def __init__(self) -> None:
-        self._buf = b""
+        self._framer = SseFramer()
         self.chunks = 0
         self.usage: int | None = None
 
     def feed(self, data: bytes) -> int:
         """Consume bytes; returns tokens newly counted."""
-        self._buf += data
         new = 0
-        while b"\n\n" in self._buf:
-            event, self._buf = self._buf.split(b"\n\n", 1)
-            for line in event.splitlines():
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    continue
-                try:
-                    obj = json.loads(payload)
-                except ValueError:
-                    continue
-                usage = obj.get("usage") or {}
-                if usage.get("completion_tokens") is not None:
-                    self.usage = int(usage["completion_tokens"])
-                for choice in obj.get("choices") or []:
-                    delta = choice.get("delta") or {}
-                    if choice.get("text") or delta.get("content"):
-                        self.chunks += 1
-                        new += 1
+        for event in self._framer.feed(data):
+            obj = event_json(event)
+            if obj is None:
+                continue
+            usage = obj.get("usage") or {}
+            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                self.usage = int(usage["completion_tokens"])
+            for choice in obj.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if choice.get("text") or delta.get("content"):
+                    self.chunks += 1
+                    new += 1
         return new
 
     @property

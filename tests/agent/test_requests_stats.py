@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from lorafleet_agent.requests_stats import SseTokenCounter, estimate_tokens
+from lorafleet_agent.requests_stats import SseTokenCounter, request_tokens
+from lorafleet_core.tokens import DEFAULT_MAX_TOKENS, estimate
 
 
 def _event(obj) -> bytes:
@@ -32,7 +33,17 @@ def test_usage_chunk_wins():
     assert c.total == 5
 
 
-def test_estimate_is_prompt_chars_over_four_plus_max_tokens():
-    assert estimate_tokens({"prompt": "x" * 38, "max_tokens": 10}) == 10 + 10
-    assert estimate_tokens({"messages": [], "max_completion_tokens": 7}) == 7
-    assert estimate_tokens({"prompt": ""}) == 16
+def test_counts_an_event_whose_crlf_is_split_across_reads():
+    stream = (_event({"choices": [{"text": "a"}]}) + _event({"choices": [{"text": "b"}]})).replace(
+        b"\n", b"\r\n"
+    )
+    cut = stream.index(b"\r\n\r\n") + 1  # between CR and LF
+    c = SseTokenCounter()
+    assert c.feed(stream[:cut]) + c.feed(stream[cut:]) == 2
+
+
+def test_tokens_in_flight_are_the_gateways_figure_else_the_shared_estimate():
+    body = {"prompt": "x" * 38, "max_tokens": 10}
+    assert request_tokens("4321", body) == 4321
+    assert request_tokens(None, body) == estimate(body) == 38 // 4 + 1 + 10
+    assert request_tokens("not-a-number", {"prompt": ""}) == 1 + DEFAULT_MAX_TOKENS

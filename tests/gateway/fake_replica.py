@@ -39,6 +39,7 @@ class FakeReplica:
         self.queue_depth = 0
         self.reject_loads = False
         self.n_tokens = 4
+        self.split_crlf = False  # CRLF line ends, every event written in two pieces cut in one
         self.state_polls = 0
 
     def _text(self, adapter: str) -> list[str]:
@@ -170,6 +171,16 @@ class FakeReplica:
                 data["usage"] = usage if with_usage else None
             return b"data: " + json.dumps(data).encode() + b"\n\n"
 
+        async def send(raw: bytes) -> AsyncIterator[bytes]:
+            if not self.split_crlf:
+                yield raw
+                return
+            raw = raw.replace(b"\n", b"\r\n")
+            cut = len(raw) - 1  # between the last CR and LF
+            yield raw[:cut]
+            await asyncio.sleep(0.02)  # lets the first piece go out as a read of its own
+            yield raw[cut:]
+
         def choice(text: str, finish: str | None = None, role: bool = False) -> dict[str, Any]:
             if chat:
                 delta: dict[str, Any] = {"content": text}
@@ -182,10 +193,14 @@ class FakeReplica:
         for i, piece in enumerate(pieces):
             if self.die_after_chunks is not None and i >= self.die_after_chunks:
                 raise RuntimeError("replica died mid-stream")  # uvicorn drops the connection
-            yield event(choice(piece, role=i == 0))
+            async for piece_bytes in send(event(choice(piece, role=i == 0))):
+                yield piece_bytes
             if self.chunk_delay:
                 await asyncio.sleep(self.chunk_delay)
-        yield event(choice("", "stop"))
-        if include_usage:
-            yield event(None, with_usage=True)
-        yield b"data: [DONE]\n\n"
+        for raw in (
+            event(choice("", "stop")),
+            *([event(None, with_usage=True)] if include_usage else []),
+            b"data: [DONE]\n\n",
+        ):
+            async for piece_bytes in send(raw):
+                yield piece_bytes

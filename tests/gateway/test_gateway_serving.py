@@ -10,7 +10,9 @@ import httpx
 import openai
 import pytest
 
+from lorafleet_core.names import HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from lorafleet_core.placement import owners
+from lorafleet_core.tokens import estimate
 from tests.gateway import manifests as m
 from tests.gateway.conftest import (
     KEYS,
@@ -118,12 +120,27 @@ def test_failure_after_first_byte_ends_stream_with_error_event(env: GatewayEnv):
 def test_unregistered_adapter_is_loaded_from_catalog_then_retried(tmp_path: Path):
     env = start_env(tmp_path, registered_everywhere=False)
     try:
-        served = _served_by(env)
-        replica = env.replicas[served]
+        raw = env.client().chat.completions.with_raw_response.create(
+            model="acme/support:prod", messages=MSG
+        )
+        replica = env.replicas[raw.headers["x-replica-id"]]
         assert [r.id for r in replica.loads] == ["acme-support-v1"]
         assert replica.loads[0].checksum == m.checksum("acme-support-v1")
         assert len(replica.requests) == 2  # 404 adapter_not_registered, then served
         assert _metric(env, "lorafleet_gateway_routing_total", outcome="load_on_demand") == 1
+        # The retried request carries the tier the load found it in, and reports it.
+        first, retried = replica.request_headers
+        assert HEADER_LOADED_FROM not in first
+        assert retried[HEADER_LOADED_FROM] == "remote"
+        assert raw.headers["x-adapter-tier"] == "remote"
+        # Both carry the gateway's token estimate: "hello" (5 chars) -> 2, + 256 default.
+        want = str(estimate({"messages": MSG}))
+        assert first[HEADER_TOKENS_ESTIMATE] == retried[HEADER_TOKENS_ESTIMATE] == want == "258"
+        # The next request finds it resident: no load, no loaded-from header, tier gpu.
+        raw = env.client().chat.completions.with_raw_response.create(
+            model="acme/support:prod", messages=MSG
+        )
+        assert raw.headers["x-adapter-tier"] == "gpu"
         # A replica that verifies and refuses the files: 502, no endless retries.
         for r in env.replicas.values():
             r.reject_loads = True
@@ -315,3 +332,20 @@ def test_replica_silent_past_read_timeout_is_504(tmp_path: Path):
         assert time.monotonic() - t0 < 2.5  # not retried on every replica
     finally:
         stop_env(env)
+
+
+def test_stream_with_crlf_split_across_chunks_keeps_every_event_and_the_usage(env: GatewayEnv):
+    for r in env.replicas.values():
+        r.split_crlf = True  # CRLF line ends, each event sent in two reads cut inside a CRLF
+    stream = env.client().chat.completions.create(
+        model="acme/support:prod",
+        messages=MSG,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.endswith(" tok0 tok1 tok2")
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == 4
+    wait_for(lambda: _metric(env, "lorafleet_gateway_tokens_total", kind="completion") == 4)

@@ -33,6 +33,7 @@ from lorafleet_cli.standalone.processes import ReplicaPlan
 from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_cli.standalone.supervisor import StartError, Supervisor
 from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.replica_state import ReplicaState
 
 UP_STATUS_FILE = "up.json"
@@ -103,10 +104,8 @@ def replica_states(replicas: list[ReplicaPlan]) -> dict[str, ReplicaState]:
     with httpx.Client(timeout=2.0) as client:
         for r in replicas:
             try:
-                resp = client.get(f"{r.internal_url}/internal/replicas/{r.id}/state")
-                resp.raise_for_status()
-                out[r.id] = ReplicaState.model_validate(resp.json())
-            except (httpx.HTTPError, ValueError):
+                out[r.id] = fetch_state_sync(client, r.internal_url, r.id)
+            except StateUnavailable:
                 continue  # a replica that does not answer reports nothing this round
     return out
 

@@ -17,6 +17,7 @@ from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
 from lorafleet_core.planning.conditions import condition, merge_conditions
 from lorafleet_core.planning.pool import clamp_replicas, selector_string
+from lorafleet_core.replica_client import StateUnavailable, fetch_state
 from lorafleet_core.replica_state import ReplicaState
 from lorafleet_operator.handlers.pools import parse_pool
 from lorafleet_operator.kube import (
@@ -37,13 +38,10 @@ async def scrape(http: httpx.AsyncClient, endpoints: list[Endpoint]) -> dict[str
     async def one(ep: Endpoint) -> ReplicaState | None:
         if not ep.ip:
             return None
-        url = f"http://{ep.ip}:{ep.port}/internal/replicas/{ep.replica_id}/state"
         try:
-            resp = await http.get(url)
-            resp.raise_for_status()
-            return ReplicaState.model_validate(resp.json())
-        except (httpx.HTTPError, ValidationError, ValueError) as exc:
-            log.info("scrape of %s failed: %s", url, exc)
+            return await fetch_state(http, f"http://{ep.ip}:{ep.port}", ep.replica_id)
+        except StateUnavailable as exc:
+            log.info("scrape failed: %s", exc)
             return None
 
     results = await asyncio.gather(*(one(ep) for ep in endpoints))

@@ -1,0 +1,31 @@
+"""The one token estimate (gateway limiter, router, agent tokens in flight, autoscaler)."""
+
+from __future__ import annotations
+
+from lorafleet_core.tokens import DEFAULT_MAX_TOKENS, estimate, max_tokens, parse_header
+
+
+def test_estimate_is_prompt_chars_over_four_plus_one_plus_max_tokens():
+    assert estimate({"prompt": "x" * 38, "max_tokens": 10}) == 38 // 4 + 1 + 10
+    chat = {
+        "messages": [
+            {"role": "system", "content": "x" * 8},
+            {"role": "user", "content": [{"type": "text", "text": "y" * 12}]},
+        ],
+        "max_completion_tokens": 7,
+    }
+    assert estimate(chat) == 20 // 4 + 1 + 7
+    assert estimate({"prompt": [1, 2, 3]}) == 3 + 1 + DEFAULT_MAX_TOKENS  # token ids: one each
+
+
+def test_max_tokens_prefers_max_completion_tokens_and_ignores_junk():
+    assert max_tokens({"max_tokens": 5, "max_completion_tokens": 9}) == 9
+    assert max_tokens({"max_tokens": "lots"}) == DEFAULT_MAX_TOKENS
+    assert max_tokens({"max_tokens": True}) == DEFAULT_MAX_TOKENS
+    assert max_tokens({}, default=16) == 16
+
+
+def test_header_figure_parses_only_plain_small_integers():
+    assert parse_header("1234") == 1234
+    for bad in (None, "", "-3", "1e3", "²", "9" * 10):
+        assert parse_header(bad) is None
