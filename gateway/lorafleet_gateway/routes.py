@@ -69,9 +69,11 @@ class CompletionEndpoint:
         watched = _WatchedSend(send)
         try:
             await self._serve(Request(scope, receive), out, scope, receive, watched)
-        except APIError as exc:  # always raised before an answer began
+        except APIError as exc:
             if isinstance(exc, RateLimited):
                 gw.metrics.child(gw.metrics.rate_limited, exc.limit).inc()
+            if watched.started:  # cannot happen today: every APIError precedes the answer
+                raise
             out.status, out.error = exc.status, exc.code
             await exc.response()(scope, receive, send)
         except Exception as exc:
@@ -117,13 +119,14 @@ class CompletionEndpoint:
             out.log["route"] = plan.outcome
             opened = await gw.upstream.open(req, record, plan.candidates, held)
             try:
-                await self._answer(opened, req, held, out, scope, receive, send)
+                await self._answer(opened, record.id, req, held, out, scope, receive, send)
             finally:
                 await opened.response.aclose()
 
     async def _answer(
         self,
         opened: Opened,
+        adapter_id: str,
         req: CompletionRequest,
         held: Reservation,
         out: _Outcome,
@@ -132,7 +135,7 @@ class CompletionEndpoint:
         send: Send,
     ) -> None:
         headers = {
-            HEADER_ADAPTER_ID: str(out.log["adapter_id"]),
+            HEADER_ADAPTER_ID: adapter_id,
             HEADER_ADAPTER_TIER: opened.tier,
             HEADER_REPLICA_ID: opened.replica_id,
         }
