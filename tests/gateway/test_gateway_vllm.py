@@ -8,11 +8,14 @@ comes back through the official openai client.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -136,3 +139,51 @@ def test_openai_client_through_gateway_agent_and_vllm(fleet):
     # The adapter id itself is not a model a client may name.
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model=records["falcon"].id, prompt=prompt, max_tokens=4)
+
+
+def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_agent(fleet):
+    base_url, records, _folder, gw = fleet
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+
+    def one(i: int) -> str:
+        raw = client.completions.with_raw_response.create(
+            model="acme/bot:prod", prompt=f"Hello number {i}", max_tokens=4, stream=True
+        )
+        list(raw.parse())  # the stream to its end: the gateway records its TTFT by tier
+        assert raw.headers["x-adapter-id"] == records["zebra"].id
+        return raw.headers["x-adapter-tier"]
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        tiers = Counter(pool.map(one, range(6)))
+    # Cold everywhere: the load that fetched it (and any request that waited for it) says
+    # remote; never a tier no request was served from.
+    assert tiers["remote"] >= 1, tiers
+    assert set(tiers) <= {"remote", "ram", "gpu"}, tiers
+
+    # The gateway's TTFT-by-tier and the agents' requests-by-tier count the same requests.
+    def gateway_count(tier: str) -> float:
+        value = gw.metrics.registry.get_sample_value(
+            "lorafleet_gateway_ttft_seconds_count", {"tier": tier}
+        )
+        return value or 0.0
+
+    agent_metrics = [
+        httpx.get(f"{gw.tracker.endpoint(rid).internal_url}/metrics", timeout=10).text
+        for rid in ("gw-r0", "gw-r1")
+    ]
+
+    def agent_count(tier: str) -> float:
+        want = f'lorafleet_agent_requests_total{{tier="{tier}"}} '
+        return sum(
+            float(line[len(want) :])
+            for text in agent_metrics
+            for line in text.splitlines()
+            if line.startswith(want)
+        )
+
+    deadline = time.monotonic() + 10
+    while sum(gateway_count(t) for t in tiers) < 6:  # recorded as each stream ends
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    for tier in ("remote", "disk", "ram", "gpu"):
+        assert gateway_count(tier) == agent_count(tier) == tiers[tier], tier
