@@ -68,9 +68,9 @@ def default_assets() -> Path:
 def prepare(state: Path, opts: FleetOptions) -> tuple[str, list[str]]:
     """Write the demo + copies into `state`; returns (api key, aliases)."""
     from lorafleet_cli.main import main as cli
-    from lorafleet_cli.manifests import write_object
     from lorafleet_cli.standalone import demo
     from lorafleet_core.apikeys import TenantKeys, hash_key
+    from lorafleet_core.manifests import write_object
 
     manifests = state / "manifests"
     setup = demo.prepare_demo(state, manifests, replicas=opts.replicas, progress=False)

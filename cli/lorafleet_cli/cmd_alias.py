@@ -1,8 +1,11 @@
 """`lorafleet alias set MODEL ADAPTER` (deploy) and `lorafleet alias rollback MODEL`.
 
 An alias maps a public model name `tenant/name:tag` to one immutable LoRAAdapter. Setting it
-is a deploy; rollback points it back at `status.previousAdapter` (kept by the operator on a
-cluster, by alias_status beside a standalone folder).
+is a deploy: the CLI writes only `spec.adapter` (the manifest). The reconciler is the one writer
+of status (the operator on a cluster, `lorafleet up` for a folder): it moves `status.adapter`,
+the version actually served, only once the target is Ready, so a deploy to a Failed or Rejected
+adapter keeps the old version serving with a `Deployed=False` condition saying why. Rollback
+points spec.adapter back at `status.previousAdapter`.
 """
 
 from __future__ import annotations
@@ -100,11 +103,7 @@ def set_alias(target: Target, model: str, adapter: str) -> tuple[str, str | None
             metadata=ObjectMeta(name=name, labels={names.LABEL_TENANT: tenant}),
             spec=AdapterAliasSpec(model=model, tenant=tenant, adapter=adapter),
         ).wire()
-    if previous is not None:
-        # Make sure the adapter served until now is the recorded rollback target.
-        target.record_alias_deploy(name, previous)
     target.apply(body)
-    target.record_alias_deploy(name, adapter)
     return name, previous
 
 
@@ -117,7 +116,10 @@ def rollback(target: Target, model: str) -> tuple[str, str]:
     status = target.alias_status(name)
     previous = status.previous_adapter if status else None
     if not previous:
-        raise AliasError(f"{model!r} has no previous adapter to roll back to")
+        raise AliasError(
+            f"{model!r} has no previous adapter to roll back to (none recorded in its status; "
+            "the reconciler records one when it deploys a second version)"
+        )
     current = str(existing["spec"]["adapter"])
     set_alias(target, model, previous)
     return current, previous

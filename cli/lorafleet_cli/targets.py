@@ -2,7 +2,8 @@
 
 - `FolderTarget`: a standalone manifests folder (YAML files named `<kind>-<name>.yaml`); a
   running `lorafleet up` watches it, so writing a file deploys. Alias status (the rollback
-  target) lives in `<folder>/.lorafleet/alias-status.json` (see alias_status).
+  target) is written by `lorafleet up`'s reconciler to `<folder>/.lorafleet/alias-status.json`
+  (lorafleet_core.standalone_state); the CLI only reads it.
 - `ClusterTarget`: a Kubernetes cluster through the `kubernetes` client and a kubeconfig,
   writing with create, or a JSON merge patch when the object exists; the operator keeps alias
   status there.
@@ -18,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from lorafleet_cli import alias_status
-from lorafleet_cli.manifests import load_folder, write_object
 from lorafleet_core import names
+from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import AdapterAliasStatus
+from lorafleet_core.standalone_state import load_alias_statuses
 
 MERGE_PATCH = "application/merge-patch+json"
 DEFAULT_STATE_DIR = ".lorafleet"
@@ -51,10 +52,6 @@ class Target(Protocol):
 
     def alias_status(self, name: str) -> AdapterAliasStatus | None: ...
 
-    def record_alias_deploy(self, name: str, adapter: str) -> None:
-        """Note that alias `name` now serves `adapter` (folder only; the operator does it)."""
-        ...
-
 
 class FolderTarget:
     def __init__(self, folder: Path) -> None:
@@ -73,17 +70,11 @@ class FolderTarget:
         return str(write_object(self.folder, body))
 
     def alias_status(self, name: str) -> AdapterAliasStatus | None:
-        stored = alias_status.load_all(self.folder).get(name)
-        if stored is not None:
-            return stored
-        # Never recorded (file written by hand, no `up` running yet): the spec is the truth.
-        alias = self.get(names.KIND_ALIAS, name)
-        if alias is None:
-            return None
-        return alias_status.advance(None, str(alias["spec"]["adapter"]))
-
-    def record_alias_deploy(self, name: str, adapter: str) -> None:
-        alias_status.record(self.folder, name, adapter)
+        """What the reconciler recorded; None before `lorafleet up` has seen the alias."""
+        try:
+            return load_alias_statuses(self.folder).get(name)
+        except ValueError as exc:
+            raise TargetError(str(exc)) from exc
 
 
 @dataclass(frozen=True)
@@ -216,9 +207,6 @@ class ClusterTarget:
         if obj is None:
             return None
         return AdapterAliasStatus.model_validate(obj.get("status") or {})
-
-    def record_alias_deploy(self, name: str, adapter: str) -> None:
-        return None  # the operator records status on the cluster
 
 
 def add_target_arguments(parser: argparse.ArgumentParser) -> None:

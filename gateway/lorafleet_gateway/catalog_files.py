@@ -1,14 +1,14 @@
 """Catalog from a folder of YAML manifests (standalone mode).
 
 The folder holds what `kubectl apply -f` would take: LoRAAdapter, AdapterAlias, ReplicaPool
-and tenant key Secrets (label `lorafleet.dev/api-keys: "true"`, see lorafleet_core.apikeys), any
-number per file (`---` separated), `*.yaml`/`*.yml`/`*.json` directly in the folder, as
-`kubectl apply -f DIR` reads it (not recursive; hidden files are skipped).
+and tenant key Secrets (label `lorafleet.dev/api-keys: "true"`, see lorafleet_core.apikeys),
+read by `lorafleet_core.manifests` (the same reader, with the same rules, as the CLI and the
+standalone reconciler use).
 
 Alias status: on a cluster the gateway serves an alias's `status.adapter`, which the operator
 advances only to a target that is Ready, so a bad deploy keeps the last good adapter serving.
 Standalone mode's reconciler runs the same planner and keeps those statuses in
-`<folder>/.lorafleet/alias-status.json` (lorafleet_core.standalone_paths); when that file has an
+`<folder>/.lorafleet/alias-status.json` (lorafleet_core.standalone_state); when that file has an
 entry for an alias it is served exactly like a cluster status. An alias with no entry (nobody
 reconciles the folder) serves its spec.adapter.
 
@@ -29,25 +29,19 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from lorafleet_core.models import AdapterAliasStatus
+from lorafleet_core.manifests import REPLICA_FILES, load_folder, manifest_files
 from lorafleet_core.names import API_KEYS_SECRET_LABEL, KIND_ADAPTER, KIND_ALIAS, KIND_POOL
-from lorafleet_core.standalone_paths import alias_status_path
+from lorafleet_core.standalone_state import alias_status_path, load_alias_statuses
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource, ReplicaEndpoint
 from lorafleet_gateway.catalog_build import build_snapshot
 
 log = logging.getLogger("lorafleet.gateway.catalog")
-
-REPLICA_FILES = ("replicas.yaml", "replicas.yml", "replicas.json")
-_SUFFIXES = {".yaml", ".yml", ".json"}
-# libyaml's loader is ~10x faster than the pure-Python one: 5,000 tenants' manifests load in
-# seconds instead of a minute.
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def parse_replicas(data: Any) -> list[ReplicaEndpoint]:
@@ -65,57 +59,12 @@ def parse_replicas(data: Any) -> list[ReplicaEndpoint]:
     return out
 
 
-def _yaml_docs(text: str) -> Iterator[Any]:
-    return yaml.load_all(text, Loader=_Loader)
-
-
-def _manifest_files(folder: Path) -> list[Path]:
-    # Not recursive, like `kubectl apply -f DIR`: the hidden `.lorafleet/` subfolder holds
-    # standalone state, never manifests.
-    if not folder.is_dir():
-        return []
-    return sorted(
-        p
-        for p in folder.iterdir()
-        if p.is_file()
-        and p.suffix in _SUFFIXES
-        and not p.name.startswith(".")
-        and p.name not in REPLICA_FILES
-    )
-
-
 def read_alias_statuses(folder: Path) -> dict[str, dict[str, Any]]:
     """Alias name -> status (wire form) kept by the standalone reconciler; {} when none.
 
-    Raises ValueError for an unreadable file: the caller then keeps its previous snapshot
-    rather than fall back to spec.adapter, which may be a target the reconciler refused.
+    Raises ValueError for an unreadable file (see lorafleet_core.standalone_state).
     """
-    path = alias_status_path(folder)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    try:
-        raw = json.loads(text or "{}")
-        if not isinstance(raw, Mapping):
-            raise ValueError("expected a JSON object of alias name -> status")
-        return {
-            str(name): AdapterAliasStatus.model_validate(body).wire() for name, body in raw.items()
-        }
-    except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError included
-        raise ValueError(f"unreadable alias status file {path}: {exc}") from exc
-
-
-def _documents(path: Path) -> list[Mapping[str, Any]]:
-    text = path.read_text()
-    docs = [json.loads(text)] if path.suffix == ".json" else list(_yaml_docs(text))
-    out: list[Mapping[str, Any]] = []
-    for doc in docs:
-        if isinstance(doc, Mapping) and doc.get("kind") == "List":
-            out.extend(d for d in doc.get("items") or () if isinstance(d, Mapping))
-        elif isinstance(doc, Mapping):
-            out.append(doc)
-    return out
+    return {name: st.wire() for name, st in load_alias_statuses(folder).items()}
 
 
 class FileCatalog(CatalogSource):
@@ -145,7 +94,7 @@ class FileCatalog(CatalogSource):
         return None
 
     def _fingerprint_now(self) -> tuple[tuple[str, int, int], ...]:
-        paths = _manifest_files(self.folder)
+        paths = manifest_files(self.folder)
         rp = self._replicas_path()
         if rp is not None and rp.is_file():
             paths.append(rp)
@@ -164,23 +113,20 @@ class FileCatalog(CatalogSource):
         fingerprint = self._fingerprint_now()
         alias_statuses = read_alias_statuses(self.folder)
         adapters, aliases, secrets, pools = [], [], [], []
-        for path in _manifest_files(self.folder):
-            try:
-                docs = _documents(path)
-            except (OSError, ValueError, yaml.YAMLError) as exc:
-                log.warning("skipping unreadable manifest %s: %s", path, exc)
-                continue
-            for doc in docs:
-                kind = doc.get("kind")
-                labels = (doc.get("metadata") or {}).get("labels") or {}
-                if kind == KIND_ADAPTER:
-                    adapters.append(doc)
-                elif kind == KIND_ALIAS:
-                    aliases.append(doc)
-                elif kind == KIND_POOL:
-                    pools.append(doc)
-                elif kind == "Secret" and str(labels.get(API_KEYS_SECRET_LABEL)) == "true":
-                    secrets.append(doc)
+        manifests = load_folder(self.folder)
+        for err in manifests.errors:
+            log.warning("skipping unreadable manifest %s: %s", err.path, err.message)
+        for obj in manifests.objects:
+            doc, kind = obj.body, obj.kind
+            labels = (doc.get("metadata") or {}).get("labels") or {}
+            if kind == KIND_ADAPTER:
+                adapters.append(doc)
+            elif kind == KIND_ALIAS:
+                aliases.append(doc)
+            elif kind == KIND_POOL:
+                pools.append(doc)
+            elif kind == "Secret" and str(labels.get(API_KEYS_SECRET_LABEL)) == "true":
+                secrets.append(doc)
         pool = next((p for p in pools if p["metadata"].get("name") == self.pool), None)
         if pool is None and len(pools) == 1:
             pool = pools[0]
@@ -188,9 +134,7 @@ class FileCatalog(CatalogSource):
         rp = self._replicas_path()
         if rp is not None:
             text = rp.read_text()
-            parsed = (
-                json.loads(text) if rp.suffix == ".json" else next(iter(_yaml_docs(text)), None)
-            )
+            parsed = json.loads(text) if rp.suffix == ".json" else yaml.safe_load(text)
             replicas = parse_replicas(parsed)
         self._version += 1
         snapshot = build_snapshot(

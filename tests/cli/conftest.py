@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from lorafleet_cli.manifests import load_folder, write_object
 from lorafleet_core.adapter_files import BaseModelDims, base_model_hash
+from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import ALL_TARGET_MODULES
 from tests.peft_factory import write_peft_adapter
 

@@ -10,8 +10,8 @@ import yaml
 from moto.server import ThreadedMotoServer
 
 from lorafleet_cli.main import main
-from lorafleet_cli.manifests import load_folder
 from lorafleet_core.adapter_files import adapter_checksum
+from lorafleet_core.manifests import load_folder
 from lorafleet_core.models import LoRAAdapter
 
 from .conftest import make_adapter

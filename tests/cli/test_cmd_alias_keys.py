@@ -1,4 +1,8 @@
-"""`lorafleet alias set/rollback` and `lorafleet keys create` against a manifests folder."""
+"""`lorafleet alias set/rollback` and `lorafleet keys create` against a manifests folder.
+
+The CLI writes only manifests; the standalone reconciler (what `lorafleet up` runs) is the one
+writer of alias status, so these tests run a real Reconciler pass where `up` would have.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,15 @@ from pathlib import Path
 
 import yaml
 
-from lorafleet_cli import alias_status
 from lorafleet_cli.main import main
-from lorafleet_cli.manifests import load_folder, write_object
+from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_core.apikeys import KeyIndex, TenantKeys
-from lorafleet_core.models import AdapterAlias
+from lorafleet_core.manifests import load_folder, write_object
+from lorafleet_core.models import AdapterAlias, AdapterAliasStatus
+from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.standalone_state import alias_status_path, load_alias_statuses
+from lorafleet_gateway.catalog import CatalogHolder
+from lorafleet_gateway.catalog_files import FileCatalog
 
 from .conftest import adapter_manifest, alias_manifest, find_body, pool_hash
 
@@ -24,16 +32,49 @@ def _alias(folder: Path, name: str = "acme-support-prod") -> AdapterAlias:
     return AdapterAlias.model_validate(find_body(folder, "AdapterAlias", name))
 
 
+REPLICAS = ("main-0", "main-1")
+
+
+def _reconcile(folder: Path, failed: dict[str, str] | None = None) -> Reconciler:
+    """One pass of the standalone reconciler, as a running `lorafleet up` would make.
+
+    `failed`: adapter -> reason every replica reports it refused (what makes it Failed).
+    """
+    state = folder.parent / "up-state"
+    files = {r: state / r / "annotations" for r in REPLICAS}
+    rec = Reconciler(folder, files, state / "reconcile.json", say=lambda _m: None)
+    states = {r: ReplicaState(replica_id=r, failed_adapters=dict(failed or {})) for r in REPLICAS}
+    rec.reconcile(states)
+    return rec
+
+
+def _status(folder: Path, name: str = "acme-support-prod") -> AdapterAliasStatus:
+    return load_alias_statuses(folder)[name]
+
+
+def _served_by_gateway(folder: Path, model: str) -> str | None:
+    """The adapter id the gateway's folder catalog resolves `model` to."""
+    holder = CatalogHolder()
+    FileCatalog(holder, folder).build()
+    resolved = holder.current.aliases.get(model)
+    return None if resolved is None else resolved.adapter_id
+
+
 def test_alias_set_then_deploy_then_rollback(folder, capsys):
     _adapters(folder, "acme-support-v1", "acme-support-v2")
     m = ["--manifests", str(folder)]
     assert main(["alias", "set", "acme/support:prod", "acme-support-v1", *m]) == 0
     assert (folder / "adapteralias-acme-support-prod.yaml").is_file()
     assert _alias(folder).spec.adapter == "acme-support-v1"
+    # The CLI wrote only the manifest: no status until the reconciler has seen it.
+    assert not alias_status_path(folder).exists()
+    _reconcile(folder)
 
     assert main(["alias", "set", "acme/support:prod", "acme-support-v2", *m]) == 0
     assert _alias(folder).spec.adapter == "acme-support-v2"
-    status = alias_status.load_all(folder)["acme-support-prod"]
+    assert _status(folder).adapter == "acme-support-v1"  # not served before the reconciler runs
+    _reconcile(folder)
+    status = _status(folder)
     assert (status.adapter, status.previous_adapter) == ("acme-support-v2", "acme-support-v1")
     assert [h.adapter for h in status.history] == ["acme-support-v2", "acme-support-v1"]
     # The status lives outside what `kubectl apply -f folder` reads.
@@ -46,6 +87,7 @@ def test_alias_set_then_deploy_then_rollback(folder, capsys):
     assert main(["alias", "rollback", "acme/support:prod", *m]) == 0
     assert _alias(folder).spec.adapter == "acme-support-v1"
     assert "acme-support-v2 -> acme-support-v1" in capsys.readouterr().out
+    _reconcile(folder)
     # Rolling back twice toggles, like `cd -`.
     assert main(["alias", "rollback", "acme/support:prod", *m]) == 0
     assert _alias(folder).spec.adapter == "acme-support-v2"
@@ -58,7 +100,9 @@ def test_rollback_of_a_hand_written_alias_edited_by_the_cli(folder):
         yaml.safe_dump(alias_manifest("custom-name", "acme/a:prod", "acme-a-v1"))
     )
     m = ["--manifests", str(folder)]
+    _reconcile(folder)
     assert main(["alias", "set", "acme/a:prod", "acme-a-v2", *m]) == 0
+    _reconcile(folder)
     # Edited in place, in the user's file, not duplicated under another name.
     assert not (folder / "adapteralias-acme-a-prod.yaml").exists()
     assert _alias(folder, "custom-name").spec.adapter == "acme-a-v2"
@@ -82,8 +126,58 @@ def test_alias_refusals(folder, capsys):
     assert main(["alias", "set", "acme/x:prod", "acme-big-v1", *m]) == 2
     assert "cannot be served (RankTooHigh)" in capsys.readouterr().err
     assert main(["alias", "set", "acme/x:prod", "acme-x-v1", *m]) == 0
+    _reconcile(folder)
     assert main(["alias", "rollback", "acme/x:prod", *m]) == 2
     assert "no previous adapter" in capsys.readouterr().err
+
+
+def test_alias_set_to_a_failed_adapter_keeps_the_old_version_serving(folder):
+    """Folder mode behaves as a cluster does: the deploy is written, the reconciler refuses to
+    serve a Failed target, and says why in the alias's Deployed condition."""
+    _adapters(folder, "acme-support-v1", "acme-support-v2")
+    m = ["--manifests", str(folder)]
+    assert main(["alias", "set", "acme/support:prod", "acme-support-v1", *m]) == 0
+    _reconcile(folder)
+    assert _served_by_gateway(folder, "acme/support:prod") == "acme-support-v1"
+
+    # Every replica refuses v2 (e.g. its checksum does not match): the adapter is Failed.
+    failed = {"acme-support-v2": "checksum mismatch"}
+    _reconcile(folder, failed)
+    assert main(["alias", "set", "acme/support:prod", "acme-support-v2", *m]) == 0
+    assert _alias(folder).spec.adapter == "acme-support-v2"
+    rec = _reconcile(folder, failed)
+
+    status = _status(folder)
+    assert status.adapter == "acme-support-v1"
+    deployed = next(c for c in status.conditions if c.type == "Deployed")
+    assert (deployed.status, deployed.reason) == ("False", "AdapterNotReady")
+    assert "acme-support-v2 is Failed" in deployed.message
+    assert "still serving acme-support-v1" in deployed.message
+    assert rec.last is not None
+    assert rec.last.models == {"acme/support:prod": "acme-support-v1"}
+    assert _served_by_gateway(folder, "acme/support:prod") == "acme-support-v1"
+
+    # Once the replicas accept it (fixed weights), the same spec deploys it.
+    _reconcile(folder)
+    assert _status(folder).adapter == "acme-support-v2"
+    assert _served_by_gateway(folder, "acme/support:prod") == "acme-support-v2"
+
+
+def test_alias_edited_to_a_rejected_adapter_keeps_the_old_version_serving(folder):
+    """The CLI refuses a target it can see is unservable; a hand edit that points there anyway
+    is refused by the reconciler, and the old version keeps serving."""
+    _adapters(folder, "acme-a-v1")
+    write_object(folder, adapter_manifest("acme-a-v2", "acme", pool_hash(folder), rank=64))
+    write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v1"))
+    _reconcile(folder)
+    write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))
+    _reconcile(folder)
+    status = _status(folder, "acme-a-prod")
+    assert status.adapter == "acme-a-v1"
+    deployed = next(c for c in status.conditions if c.type == "Deployed")
+    assert (deployed.status, deployed.reason) == ("False", "AdapterNotReady")
+    assert "acme-a-v2 is Rejected" in deployed.message
+    assert _served_by_gateway(folder, "acme/a:prod") == "acme-a-v1"
 
 
 def test_keys_create_stores_only_the_hash(folder, capsys):

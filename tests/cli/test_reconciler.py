@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lorafleet_cli import alias_status
-from lorafleet_cli.manifests import write_object
 from lorafleet_cli.standalone.reconciler import Reconciler
+from lorafleet_core.manifests import write_object
 from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
 from lorafleet_core.placement import owners
 from lorafleet_core.records import decode_owned, parse_downward_annotations
+from lorafleet_core.standalone_state import load_alias_statuses
 
 from .conftest import adapter_manifest, alias_manifest, pool_hash
 
@@ -92,7 +92,7 @@ def test_alias_edit_records_history_and_a_bad_target_keeps_serving(folder, tmp_p
     plan = rec.tick()
     assert plan is not None
     assert plan.models == {"acme/a:prod": "acme-a-v2"}
-    st = alias_status.load_all(folder)["acme-a-prod"]
+    st = load_alias_statuses(folder)["acme-a-prod"]
     assert (st.adapter, st.previous_adapter) == ("acme-a-v2", "acme-a-v1")
 
     # Pointing at an adapter that does not exist is refused; the last good one keeps serving.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from lorafleet_cli.manifests import fingerprint, load_folder, write_object
 from lorafleet_cli.targets import TargetError, apply_request
+from lorafleet_core.manifests import fingerprint, load_folder, write_object
 
 from .conftest import alias_manifest
 

@@ -2,8 +2,9 @@
 
 On a cluster the gateway serves `status.adapter`, which the operator only moves to a Ready
 target; in standalone mode the same status lives in `<folder>/.lorafleet/alias-status.json`,
-written by the CLI's reconciler. These tests write that file with the CLI's own writer (and
-run the real reconciler), then ask the gateway over HTTP where a request went.
+written by the standalone reconciler (its one writer). These tests write that file with the
+store's own writer (and run the real reconciler), then ask the gateway over HTTP where a
+request went.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from lorafleet_cli import alias_status
 from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_core.models import AdapterAliasStatus
-from lorafleet_core.standalone_paths import alias_status_path
+from lorafleet_core.standalone_state import alias_status_path, save_alias_statuses
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 from tests.gateway import manifests as m
@@ -35,13 +35,13 @@ def served(env: GatewayEnv, model: str = "acme/support:prod") -> str:
 def save_statuses(env: GatewayEnv, statuses: dict[str, AdapterAliasStatus]) -> None:
     """Write the status file as the reconciler does and wait for the gateway to pick it up."""
     version = env.gw.holder.current.version
-    alias_status.save_all(env.folder, statuses)
+    save_alias_statuses(env.folder, statuses)
     wait_for(lambda: env.gw.holder.current.version > version, what="catalog reload")
 
 
 def test_status_adapter_is_served_over_spec_and_follows_the_file(env: GatewayEnv):
     # The reconciler accepted v1; the alias file now says v2 (say, not Ready yet).
-    save_statuses(env, {ALIAS: alias_status.advance(None, "acme-support-v1")})
+    save_statuses(env, {ALIAS: AdapterAliasStatus(adapter="acme-support-v1")})
     env.write_aliases(
         [
             m.alias("acme/support:prod", "acme-support-v2"),
@@ -53,7 +53,7 @@ def test_status_adapter_is_served_over_spec_and_follows_the_file(env: GatewayEnv
     assert served(env, "acme/support:canary") == "acme-support-v2"
 
     # The reconciler accepts v2: the next request goes there.
-    alias_status.record(env.folder, ALIAS, "acme-support-v2")
+    save_alias_statuses(env.folder, {ALIAS: AdapterAliasStatus(adapter="acme-support-v2")})
     wait_for(lambda: served(env) == "acme-support-v2", what="status switch")
     assert env.gw.holder.current.resolve("acme", "acme/support:prod") is not None
 
@@ -153,7 +153,7 @@ def test_an_unreadable_status_file_keeps_the_previous_snapshot(tmp_path: Path):
             m.alias("acme/a:prod", "acme-a-v2"),
         ],
     )
-    alias_status.record(folder, "acme-a-prod", "acme-a-v1")
+    save_alias_statuses(folder, {"acme-a-prod": AdapterAliasStatus(adapter="acme-a-v1")})
     holder = CatalogHolder()
     source = FileCatalog(holder, folder, interval_s=0.01)
 
@@ -167,7 +167,7 @@ def test_an_unreadable_status_file_keeps_the_previous_snapshot(tmp_path: Path):
             alias_status_path(folder).write_text('{"acme-a-prod": {"adapter": ')
             await asyncio.sleep(0.2)
             during = holder.current
-            alias_status.save_all(folder, {"acme-a-prod": alias_status.advance(None, "acme-a-v2")})
+            save_alias_statuses(folder, {"acme-a-prod": AdapterAliasStatus(adapter="acme-a-v2")})
             for _ in range(300):
                 await asyncio.sleep(0.01)
                 if holder.current.version > during.version:

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_cli.manifests import ManifestSet
 from lorafleet_core import names
+from lorafleet_core.manifests import ManifestSet
 from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,

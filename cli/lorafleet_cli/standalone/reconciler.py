@@ -6,8 +6,9 @@ operator's planners (see planning) and applies the plan locally:
 
 - each replica's owned adapters go into the downward-API-format file its agent watches (what
   the operator writes as a pod annotation on a cluster);
-- alias status (adapter, previousAdapter, history) goes to `<folder>/.lorafleet/` so
-  `lorafleet alias rollback` works;
+- alias status (adapter, previousAdapter, history, conditions) goes to `<folder>/.lorafleet/`
+  (lorafleet_core.standalone_state): this reconciler is its one writer, as the operator is on
+  a cluster, so a deploy to an adapter that is not Ready keeps the old one serving in both;
 - a bad manifest is reported once on the console, and in the status file while it lasts, with
   a clear message; everything else keeps serving.
 """
@@ -20,12 +21,12 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lorafleet_cli import alias_status
-from lorafleet_cli.manifests import atomic_write, fingerprint, load_folder
 from lorafleet_cli.standalone.planning import Plan, Problem, plan, status_document
 from lorafleet_core import names
+from lorafleet_core.manifests import atomic_write, fingerprint, load_folder
 from lorafleet_core.records import format_downward_annotations
 from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.standalone_state import load_alias_statuses, save_alias_statuses
 
 
 class Reconciler:
@@ -63,7 +64,7 @@ class Reconciler:
     def reconcile(self, states: Mapping[str, ReplicaState] | None = None) -> Plan:
         self._planned_at = time.monotonic()
         manifests = load_folder(self.manifests_dir)
-        stored = alias_status.load_all(self.manifests_dir)
+        stored = load_alias_statuses(self.manifests_dir)
         result = plan(
             manifests,
             sorted(self.annotation_files),
@@ -80,7 +81,7 @@ class Reconciler:
         if any(stored.get(k) != v for k, v in result.alias_statuses.items()):
             # Statuses of aliases whose file is gone are kept: the rollback target survives
             # a delete-and-recreate of the file.
-            alias_status.save_all(self.manifests_dir, {**stored, **result.alias_statuses})
+            save_alias_statuses(self.manifests_dir, {**stored, **result.alias_statuses})
         doc = status_document(result, time.time())
         atomic_write(self.status_file, json.dumps(doc, indent=2) + "\n")
         self._report(result)

@@ -26,12 +26,12 @@ from urllib.parse import urlparse
 import httpx
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lorafleet_cli.manifests import atomic_write, load_folder
 from lorafleet_cli.standalone import processes
 from lorafleet_cli.standalone.planning import plan
 from lorafleet_cli.standalone.processes import ReplicaPlan
 from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_cli.standalone.supervisor import StartError, Supervisor
+from lorafleet_core.manifests import atomic_write, load_folder
 from lorafleet_core.models import ReplicaPoolSpec
 from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.replica_state import ReplicaState

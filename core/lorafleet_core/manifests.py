@@ -1,16 +1,21 @@
 """Reading and writing a folder of Kubernetes manifests (what `kubectl apply -f DIR` takes).
 
-Standalone mode and the CLI's folder target both keep objects as YAML files. Users may write
+The one reader of a manifests folder: the CLI's folder target, the standalone reconciler and
+the gateway's folder catalog all see the same objects by the same rules. Users may write
 files however they like (several documents per file, any file name); files the CLI creates are
 named `<kind>-<name>.yaml` (lower-case kind) with one object each.
 
 Only `*.yaml`, `*.yml` and `*.json` directly in the folder are read, as `kubectl apply -f DIR`
 does (not recursive), so the hidden `.lorafleet/` subfolder holding standalone status files is
-never mistaken for manifests.
+never mistaken for manifests. The replica endpoints file the standalone supervisor writes
+beside the manifests (`replicas.yaml`, read by the gateway) is not a manifest either.
+`*.json` files are parsed as JSON (YAML rejects tab-indented JSON); libyaml's loader is used
+when present (~10x faster: 5,000 tenants' manifests load in seconds instead of a minute).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -20,6 +25,9 @@ from typing import Any
 import yaml
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+# Written by the standalone supervisor: replica endpoints, not Kubernetes objects.
+REPLICA_FILES = ("replicas.yaml", "replicas.yml", "replicas.json")
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,10 @@ def manifest_files(folder: Path) -> list[Path]:
     return sorted(
         p
         for p in folder.iterdir()
-        if p.is_file() and p.suffix in MANIFEST_SUFFIXES and not p.name.startswith(".")
+        if p.is_file()
+        and p.suffix in MANIFEST_SUFFIXES
+        and not p.name.startswith(".")
+        and p.name not in REPLICA_FILES
     )
 
 
@@ -83,13 +94,20 @@ def fingerprint(folder: Path) -> tuple[tuple[str, int, int], ...]:
     return tuple(out)
 
 
+def _documents(path: Path) -> list[Any]:
+    text = path.read_text()
+    if path.suffix == ".json":
+        return [json.loads(text)]
+    return list(yaml.load_all(text, Loader=_Loader))
+
+
 def load_folder(folder: Path) -> ManifestSet:
     """Every object in the folder; a file that does not parse becomes an error, not an abort."""
     result = ManifestSet()
     for path in manifest_files(folder):
         try:
-            docs = list(yaml.safe_load_all(path.read_text()))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            docs = _documents(path)
+        except (OSError, ValueError, yaml.YAMLError) as exc:
             result.errors.append(FileError(path, f"cannot parse: {exc}"))
             continue
         for i, doc in enumerate(docs):
@@ -138,7 +156,7 @@ def write_object(folder: Path, body: dict[str, Any]) -> Path:
         path = folder / file_name_for(kind, name)
         atomic_write(path, yaml.safe_dump(body, sort_keys=False))
         return path
-    docs = list(yaml.safe_load_all(existing.path.read_text()))
+    docs = _documents(existing.path)
     doc = docs[existing.index]
     if doc.get("kind") == "List":
         doc["items"] = [
@@ -151,5 +169,8 @@ def write_object(folder: Path, body: dict[str, Any]) -> Path:
         ]
     else:
         docs[existing.index] = body
-    atomic_write(existing.path, yaml.safe_dump_all(docs, sort_keys=False))
+    if existing.path.suffix == ".json":  # a JSON file holds one document and stays JSON
+        atomic_write(existing.path, json.dumps(docs[0], indent=2) + "\n")
+    else:
+        atomic_write(existing.path, yaml.safe_dump_all(docs, sort_keys=False))
     return existing.path

@@ -1,0 +1,54 @@
+"""What standalone mode keeps beside a manifests folder in place of `status` on a cluster.
+
+A manifests folder holds only what a user would `kubectl apply -f`; what the operator would
+write as `status` on a cluster lives in a hidden subfolder, which `kubectl apply -f <folder>`
+(not recursive) and `lorafleet_core.manifests` never read as manifests.
+
+One writer, as on a cluster: the standalone reconciler (`lorafleet_cli.standalone.reconciler`)
+saves the alias statuses its planner (`lorafleet_core.planning.aliases.plan_alias`) computed.
+Readers: the gateway's folder catalog (serves each alias's `status.adapter`) and
+`lorafleet alias rollback` (reads `status.previousAdapter`). The CLI never writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from lorafleet_core.manifests import atomic_write
+from lorafleet_core.models import AdapterAliasStatus
+
+STATUS_DIR = ".lorafleet"
+# JSON object: alias name -> AdapterAliasStatus in its wire form (camelCase).
+ALIAS_STATUS_FILE = "alias-status.json"
+
+
+def alias_status_path(folder: Path) -> Path:
+    return folder / STATUS_DIR / ALIAS_STATUS_FILE
+
+
+def load_alias_statuses(folder: Path) -> dict[str, AdapterAliasStatus]:
+    """Alias name -> status kept by the reconciler; {} when there is no file yet.
+
+    Raises ValueError for an unreadable file: a reader then keeps what it had rather than
+    fall back to spec.adapter, which may be a target the reconciler refused.
+    """
+    path = alias_status_path(folder)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    try:
+        raw = json.loads(text or "{}")
+        if not isinstance(raw, Mapping):
+            raise ValueError("expected a JSON object of alias name -> status")
+        return {str(name): AdapterAliasStatus.model_validate(body) for name, body in raw.items()}
+    except ValueError as exc:  # JSONDecodeError and pydantic's ValidationError included
+        raise ValueError(f"unreadable alias status file {path}: {exc}") from exc
+
+
+def save_alias_statuses(folder: Path, statuses: Mapping[str, AdapterAliasStatus]) -> None:
+    """Replace the stored statuses (the reconciler's write; atomic, so readers see all or none)."""
+    body = {name: s.wire() for name, s in sorted(statuses.items())}
+    atomic_write(alias_status_path(folder), json.dumps(body, indent=2) + "\n")
