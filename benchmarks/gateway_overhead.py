@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,8 +198,8 @@ def write_manifests(folder: Path, upstream: str) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
 
 
 async def wait_up(url: str, within_s: float = 60) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 
 
 def _score(adapter_id: str, replica_id: str) -> int:
@@ -54,25 +54,3 @@ def owners(adapter_id: str, replica_ids: Sequence[str], k: int) -> list[str]:
 def ranked(adapter_id: str, replica_ids: Sequence[str]) -> list[str]:
     """Every replica in rendezvous order for `adapter_id` (owners first, then spill order)."""
     return [r for _, r in sorted(_scored(adapter_id, replica_ids), reverse=True)]
-
-
-def choose_spill(
-    candidates: Sequence[str],
-    load: Mapping[str, float],
-    is_overloaded: Callable[[str], bool],
-) -> str | None:
-    """Least-loaded replica that is not overloaded, for a request whose owners are all busy.
-
-    `candidates` should be in rendezvous order (see `ranked`) so ties in load break the same
-    way on every gateway, keeping a spilled adapter on the same replica while load is equal.
-    Returns None when every candidate is overloaded (the caller queues or answers 503/429).
-    """
-    best: str | None = None
-    best_load = float("inf")
-    for replica in candidates:
-        if is_overloaded(replica):
-            continue
-        value = load.get(replica, 0.0)
-        if value < best_load:
-            best, best_load = replica, value
-    return best

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from lorafleet_core import reasons
 from lorafleet_core.adapter_files import (
     AdapterFormatError,
     BaseModelDims,
@@ -35,18 +36,20 @@ def check_record(record: AdapterRecord, policy: PoolPolicy) -> None:
     """What the record alone tells: refused before anything is downloaded."""
     if policy.base_model_hash and record.base_model_hash != policy.base_model_hash:
         raise VerificationError(
-            "BaseModelMismatch",
+            reasons.BASE_MODEL_MISMATCH,
             f"adapter {record.id} was trained on base model {record.base_model_hash}, "
             f"this pool serves {policy.base_model_hash}",
         )
     if record.rank > policy.max_rank:
         raise VerificationError(
-            "RankTooHigh",
+            reasons.RANK_TOO_HIGH,
             f"adapter {record.id} has rank {record.rank} > pool max {policy.max_rank}",
         )
     bad = sorted(set(record.target_modules) - policy.allowed_target_modules)
     if bad:
-        raise VerificationError("TargetModulesNotAllowed", f"target modules not allowed: {bad}")
+        raise VerificationError(
+            reasons.TARGET_MODULES_NOT_ALLOWED, f"target modules not allowed: {bad}"
+        )
 
 
 def check_files(folder: Path, record: AdapterRecord, policy: PoolPolicy) -> None:
@@ -54,26 +57,28 @@ def check_files(folder: Path, record: AdapterRecord, policy: PoolPolicy) -> None
     got = adapter_checksum(folder)
     if got != record.checksum:
         raise VerificationError(
-            "ChecksumMismatch",
+            reasons.CHECKSUM_MISMATCH,
             f"adapter {record.id}: files hash to {got}, record says {record.checksum}",
         )
     try:
         info = inspect_adapter(folder)
     except AdapterFormatError as exc:
-        raise VerificationError("BadFormat", str(exc)) from exc
+        raise VerificationError(reasons.BAD_FORMAT, str(exc)) from exc
     if info.rank > policy.max_rank:
         raise VerificationError(
-            "RankTooHigh",
+            reasons.RANK_TOO_HIGH,
             f"adapter {record.id} files have rank {info.rank} > pool max {policy.max_rank}",
         )
     if info.rank != record.rank:
         raise VerificationError(
-            "RankMismatch", f"files have rank {info.rank}, the record says {record.rank}"
+            reasons.RANK_MISMATCH, f"files have rank {info.rank}, the record says {record.rank}"
         )
     bad = sorted(set(info.target_modules) - policy.allowed_target_modules)
     if bad:
-        raise VerificationError("TargetModulesNotAllowed", f"target modules not allowed: {bad}")
+        raise VerificationError(
+            reasons.TARGET_MODULES_NOT_ALLOWED, f"target modules not allowed: {bad}"
+        )
     if policy.dims is not None:
         report = check_shapes(info, policy.dims)
         if not report.ok:
-            raise VerificationError("ShapeMismatch", "; ".join(report.problems[:5]))
+            raise VerificationError(reasons.SHAPE_MISMATCH, "; ".join(report.problems[:5]))

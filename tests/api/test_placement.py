@@ -12,7 +12,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lorafleet_core.placement import choose_spill, owners, ranked
+from lorafleet_core.placement import owners, ranked
 
 from .conftest import REPO
 
@@ -176,41 +176,6 @@ def test_busiest_replica_within_125_percent_of_mean(prefix):
     mean = 10_000 / 26
     assert max(counts.values()) <= 1.25 * mean
     assert len(counts) == 26
-
-
-# --- spill --------------------------------------------------------------------------------------
-
-
-def test_choose_spill_picks_the_least_loaded_healthy_replica():
-    load = {"a": 5.0, "b": 1.0, "c": 0.5, "d": 3.0}
-    busy = {"c"}
-    assert choose_spill(["a", "b", "c", "d"], load, busy.__contains__) == "b"
-    assert choose_spill(["a", "b"], load, lambda r: True) is None
-    assert choose_spill([], load, lambda r: False) is None
-
-
-def test_choose_spill_breaks_ties_in_rendezvous_order():
-    order = ranked("acme-support-v1", pool(8))
-    load = dict.fromkeys(order, 2.0)
-    assert choose_spill(order, load, lambda r: False) == order[0]
-    # Unknown load counts as idle.
-    assert choose_spill(order, dict.fromkeys(order[:-1], 1.0), lambda r: False) == order[-1]
-
-
-@RELAXED
-@given(
-    load=st.dictionaries(st.sampled_from(pool(10)), st.floats(0, 100), min_size=1),
-    busy=st.sets(st.sampled_from(pool(10))),
-)
-def test_choose_spill_never_picks_an_overloaded_replica(load, busy):
-    candidates = sorted(load)
-    chosen = choose_spill(candidates, load, busy.__contains__)
-    free = [r for r in candidates if r not in busy]
-    if not free:
-        assert chosen is None
-    else:
-        assert chosen in free
-        assert load[chosen] == min(load[r] for r in free)
 
 
 def test_benchmark_script_runs(capsys):

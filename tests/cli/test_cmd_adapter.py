@@ -51,7 +51,7 @@ def test_push_uploads_and_writes_adapter(folder, tmp_path, capsys):
     ("kwargs", "extra", "expected"),
     [
         ({"rank": 16}, (), "RankTooHigh: rank 16 exceeds ReplicaPool main maxRank 8"),
-        ({"modules": ("q_proj", "lm_head")}, (), "TargetModuleNotAllowed"),
+        ({"modules": ("q_proj", "lm_head")}, (), "TargetModulesNotAllowed"),
         ({"wrong_shape": True}, (), "expected [4, 64]"),
         ({}, ("--base-model-hash", "sha256:" + "b" * 64), "BaseModelMismatch"),
     ],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -10,6 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from lorafleet_cli.standalone.supervisor import (
@@ -22,12 +22,10 @@ from lorafleet_cli.standalone.supervisor import (
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        # A zombie (exited, not yet reaped by its parent) counts as gone.
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
         return False
-    # A zombie (exited, not yet reaped by its parent) counts as gone.
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().split()[2] != "Z"
 
 
 def _wait_for(pred: Callable[[], bool], timeout: float = 15.0) -> bool:

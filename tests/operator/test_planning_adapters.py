@@ -3,6 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lorafleet_core import reasons as R
 from lorafleet_core.models import AdapterPhase, ConditionStatus
 from lorafleet_core.planning import adapters as A
 from lorafleet_core.planning.conditions import find
@@ -11,25 +12,25 @@ from tests.operator.factories import OTHER_HASH, T0, adapter, adapter_body, pool
 
 def test_no_pool_yet_is_pending_not_final():
     v = A.validate_adapter(adapter("a").spec, [])
-    assert (v.ok, v.reason, v.final) == (False, A.NO_MATCHING_POOL, False)
+    assert (v.ok, v.reason, v.final) == (False, R.NO_MATCHING_POOL, False)
 
 
 def test_base_model_mismatch_is_final_and_names_served_hashes():
     v = A.validate_adapter(adapter("a", base_hash=OTHER_HASH).spec, [pool()])
-    assert (v.reason, v.final) == (A.BASE_MODEL_MISMATCH, True)
+    assert (v.reason, v.final) == (R.BASE_MODEL_MISMATCH, True)
     assert "sha256:bbbb" in v.message
 
 
 def test_rank_too_high_names_the_limit():
     v = A.validate_adapter(adapter("a", rank=32).spec, [pool(engine={"maxRank": 16})])
-    assert (v.ok, v.reason, v.final) == (False, A.RANK_TOO_HIGH, True)
+    assert (v.ok, v.reason, v.final) == (False, R.RANK_TOO_HIGH, True)
     assert "maxRank 16" in v.message
 
 
 def test_target_module_not_allowed():
     p = pool(engine={"allowedTargetModules": ["q_proj", "v_proj"]})
     v = A.validate_adapter(adapter("a", modules=["q_proj", "gate_proj"]).spec, [p])
-    assert v.reason == A.TARGET_MODULE_NOT_ALLOWED
+    assert v.reason == R.TARGET_MODULES_NOT_ALLOWED
     assert "gate_proj" in v.message
 
 
@@ -46,15 +47,15 @@ def test_first_accepting_pool_by_name_wins():
 def test_parse_maps_bad_fields_to_reasons():
     bad_uri = A.parse_adapter(adapter_body("a", weightsUri="http://evil/x"))
     assert isinstance(bad_uri, A.Validation)
-    assert bad_uri.reason == A.UNSUPPORTED_URI_SCHEME
+    assert bad_uri.reason == R.UNSUPPORTED_URI_SCHEME
     bad_sum = A.parse_adapter(adapter_body("a", checksum="md5:abc"))
     assert isinstance(bad_sum, A.Validation)
-    assert bad_sum.reason == A.INVALID_CHECKSUM
+    assert bad_sum.reason == R.INVALID_CHECKSUM
     body = adapter_body("a")
     del body["spec"]["rank"]
     missing = A.parse_adapter(body)
     assert isinstance(missing, A.Validation)
-    assert missing.reason == A.INVALID_SPEC
+    assert missing.reason == R.INVALID_SPEC
     assert missing.final
 
 
@@ -103,44 +104,44 @@ def _status(ad, v, owners=(), failed=None, blocked=()):
 
 
 def test_status_ready_with_owners_and_conditions():
-    v = A.Validation(True, A.VALID, "ok", pool="pool")
+    v = A.Validation(True, R.VALID, "ok", pool="pool")
     s = _status(adapter("a"), v, owners=["pool-1", "pool-2"])
     assert s.phase == AdapterPhase.READY
     assert s.owners == ["pool-1", "pool-2"]
     assert s.owner_count == 2
-    for t in (A.VALIDATED, A.PLACED, A.READY):
+    for t in (R.VALIDATED, R.PLACED, R.READY):
         c = find(s.conditions, t)
         assert c is not None
         assert c.status == ConditionStatus.TRUE
 
 
 def test_status_pending_without_replicas():
-    v = A.Validation(True, A.VALID, "ok", pool="pool")
+    v = A.Validation(True, R.VALID, "ok", pool="pool")
     s = _status(adapter("a"), v)
     assert s.phase == AdapterPhase.PENDING
-    placed = find(s.conditions, A.PLACED)
+    placed = find(s.conditions, R.PLACED)
     assert placed is not None
     assert placed.reason == "NoReadyReplicas"
 
 
 def test_rejected_is_final_and_sticky():
     ad = adapter("a")
-    rejected = _status(ad, A.Validation(False, A.RANK_TOO_HIGH, "too big", final=True))
+    rejected = _status(ad, A.Validation(False, R.RANK_TOO_HIGH, "too big", final=True))
     assert rejected.phase == AdapterPhase.REJECTED
-    ready = find(rejected.conditions, A.READY)
+    ready = find(rejected.conditions, R.READY)
     assert ready is not None
     assert ready.message == "too big"
     # A later plan that would accept it does not un-reject it.
     ad.status = rejected
-    again = _status(ad, A.Validation(True, A.VALID, "ok", pool="pool"), owners=["pool-0"])
+    again = _status(ad, A.Validation(True, R.VALID, "ok", pool="pool"), owners=["pool-0"])
     assert again == rejected
 
 
 def test_failed_when_every_owner_refused_it():
-    v = A.Validation(True, A.VALID, "ok", pool="pool")
+    v = A.Validation(True, R.VALID, "ok", pool="pool")
     s = _status(adapter("a"), v, owners=["p-0", "p-1"], failed={"p-0": "bad", "p-1": "bad"})
     assert s.phase == AdapterPhase.FAILED
-    ready = find(s.conditions, A.READY)
+    ready = find(s.conditions, R.READY)
     assert ready is not None
     assert ready.reason == "ReplicaRejected"
     assert "p-0: bad" in ready.message
@@ -149,9 +150,9 @@ def test_failed_when_every_owner_refused_it():
 
 
 def test_deletion_blocked_condition_names_aliases():
-    v = A.Validation(True, A.VALID, "ok", pool="pool")
+    v = A.Validation(True, R.VALID, "ok", pool="pool")
     s = _status(adapter("a"), v, owners=["p-0"], blocked=["prod", "canary"])
-    c = find(s.conditions, A.DELETION_BLOCKED)
+    c = find(s.conditions, R.DELETION_BLOCKED)
     assert c is not None
     assert c.reason == "ReferencedByAlias"
     assert "canary, prod" in c.message

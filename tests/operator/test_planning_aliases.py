@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from lorafleet_core import reasons as R
 from lorafleet_core.models import AdapterPhase, ConditionStatus
 from lorafleet_core.planning import aliases as L
 from lorafleet_core.planning.conditions import find
@@ -32,9 +33,9 @@ def test_first_deploy_serves_target_and_starts_history():
     assert p.status.previous_adapter is None
     assert p.deployed == "v1"
     assert [h.adapter for h in p.status.history] == ["v1"]
-    assert cond(p.status, L.DEPLOYED).status == ConditionStatus.TRUE
-    assert cond(p.status, L.READY).status == ConditionStatus.TRUE
-    assert cond(p.status, L.CONFLICT).status == ConditionStatus.FALSE
+    assert cond(p.status, R.DEPLOYED).status == ConditionStatus.TRUE
+    assert cond(p.status, R.READY).status == ConditionStatus.TRUE
+    assert cond(p.status, R.CONFLICT).status == ConditionStatus.FALSE
 
 
 def test_deploy_then_rollback():
@@ -55,25 +56,25 @@ def test_unready_missing_or_foreign_target_keeps_serving_previous():
     a = alias("prod", "acme/support:prod", "v1")
     a.status = plan(a).status
     for target, reason in [
-        ("v3-pending", L.ADAPTER_NOT_READY),
-        ("nope", L.ADAPTER_NOT_FOUND),
-        ("globex-x", L.TENANT_MISMATCH),
+        ("v3-pending", R.ADAPTER_NOT_READY),
+        ("nope", R.ADAPTER_NOT_FOUND),
+        ("globex-x", R.TENANT_MISMATCH),
     ]:
         a.spec.adapter = target
         p = plan(a)
         assert p.status.adapter == "v1"
         assert p.deployed is None
-        deployed = cond(p.status, L.DEPLOYED)
+        deployed = cond(p.status, R.DEPLOYED)
         assert deployed.status == ConditionStatus.FALSE
         assert deployed.reason == reason
         assert "still serving v1" in deployed.message
-        assert cond(p.status, L.READY).status == ConditionStatus.TRUE
+        assert cond(p.status, R.READY).status == ConditionStatus.TRUE
 
 
 def test_nothing_served_when_first_target_is_not_ready():
     p = plan(alias("prod", "acme/support:prod", "v3-pending"))
     assert p.status.adapter is None
-    assert cond(p.status, L.READY).reason == "NothingToServe"
+    assert cond(p.status, R.READY).reason == "NothingToServe"
 
 
 def test_newer_alias_claiming_the_same_model_gets_conflict():
@@ -87,10 +88,10 @@ def test_newer_alias_claiming_the_same_model_gets_conflict():
     assert p_old.status.adapter == "v1"
     assert p_new.conflict_with == "prod"
     assert p_new.status.adapter is None
-    c = cond(p_new.status, L.CONFLICT)
+    c = cond(p_new.status, R.CONFLICT)
     assert c.status == ConditionStatus.TRUE
-    assert c.reason == L.MODEL_CLAIMED
-    assert cond(p_new.status, L.READY).status == ConditionStatus.FALSE
+    assert c.reason == R.MODEL_CLAIMED
+    assert cond(p_new.status, R.READY).status == ConditionStatus.FALSE
 
 
 def test_history_is_short():

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_core import names
+from lorafleet_core import names, reasons
 from lorafleet_core.manifests import ManifestSet
 from lorafleet_core.models import (
     AdapterAlias,
@@ -94,11 +94,11 @@ def _condition(status: Any, type_: str) -> Any:
 def _adapter_problem(status: LoRAAdapterStatus) -> str | None:
     if status.phase == AdapterPhase.READY:
         return None
-    validated = _condition(status, "Validated")
+    validated = _condition(status, reasons.VALIDATED)
     if validated is not None and validated.status == ConditionStatus.FALSE:
         verb = "rejected" if status.phase == AdapterPhase.REJECTED else "not served yet"
         return f"{verb} ({validated.reason}): {validated.message}"
-    ready = _condition(status, "Ready")
+    ready = _condition(status, reasons.READY)
     detail = f"{ready.reason}: {ready.message}" if ready is not None else "not ready"
     return f"{status.phase or 'Pending'} ({detail})"
 
@@ -178,11 +178,11 @@ def plan(
         name = alias.metadata.name
         a_status = fleet.alias_status[name]
         out.alias_statuses[name] = a_status
-        deployed = _condition(a_status, "Deployed")  # False also when the model is claimed
+        deployed = _condition(a_status, reasons.DEPLOYED)  # False also when the model is claimed
         if deployed is not None and deployed.status == ConditionStatus.FALSE:
             message = f"{deployed.reason}: {deployed.message}"
             out.problems.append(Problem(alias_files[name], names.KIND_ALIAS, name, message))
-        conflict = _condition(a_status, "Conflict")
+        conflict = _condition(a_status, reasons.CONFLICT)
         if a_status.adapter and not (conflict and conflict.status == ConditionStatus.TRUE):
             out.models[alias.spec.model] = a_status.adapter
     return out

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import psutil
 
 _PR_SET_PDEATHSIG = 1
 
@@ -75,27 +76,22 @@ def _signal_group(pgid: int, sig: int) -> bool:
 
 
 def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, from /proc (Linux)."""
+    """Live (non-zombie) processes of a process group (psutil lists them; POSIX groups)."""
     out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for proc in psutil.process_iter(["status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
         try:
-            stat = (entry / "stat").read_text()
-        except OSError:
+            if os.getpgid(proc.pid) == pgid:
+                out.append(proc.pid)
+        except OSError:  # exited since it was listed
             continue
-        # Fields after the command (which may hold spaces) start after the last ')'.
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(entry.name))
     return out
 
 
 def _group_alive(pgid: int) -> bool:
-    if Path("/proc/self/stat").exists():
-        # Zombies whose parent never reaps them would look alive to kill(0) forever.
-        return bool(group_members(pgid))
-    return _signal_group(pgid, 0)
+    # Not kill(pgid, 0): zombies whose parent never reaps them would look alive forever.
+    return bool(group_members(pgid))
 
 
 class Supervisor:

@@ -5,7 +5,7 @@ Validation outcomes (condition `Validated`, reason):
 - `Valid`: a ReplicaPool with the adapter's base-model hash accepts its rank and modules.
 - `NoMatchingPool` (phase Pending, retried): no ReplicaPool exists in the namespace yet, so
   nothing can be said; re-validated whenever a pool appears.
-- `BaseModelMismatch`, `RankTooHigh`, `TargetModuleNotAllowed`, `UnsupportedUriScheme`,
+- `BaseModelMismatch`, `RankTooHigh`, `TargetModulesNotAllowed`, `UnsupportedUriScheme`,
   `InvalidChecksum`, `InvalidSpec` (phase Rejected, final): the spec is immutable, so the
   adapter can never be served by this fleet; the message says what to change in a new version.
 """
@@ -28,21 +28,27 @@ from lorafleet_core.models import (
     ReplicaPool,
 )
 from lorafleet_core.planning.conditions import condition, merge_conditions
-
-VALIDATED = "Validated"
-PLACED = "Placed"
-READY = "Ready"
-DELETION_BLOCKED = "DeletionBlocked"
-
-# Reasons a program can switch on.
-VALID = "Valid"
-NO_MATCHING_POOL = "NoMatchingPool"
-BASE_MODEL_MISMATCH = "BaseModelMismatch"
-RANK_TOO_HIGH = "RankTooHigh"
-TARGET_MODULE_NOT_ALLOWED = "TargetModuleNotAllowed"
-UNSUPPORTED_URI_SCHEME = "UnsupportedUriScheme"
-INVALID_CHECKSUM = "InvalidChecksum"
-INVALID_SPEC = "InvalidSpec"
+from lorafleet_core.reasons import (
+    BASE_MODEL_MISMATCH,
+    DELETION_BLOCKED,
+    INVALID_CHECKSUM,
+    INVALID_SPEC,
+    NO_MATCHING_POOL,
+    NO_READY_REPLICAS,
+    NOT_VALIDATED,
+    OWNERS_ASSIGNED,
+    PLACED,
+    RANK_TOO_HIGH,
+    READY,
+    REFERENCED_BY_ALIAS,
+    REJECTED,
+    REPLICA_REJECTED,
+    SERVABLE,
+    TARGET_MODULES_NOT_ALLOWED,
+    UNSUPPORTED_URI_SCHEME,
+    VALID,
+    VALIDATED,
+)
 
 _FIELD_REASONS = {"weightsUri": UNSUPPORTED_URI_SCHEME, "checksum": INVALID_CHECKSUM}
 
@@ -127,7 +133,7 @@ def _check_pool(spec: LoRAAdapterSpec, pool: ReplicaPool) -> Validation | None:
     if bad:
         return Validation(
             False,
-            TARGET_MODULE_NOT_ALLOWED,
+            TARGET_MODULES_NOT_ALLOWED,
             f"targetModules {bad} are not allowed by ReplicaPool {name} (allowed: "
             f"{sorted(allowed)})",
             final=True,
@@ -196,21 +202,21 @@ def plan_adapter_status(
     if v.final:
         phase = AdapterPhase.REJECTED
         conds += [
-            condition(PLACED, False, "Rejected", "adapter was rejected; see Validated", now, gen),
-            condition(READY, False, "Rejected", v.message, now, gen),
+            condition(PLACED, False, REJECTED, "adapter was rejected; see Validated", now, gen),
+            condition(READY, False, REJECTED, v.message, now, gen),
         ]
     elif not v.ok:
         phase = AdapterPhase.PENDING
         conds += [
-            condition(PLACED, False, "NotValidated", v.message, now, gen),
-            condition(READY, False, "NotValidated", v.message, now, gen),
+            condition(PLACED, False, NOT_VALIDATED, v.message, now, gen),
+            condition(READY, False, NOT_VALIDATED, v.message, now, gen),
         ]
     elif not inputs.owners:
         phase = AdapterPhase.PENDING
         msg = f"ReplicaPool {v.pool} has no ready replicas yet"
         conds += [
-            condition(PLACED, False, "NoReadyReplicas", msg, now, gen),
-            condition(READY, False, "NoReadyReplicas", msg, now, gen),
+            condition(PLACED, False, NO_READY_REPLICAS, msg, now, gen),
+            condition(READY, False, NO_READY_REPLICAS, msg, now, gen),
         ]
     else:
         owners = list(inputs.owners)
@@ -219,17 +225,17 @@ def plan_adapter_status(
             f"owned by {len(owners)} of {inputs.ready_replicas} ready replicas of "
             f"ReplicaPool {v.pool}: {', '.join(owners)}"
         )
-        conds.append(condition(PLACED, True, "OwnersAssigned", placed_msg, now, gen))
+        conds.append(condition(PLACED, True, OWNERS_ASSIGNED, placed_msg, now, gen))
         failed = {r: why for r, why in inputs.failed_on.items() if r in owners}
         if failed and len(failed) == len(owners):
             phase = AdapterPhase.FAILED
             detail = "; ".join(f"{r}: {why}" for r, why in sorted(failed.items()))
-            conds.append(condition(READY, False, "ReplicaRejected", detail, now, gen))
+            conds.append(condition(READY, False, REPLICA_REJECTED, detail, now, gen))
         else:
             phase = AdapterPhase.READY
             conds.append(
                 condition(
-                    READY, True, "Servable", "owners pre-warm it; any replica can load it", now, gen
+                    READY, True, SERVABLE, "owners pre-warm it; any replica can load it", now, gen
                 )
             )
     if inputs.blocked_by_aliases:
@@ -238,7 +244,7 @@ def plan_adapter_status(
             condition(
                 DELETION_BLOCKED,
                 True,
-                "ReferencedByAlias",
+                REFERENCED_BY_ALIAS,
                 f"deletion waits until no AdapterAlias points here; repoint: {names}",
                 now,
                 gen,

@@ -23,18 +23,21 @@ from lorafleet_core.models import (
     ObjectMeta,
 )
 from lorafleet_core.planning.conditions import condition, merge_conditions
+from lorafleet_core.reasons import (
+    ADAPTER_DELETING,
+    ADAPTER_NOT_FOUND,
+    ADAPTER_NOT_READY,
+    CONFLICT,
+    DEPLOYED,
+    MODEL_CLAIMED,
+    NO_CONFLICT,
+    NOTHING_TO_SERVE,
+    READY,
+    SERVING,
+    TENANT_MISMATCH,
+)
 
-HISTORY_MAX = 10
-
-DEPLOYED = "Deployed"
-READY = "Ready"
-CONFLICT = "Conflict"
-
-ADAPTER_NOT_FOUND = "AdapterNotFound"
-TENANT_MISMATCH = "TenantMismatch"
-ADAPTER_NOT_READY = "AdapterNotReady"
-ADAPTER_DELETING = "AdapterDeleting"
-MODEL_CLAIMED = "ModelClaimed"
+HISTORY_MAX = 10  # deploys kept in status.history (newest first)
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def plan_alias(
             },
         )
         return AliasPlan(status=status, deployed=None, conflict_with=older.name)
-    conds.append(condition(CONFLICT, False, "NoConflict", "", now, gen))
+    conds.append(condition(CONFLICT, False, NO_CONFLICT, "", now, gen))
 
     target = adapters.get(spec.adapter)
     problem: tuple[str, str] | None = None
@@ -139,15 +142,15 @@ def plan_alias(
         deployed = spec.adapter
 
     if problem is None:
-        conds.append(condition(DEPLOYED, True, "Deployed", f"serving {spec.adapter}", now, gen))
+        conds.append(condition(DEPLOYED, True, DEPLOYED, f"serving {spec.adapter}", now, gen))
     else:
         keep = f"; still serving {adapter}" if adapter else "; nothing served yet"
         conds.append(condition(DEPLOYED, False, problem[0], problem[1] + keep, now, gen))
     if adapter:
-        conds.append(condition(READY, True, "Serving", f"{spec.model} -> {adapter}", now, gen))
+        conds.append(condition(READY, True, SERVING, f"{spec.model} -> {adapter}", now, gen))
     else:
         msg = problem[1] if problem else "nothing deployed"
-        conds.append(condition(READY, False, "NothingToServe", msg, now, gen))
+        conds.append(condition(READY, False, NOTHING_TO_SERVE, msg, now, gen))
     return AliasPlan(
         status=AdapterAliasStatus(
             adapter=adapter,

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from lorafleet_core import reasons
 from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,
@@ -220,9 +221,16 @@ def _adapter_status(entry: AdapterEntry, inputs: AdapterInputs, now: datetime) -
     return LoRAAdapterStatus(
         phase=AdapterPhase.REJECTED,
         conditions=[
-            condition("Placed", False, "Rejected", "adapter was rejected; see Validated", now, gen),
-            condition("Ready", False, "Rejected", v.message, now, gen),
-            condition("Validated", False, v.reason, v.message, now, gen),
+            condition(
+                reasons.PLACED,
+                False,
+                reasons.REJECTED,
+                "adapter was rejected; see Validated",
+                now,
+                gen,
+            ),
+            condition(reasons.READY, False, reasons.REJECTED, v.message, now, gen),
+            condition(reasons.VALIDATED, False, v.reason, v.message, now, gen),
         ],
         observed_generation=gen,
     )

@@ -1,0 +1,56 @@
+"""Every condition type and reason string lorafleet writes: one set, so programs can switch on them.
+
+The operator's planners put these in status conditions; the agent's verifier returns the
+validation ones as the `code` of a refusal (422 adapter_rejected) and reports them in
+`/state` as the reason an adapter failed, so a reason means the same thing wherever it shows.
+"""
+
+from __future__ import annotations
+
+# Condition types.
+VALIDATED = "Validated"
+PLACED = "Placed"
+READY = "Ready"
+DELETION_BLOCKED = "DeletionBlocked"
+DEPLOYED = "Deployed"
+CONFLICT = "Conflict"
+SCALING = "Scaling"
+
+# Validation of an adapter against a pool (planner: Validated condition; agent: refusal code).
+VALID = "Valid"
+NO_MATCHING_POOL = "NoMatchingPool"
+BASE_MODEL_MISMATCH = "BaseModelMismatch"
+RANK_TOO_HIGH = "RankTooHigh"
+TARGET_MODULES_NOT_ALLOWED = "TargetModulesNotAllowed"
+UNSUPPORTED_URI_SCHEME = "UnsupportedUriScheme"
+INVALID_CHECKSUM = "InvalidChecksum"
+INVALID_SPEC = "InvalidSpec"
+# Only the agent can tell these: they need the files.
+CHECKSUM_MISMATCH = "ChecksumMismatch"
+RANK_MISMATCH = "RankMismatch"
+SHAPE_MISMATCH = "ShapeMismatch"
+BAD_FORMAT = "BadFormat"
+
+# LoRAAdapter Placed / Ready.
+REJECTED = "Rejected"
+NOT_VALIDATED = "NotValidated"
+NO_READY_REPLICAS = "NoReadyReplicas"
+OWNERS_ASSIGNED = "OwnersAssigned"
+REPLICA_REJECTED = "ReplicaRejected"  # every owner refused the files (phase Failed)
+SERVABLE = "Servable"
+REFERENCED_BY_ALIAS = "ReferencedByAlias"
+
+# AdapterAlias Deployed / Ready / Conflict.
+ADAPTER_NOT_FOUND = "AdapterNotFound"
+TENANT_MISMATCH = "TenantMismatch"
+ADAPTER_NOT_READY = "AdapterNotReady"
+ADAPTER_DELETING = "AdapterDeleting"
+MODEL_CLAIMED = "ModelClaimed"
+NO_CONFLICT = "NoConflict"
+SERVING = "Serving"
+NOTHING_TO_SERVE = "NothingToServe"
+
+# ReplicaPool Ready / Scaling (the autoscaler's decision reasons are in planning.autoscale).
+REPLICAS_READY = "ReplicasReady"
+AUTOSCALING_DISABLED = "AutoscalingDisabled"
+NO_METRICS = "NoMetrics"
