@@ -4,8 +4,14 @@ Fields: tenant, model, adapter_id, replica, tier, status, ttft_ms, prompt_tokens
 completion_tokens, duration_ms, attempts, route, error. Never an API key or a prompt.
 
 The process writes its log through a batching handler: a request only formats its line and
-appends it to a list; a background thread writes what accumulated every 200 ms in one write.
+appends it to a deque; a background thread writes what accumulated every 200 ms in one write.
 A flush per line (logging's default) cost more than all of the gateway's routing logic.
+
+The writer drains the one deque with popleft and never swaps it for a new container: with a
+swap, a request thread that had already looked up the old container could append its line
+after the writer took and wrote it, and the line was lost (tests/gateway/test_gateway_process
+replays exactly that interleaving). deque.append and popleft are atomic, so no lock is needed
+on the request path.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import json
 import logging
 import sys
 import threading
+from collections import deque
 from typing import Any, TextIO
 
 request_log = logging.getLogger("lorafleet.gateway.requests")
@@ -39,7 +46,7 @@ class BatchingHandler(logging.Handler):
         super().__init__()
         self.stream = stream
         self.interval_s = interval_s
-        self._pending: list[str] = []
+        self._pending: deque[str] = deque()
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="log-writer", daemon=True)
@@ -47,7 +54,7 @@ class BatchingHandler(logging.Handler):
         atexit.register(self.flush)
 
     def add_line(self, line: str) -> None:
-        self._pending.append(line)  # list.append is atomic
+        self._pending.append(line)  # deque.append is atomic
         if self._stop.is_set():  # closed (e.g. by a logging reconfiguration): write through
             self.flush()
 
@@ -58,8 +65,9 @@ class BatchingHandler(logging.Handler):
             self.handleError(record)
 
     def flush(self) -> None:
-        with self._write_lock:
-            lines, self._pending = self._pending, []
+        with self._write_lock:  # one drainer at a time keeps the lines in order
+            pending = self._pending
+            lines = [pending.popleft() for _ in range(len(pending))]
             if lines:
                 self.stream.write("\n".join(lines) + "\n")
                 self.stream.flush()
