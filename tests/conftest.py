@@ -19,7 +19,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from lorafleet_cli.demo_assets import DEFAULT_MARKERS, DemoAssets, ensure_demo_a
 from lorafleet_core.adapter_files import ADAPTER_FILES
 from lorafleet_core.models import ALL_TARGET_MODULES
 from lorafleet_core.records import AdapterRecord
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_CACHE = REPO / ".lorafleet" / "test-cache"
@@ -213,18 +213,19 @@ def start_vllm(base: Path, log_path: Path, timeout_s: float = 400.0) -> VllmServ
         max_rank=VLLM_MAX_RANK,
         process=proc,
     )
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {proc.returncode}:\n{server.log_tail()}")
-        try:
-            if httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    stop_vllm(server)
-    raise RuntimeError(f"vLLM did not answer within {timeout_s:.0f}s:\n{server.log_tail()}")
+    try:
+        eventually(
+            lambda: httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 200,
+            within_s=timeout_s,
+            interval_s=1.0,
+            what="vLLM to answer",
+            ignore=(httpx.HTTPError,),
+            abort=lambda: None if proc.poll() is None else f"vLLM exited with {proc.returncode}",
+        )
+    except AssertionError as exc:
+        stop_vllm(server)
+        raise RuntimeError(f"{exc}:\n{server.log_tail()}") from exc
+    return server
 
 
 def stop_vllm(server: VllmServer) -> None:

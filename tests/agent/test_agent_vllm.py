@@ -6,7 +6,6 @@ import concurrent.futures
 import http.client
 import json
 import socket
-import time
 from urllib.parse import urlparse
 
 import httpx
@@ -21,7 +20,7 @@ from lorafleet_core.names import (
 from lorafleet_core.records import encode_owned, format_downward_annotations
 from tests.agent.conftest import load, metric, state
 from tests.conftest import copy_adapter, unique_id
-from tests.gateway.conftest import wait_for
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
 
@@ -301,10 +300,12 @@ def test_prewarm_pulls_owned_adapters_from_the_downward_api_file(run_agent, make
         tmp.replace(annotations)  # the kubelet swaps the file atomically too
 
     def wait_ram(agent, wanted: set[str]) -> None:
-        deadline = time.monotonic() + 90
-        while not wanted <= set(state(agent)["ram_adapters"]):
-            assert time.monotonic() < deadline, state(agent)
-            time.sleep(0.2)
+        eventually(
+            lambda: wanted <= set(state(agent)["ram_adapters"]),
+            within_s=90,
+            interval_s=0.2,
+            what=f"{sorted(wanted)} pre-warmed into host RAM",
+        )
 
     publish(recs)
     with run_agent(owned_adapters_file=annotations, prewarm_poll_s=0.2) as agent:
@@ -398,7 +399,7 @@ def test_tokens_in_flight_count_the_gateways_estimate(run_agent, make_record):
         assert s["tokens_in_flight"] == 4321  # the gateway's figure, not the agent's own
         resp.read()
         resp.close()
-        wait_for(lambda: state(agent)["tokens_in_flight"] == 0, what="the stream to finish")
+        eventually(lambda: state(agent)["tokens_in_flight"] == 0, what="the stream to finish")
 
 
 def test_unknown_replica_and_bad_load_bodies_are_clear_errors(run_agent, make_record):

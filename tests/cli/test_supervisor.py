@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -18,6 +17,7 @@ from lorafleet_cli.standalone.supervisor import (
     Supervisor,
     group_members,
 )
+from tests.waiting import eventually
 
 
 def _alive(pid: int) -> bool:
@@ -26,15 +26,6 @@ def _alive(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
-
-
-def _wait_for(pred: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _family_script(pid_file: Path) -> list[str]:
@@ -59,19 +50,23 @@ def test_stop_all_kills_children_and_grandchildren(tmp_path):
         )
         for i, p in enumerate(pid_files)
     ]
-    assert _wait_for(lambda: all(p.exists() and p.read_text() for p in pid_files))
+    eventually(lambda: all(p.exists() and p.read_text() for p in pid_files), within_s=15)
     pids = [c.proc.pid for c in children] + [int(p.read_text()) for p in pid_files]
     assert all(_alive(p) for p in pids)
     sup.stop_all()
-    assert _wait_for(lambda: not any(_alive(p) for p in pids)), [p for p in pids if _alive(p)]
+    eventually(lambda: not any(_alive(p) for p in pids), within_s=15)
     assert all(group_members(c.proc.pid) == [] for c in children)
 
 
 def test_term_ignoring_child_is_killed(tmp_path):
-    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    ready = tmp_path / "ignoring"
+    code = (
+        "import pathlib, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        f"pathlib.Path({str(ready)!r}).write_text('1'); time.sleep(600)"
+    )
     sup = Supervisor(stop_timeout_s=1, say=lambda _m: None)
     child = sup.start(ProcessSpec(name="stubborn", argv=[sys.executable, "-c", code]))
-    time.sleep(0.5)
+    eventually(ready.exists, within_s=15, what="the child to ignore SIGTERM")
     start = time.monotonic()
     sup.stop_all()
     assert not _alive(child.proc.pid)
@@ -93,7 +88,7 @@ def test_exited_child_is_restarted_then_reported(tmp_path):
         events.extend(sup.check())
         return child.failed is not None
 
-    assert _wait_for(gave_up, timeout=30)
+    eventually(gave_up, within_s=30)
     assert counter.read_text() == "xxx"  # first run + 2 restarts
     assert any("restart #1" in e for e in events)
     assert any("crashy exited with code 3; gave up after 2 restarts" in e for e in events)
@@ -132,12 +127,12 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     )
     parent = subprocess.Popen([sys.executable, "-c", code])
     try:
-        assert _wait_for(lambda: pid_file.exists() and bool(pid_file.read_text()))
+        eventually(lambda: pid_file.exists() and bool(pid_file.read_text()), within_s=15)
         child = int(pid_file.read_text())
         assert _alive(child)
         parent.kill()
         parent.wait(10)
-        assert _wait_for(lambda: not _alive(child)), "child outlived its killed supervisor"
+        eventually(lambda: not _alive(child), within_s=15)
     finally:
         if parent.poll() is None:
             parent.kill()

@@ -28,6 +28,7 @@ from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import S3Server, VllmServer, session_agent_settings, unique_id
 from tests.gateway import manifests as m
 from tests.gateway.servers import ServerThread
+from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.vllm
 
@@ -131,7 +132,10 @@ def test_canary_probe_sees_a_deploy(fleet: Fleet):
         lines: list[str] = []
 
         async def deploy() -> None:
-            await asyncio.sleep(1.5)  # after the first round
+            # After zebra's first answer, so the probe sees the old version first, then the new.
+            await eventually_async(
+                lambda: any("e2e/zebra:prod" in line for line in lines), within_s=60
+            )
             fleet.point("e2e/zebra:prod", zebra2)  # a new version with the same marker
 
         deployer = asyncio.create_task(deploy())

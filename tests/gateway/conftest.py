@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,10 @@ from lorafleet_gateway.settings import GatewaySettings
 from tests.gateway import manifests as m
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.servers import ServerThread
+from tests.waiting import eventually
 
 KEYS = {"acme": "lf-acme-key-0001", "globex": "lf-globex-key-0002"}
 MSG_DEFAULT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 @dataclass
@@ -59,7 +51,7 @@ class GatewayEnv:
     def write_aliases(self, docs: list[dict[str, Any]]) -> None:
         version = self.gw.holder.current.version
         m.write(self.folder, "aliases.yaml", docs)
-        wait_for(lambda: self.gw.holder.current.version > version, what="catalog reload")
+        eventually(lambda: self.gw.holder.current.version > version, what="catalog reload")
 
 
 def default_aliases() -> list[dict[str, Any]]:

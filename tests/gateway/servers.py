@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from typing import Any
 
 import uvicorn
+
+from tests.waiting import eventually
 
 
 def bound_socket() -> socket.socket:
@@ -63,13 +64,13 @@ class ServerThread:
 
     def start(self, timeout: float = 30.0) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not all(s.started for s in self.servers):
-            if not self.thread.is_alive():
-                raise RuntimeError("server thread died during start-up")
-            if time.monotonic() > deadline:
-                raise TimeoutError("servers did not start")
-            time.sleep(0.02)
+        eventually(
+            lambda: all(s.started for s in self.servers),
+            within_s=timeout,
+            interval_s=0.02,
+            what="servers to start",
+            abort=lambda: None if self.thread.is_alive() else "server thread died during start-up",
+        )
         return self
 
     def stop(self) -> None:

@@ -12,7 +12,8 @@ import openai
 import pytest
 
 from lorafleet_core.placement import owners
-from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, wait_for
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv
+from tests.waiting import eventually
 
 MSG = MSG_DEFAULT
 
@@ -190,7 +191,7 @@ def test_request_log_line_carries_adapter_id(env: GatewayEnv, caplog: pytest.Log
         return [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith("requests")]
 
     # The line is written when the server side of the stream closes, just after [DONE].
-    wait_for(lambda: bool(lines()), what="request log line")
+    eventually(lambda: bool(lines()), what="request log line")
     line = lines()[-1]
     assert line["adapter_id"] == "acme-support-v1"
     assert line["tenant"] == "acme"

@@ -12,6 +12,7 @@ from lorafleet_gateway.catalog_build import build_snapshot
 from lorafleet_gateway.catalog_files import FileCatalog, parse_replicas
 from lorafleet_gateway.catalog_kube import KubeState, pod_endpoint
 from tests.gateway import manifests as m
+from tests.waiting import eventually_async
 
 READY_ADAPTER = {"phase": "Ready", "ownerCount": 3}
 READY_ALIAS = {
@@ -152,11 +153,10 @@ def test_file_catalog_reads_folder_and_reloads(tmp_path: Path):
     async def follow() -> None:
         task = asyncio.create_task(source.run())
         m.write(folder, "all.yaml", [m.adapter("acme-a-v1", "acme"), m.key_secret("acme", "k")])
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            if holder.current.version > snap.version:
-                break
-        task.cancel()
+        try:
+            await eventually_async(lambda: holder.current.version > snap.version, what="reload")
+        finally:
+            task.cancel()
 
     asyncio.run(follow())
     assert set(holder.current.aliases) == {"acme/b:prod"}

@@ -16,6 +16,7 @@ from kubernetes_asyncio import client as k8s
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_kube import KubeCatalog
 from tests.gateway import manifests as m
+from tests.waiting import eventually_async
 
 NS = "serving"
 VERBS = {"get", "list", "watch", "create", "patch", "update", "delete"}
@@ -114,13 +115,6 @@ def emulator() -> Iterator[Emulator]:
         emu.close()
 
 
-async def wait_until(predicate: Any, within_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.05)
-
-
 async def test_kube_catalog_lists_and_follows_watches(emulator: Emulator):
     emulator.create("replicapools", m.pool(owners=3))
     emulator.create("loraadapters", m.adapter("acme-a-v1", "acme", status={"phase": "Ready"}))
@@ -151,7 +145,7 @@ async def test_kube_catalog_lists_and_follows_watches(emulator: Emulator):
             "acme-a-prod",
             {"spec": {"adapter": "acme-a-v2"}, "status": {"adapter": "acme-a-v2"}},
         )
-        await wait_until(
+        await eventually_async(
             lambda: (
                 (t := holder.current.resolve("acme", "acme/a:prod")) is not None
                 and t.adapter_id == "acme-a-v2"
@@ -160,10 +154,10 @@ async def test_kube_catalog_lists_and_follows_watches(emulator: Emulator):
         # A second replica appears, the first goes away.
         emulator.create("pods", replica_pod("default-1", "10.0.0.11"))
         emulator.delete("pods", "default-0")
-        await wait_until(lambda: [r.id for r in holder.current.replicas] == ["default-1"])
+        await eventually_async(lambda: [r.id for r in holder.current.replicas] == ["default-1"])
         # The key Secret is deleted: the tenant's keys stop working.
         emulator.delete("secrets", "lorafleet-keys-acme")
-        await wait_until(lambda: holder.current.keys.tenant_for("lf-acme") is None)
+        await eventually_async(lambda: holder.current.keys.tenant_for("lf-acme") is None)
         assert snap.resolve("acme", "acme/a:prod").adapter_id == "acme-a-v1"  # type: ignore[union-attr]
     finally:
         task.cancel()

@@ -22,7 +22,8 @@ from lorafleet_core.standalone_state import alias_status_path, save_alias_status
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 from tests.gateway import manifests as m
-from tests.gateway.conftest import MSG_DEFAULT, GatewayEnv, wait_for
+from tests.gateway.conftest import MSG_DEFAULT, GatewayEnv
+from tests.waiting import eventually, eventually_async
 
 ALIAS = "acme-support-prod"  # metadata.name of acme/support:prod (see manifests.alias)
 
@@ -36,7 +37,7 @@ def save_statuses(env: GatewayEnv, statuses: dict[str, AdapterAliasStatus]) -> N
     """Write the status file as the reconciler does and wait for the gateway to pick it up."""
     version = env.gw.holder.current.version
     save_alias_statuses(env.folder, statuses)
-    wait_for(lambda: env.gw.holder.current.version > version, what="catalog reload")
+    eventually(lambda: env.gw.holder.current.version > version, what="catalog reload")
 
 
 def test_status_adapter_is_served_over_spec_and_follows_the_file(env: GatewayEnv):
@@ -54,7 +55,7 @@ def test_status_adapter_is_served_over_spec_and_follows_the_file(env: GatewayEnv
 
     # The reconciler accepts v2: the next request goes there.
     save_alias_statuses(env.folder, {ALIAS: AdapterAliasStatus(adapter="acme-support-v2")})
-    wait_for(lambda: served(env) == "acme-support-v2", what="status switch")
+    eventually(lambda: served(env) == "acme-support-v2", what="status switch")
     assert env.gw.holder.current.resolve("acme", "acme/support:prod") is not None
 
     # A status that says the alias is not Ready (e.g. its model is claimed) serves nothing,
@@ -109,7 +110,7 @@ def test_reconciler_refusing_a_rejected_target_keeps_the_last_good_adapter(
     assert any("acme-support-v3" in str(p) for p in second.problems)
     stored = json.loads(alias_status_path(env.folder).read_text())
     assert stored[ALIAS]["adapter"] == "acme-support-v1"
-    wait_for(lambda: env.gw.holder.current.version > version, what="status reload")
+    eventually(lambda: env.gw.holder.current.version > version, what="status reload")
     for _ in range(3):
         assert served(env) == "acme-support-v1"
     sent = [req.get("model") for r in env.replicas.values() for req in r.requests]
@@ -142,7 +143,9 @@ def test_only_the_folders_own_files_are_manifests(tmp_path: Path):
     assert set(holder.current.adapters) == {"acme-a-v1"}
 
 
-def test_an_unreadable_status_file_keeps_the_previous_snapshot(tmp_path: Path):
+def test_an_unreadable_status_file_keeps_the_previous_snapshot(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
     folder = tmp_path / "m"
     m.write(
         folder,
@@ -165,13 +168,12 @@ def test_an_unreadable_status_file_keeps_the_previous_snapshot(tmp_path: Path):
             # Half a file (never written by the reconciler, which renames atomically): falling
             # back to spec.adapter could route to a refused target, so nothing changes.
             alias_status_path(folder).write_text('{"acme-a-prod": {"adapter": ')
-            await asyncio.sleep(0.2)
+            await eventually_async(
+                lambda: "keeping the previous snapshot" in caplog.text, what="a failed reload"
+            )
             during = holder.current
             save_alias_statuses(folder, {"acme-a-prod": AdapterAliasStatus(adapter="acme-a-v2")})
-            for _ in range(300):
-                await asyncio.sleep(0.01)
-                if holder.current.version > during.version:
-                    break
+            await eventually_async(lambda: holder.current.version > during.version)
         finally:
             task.cancel()
         assert during is first

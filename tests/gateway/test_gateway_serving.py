@@ -21,8 +21,8 @@ from tests.gateway.conftest import (
     default_aliases,
     start_env,
     stop_env,
-    wait_for,
 )
+from tests.waiting import eventually
 
 MSG = MSG_DEFAULT
 
@@ -52,7 +52,7 @@ def test_requests_go_to_owners_and_stick_to_the_resident_one(env: GatewayEnv):
     first = _served_by(env)
     assert first in own
     # The replica now reports the adapter in a GPU slot; the next poll tells the gateway.
-    wait_for(lambda: "acme-support-v1" in env.gw.tracker.views()[first].gpu_adapters)
+    eventually(lambda: "acme-support-v1" in env.gw.tracker.views()[first].gpu_adapters)
     assert {_served_by(env) for _ in range(5)} == {first}
     assert _metric(env, "lorafleet_gateway_routing_total", outcome="owner_resident") >= 5
 
@@ -62,7 +62,7 @@ def test_overloaded_owners_spill_to_least_loaded(env: GatewayEnv):
     other = next(r for r in env.replicas if r not in own)
     for rid in own:
         env.replicas[rid].tokens_in_flight = 10**6
-    wait_for(lambda: all(env.gw.tracker.views()[r].tokens_in_flight >= 10**6 for r in own))
+    eventually(lambda: all(env.gw.tracker.views()[r].tokens_in_flight >= 10**6 for r in own))
     assert _served_by(env) == other
     assert _metric(env, "lorafleet_gateway_routing_total", outcome="spill") == 1
 
@@ -91,7 +91,7 @@ def test_connect_error_retries_and_drops_replica(env: GatewayEnv):
     env.replicas[own[0]].gpu.add("acme-support-v1")
     served = _served_by(env)
     assert served not in own
-    wait_for(lambda: dead not in env.gw.tracker.healthy_ids(), timeout=1.0)
+    eventually(lambda: dead not in env.gw.tracker.healthy_ids(), within_s=1.0)
 
 
 def test_failure_after_first_byte_ends_stream_with_error_event(env: GatewayEnv):
@@ -109,7 +109,7 @@ def test_failure_after_first_byte_ends_stream_with_error_event(env: GatewayEnv):
         consume()
     assert len(got) == 2  # the chunks sent before the failure reached the client
     assert "mid-stream" in exc.value.message
-    wait_for(
+    eventually(
         lambda: (
             _metric(env, "lorafleet_gateway_requests_total", endpoint="chat", status="stream_error")
             == 1
@@ -183,10 +183,10 @@ def test_replica_that_stops_answering_state_leaves_within_two_intervals(env: Gat
     assert rid in env.gw.tracker.healthy_ids()
     env.replicas[rid].state_mode = "hang"
     t0 = time.monotonic()
-    wait_for(lambda: rid not in env.gw.tracker.healthy_ids(), timeout=5)
+    eventually(lambda: rid not in env.gw.tracker.healthy_ids(), within_s=5)
     assert time.monotonic() - t0 <= 2 * interval + 0.25
     env.replicas[rid].state_mode = "ok"
-    wait_for(lambda: rid in env.gw.tracker.healthy_ids(), timeout=5)
+    eventually(lambda: rid in env.gw.tracker.healthy_ids(), within_s=5)
 
 
 def test_rate_limit_429_with_retry_headers(tmp_path: Path):
@@ -224,7 +224,7 @@ def test_tokens_per_minute_override_from_secret(tmp_path: Path):
                 m.key_secret("globex", KEYS["globex"]),
             ],
         )
-        wait_for(lambda: env.gw.holder.current.tenants["acme"].tokens_per_minute == 300)
+        eventually(lambda: env.gw.holder.current.tenants["acme"].tokens_per_minute == 300)
         client = env.client()
         # Estimates (prompt + max_tokens ~ 202) are reconciled with real usage (7 + 4): short
         # answers give the unused tokens back, so these pass one after another.
@@ -245,7 +245,7 @@ def test_tokens_per_minute_override_from_secret(tmp_path: Path):
 
 def test_metrics_health_and_readiness(env: GatewayEnv):
     list(env.client().chat.completions.create(model="acme/support:prod", messages=MSG, stream=True))
-    wait_for(
+    eventually(
         lambda: _metric(env, "lorafleet_gateway_requests_total", endpoint="chat", status="200") == 1
     )
     text = httpx.get(f"{env.internal_url}/metrics").text
@@ -263,7 +263,7 @@ def test_metrics_health_and_readiness(env: GatewayEnv):
 def test_not_ready_without_healthy_replicas(env: GatewayEnv):
     for r in env.replicas.values():
         r.state_mode = "error"
-    wait_for(lambda: httpx.get(f"{env.internal_url}/readyz").status_code == 503)
+    eventually(lambda: httpx.get(f"{env.internal_url}/readyz").status_code == 503)
     with pytest.raises(openai.InternalServerError):
         env.client().chat.completions.create(model="acme/support:prod", messages=MSG)
 
@@ -289,7 +289,7 @@ def test_concurrent_streams_all_complete(env: GatewayEnv):
         t.join()
     assert not errors
     # Every request's in-flight tokens were released.
-    wait_for(lambda: all(e.local_tokens == 0 for e in env.gw.tracker._entries.values()))
+    eventually(lambda: all(e.local_tokens == 0 for e in env.gw.tracker._entries.values()))
 
 
 def test_client_leaving_mid_stream_releases_everything(env: GatewayEnv):
@@ -307,7 +307,7 @@ def test_client_leaving_mid_stream_releases_everything(env: GatewayEnv):
         next(chunks)
         assert _metric(env, "lorafleet_gateway_requests_in_flight") == 1
     # Connection closed by the client: the gateway logs it, releases the replica's tokens.
-    wait_for(
+    eventually(
         lambda: (
             _metric(
                 env, "lorafleet_gateway_requests_total", endpoint="chat", status="client_closed"

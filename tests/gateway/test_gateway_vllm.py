@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +30,7 @@ from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import S3Server, VllmServer, session_agent_settings, unique_id
 from tests.gateway import manifests as m
 from tests.gateway.servers import ServerThread
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
 
@@ -126,10 +126,7 @@ def test_openai_client_through_gateway_agent_and_vllm(fleet):
     # Deploy: the alias now points at the falcon adapter; the next request sees it.
     version = gw.holder.current.version
     m.write(folder, "aliases.yaml", [m.alias("acme/bot:prod", records["falcon"].id)])
-    deadline = time.monotonic() + 10
-    while gw.holder.current.version == version:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    eventually(lambda: gw.holder.current.version > version, what="catalog reload")
     raw = client.completions.with_raw_response.create(
         model="acme/bot:prod", prompt=prompt, max_tokens=12, temperature=0
     )
@@ -181,9 +178,7 @@ def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_age
             if line.startswith(want)
         )
 
-    deadline = time.monotonic() + 10
-    while sum(gateway_count(t) for t in tiers) < 6:  # recorded as each stream ends
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    # Recorded as each stream ends.
+    eventually(lambda: sum(gateway_count(t) for t in tiers) >= 6, what="six TTFT observations")
     for tier in ("remote", "disk", "ram", "gpu"):
         assert gateway_count(tier) == agent_count(tier) == tiers[tier], tier

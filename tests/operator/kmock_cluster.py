@@ -19,6 +19,7 @@ What kmock needs to host kopf, and the gaps worked around here (see docs/operato
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import threading
 import time
@@ -29,6 +30,8 @@ import attrs
 import httpx
 import kmock
 from kmock._internal import parsing, rendering
+
+from tests import waiting
 
 _original_parse_path = parsing.parse_path
 
@@ -186,18 +189,12 @@ class Cluster:
         return out
 
 
-def wait_for(
-    check: Callable[[], Any], timeout: float = 20.0, interval: float = 0.1, what: str = ""
-) -> Any:
-    """Poll `check` until it returns something truthy; fail with the last value after timeout."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-        except (KeyError, TypeError, IndexError, AttributeError) as exc:
-            last = exc
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what or check}: last={last!r}")
+# Operator tests wait on a reconciler running in another thread: longer, and reading an object
+# that is not there yet (a KeyError on a missing status) counts as "not yet".
+# Typed loosely: checks here return raw JSON (dicts), often as `cond and obj`.
+eventually: Callable[..., Any] = functools.partial(
+    waiting.eventually,
+    within_s=20.0,
+    interval_s=0.1,
+    ignore=(KeyError, TypeError, IndexError, AttributeError),
+)

@@ -19,7 +19,7 @@ from kopf.testing import KopfRunner
 from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.records import decode_owned
 from tests.operator.factories import adapter_body, alias_body, pool_body
-from tests.operator.kmock_cluster import Cluster, wait_for
+from tests.operator.kmock_cluster import Cluster, eventually
 from tests.operator.state_servers import StateServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -121,7 +121,7 @@ def test_pool_owns_statefulset_service_pdb_with_engine_flags(cluster, operator):
         base_hash="sha256:" + "1" * 64,
         engine={"gpuSlots": 32, "hostRamSlots": 128, "maxRank": 64},
     )
-    sts = wait_for(lambda: cluster.get(cluster.path("statefulsets", "flags", group="apps/v1")))
+    sts = eventually(lambda: cluster.get(cluster.path("statefulsets", "flags", group="apps/v1")))
     args = next(c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm")[
         "args"
     ]
@@ -132,13 +132,13 @@ def test_pool_owns_statefulset_service_pdb_with_engine_flags(cluster, operator):
     volumes = {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert "podinfo" in volumes
     # The handler creates the three objects in turn: wait for the last ones too.
-    svc = wait_for(lambda: cluster.get(cluster.path("services", "flags", group="v1")))
+    svc = eventually(lambda: cluster.get(cluster.path("services", "flags", group="v1")))
     assert svc["spec"]["clusterIP"] == "None"
-    pdb = wait_for(
+    pdb = eventually(
         lambda: cluster.get(cluster.path("poddisruptionbudgets", "flags", group="policy/v1"))
     )
     assert pdb["spec"]["maxUnavailable"] == 1
-    st = wait_for(lambda: status(cluster, "replicapools", "flags").get("selector"))
+    st = eventually(lambda: status(cluster, "replicapools", "flags").get("selector"))
     assert "lorafleet.dev/pool=flags" in st
     assert servers == []
 
@@ -151,7 +151,7 @@ def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operat
         make_adapter(cluster, "too-big", rank=64)
         make_adapter(cluster, "bad-uri", weightsUri="https://example.com/x")
 
-        st = wait_for(
+        st = eventually(
             lambda: (
                 status(cluster, "loraadapters", "good-a").get("phase") == "Ready"
                 and status(cluster, "loraadapters", "good-a")
@@ -161,12 +161,12 @@ def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operat
         assert st["ownerCount"] == 2
         assert cond(st, "Validated")["status"] == "True"
         assert cond(st, "Placed")["status"] == "True"
-        big = wait_for(lambda: status(cluster, "loraadapters", "too-big").get("phase"))
+        big = eventually(lambda: status(cluster, "loraadapters", "too-big").get("phase"))
         assert big == "Rejected"
         big_st = status(cluster, "loraadapters", "too-big")
         assert cond(big_st, "Validated")["reason"] == "RankTooHigh"
         assert "maxRank 16" in cond(big_st, "Validated")["message"]
-        bad = wait_for(lambda: cond(status(cluster, "loraadapters", "bad-uri"), "Validated"))
+        bad = eventually(lambda: cond(status(cluster, "loraadapters", "bad-uri"), "Validated"))
         assert bad["reason"] == "UnsupportedUriScheme"
 
         for pod in ["main-0", "main-1", "main-2"]:
@@ -175,7 +175,7 @@ def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operat
                 for a in ("good-a", "good-b")
                 if pod in status(cluster, "loraadapters", a).get("owners", [])
             }
-            wait_for(functools.partial(lambda p, w: owned(cluster, p) == w, pod, want), what=pod)
+            eventually(functools.partial(lambda p, w: owned(cluster, p) == w, pod, want), what=pod)
     finally:
         for s in servers:
             s.close()
@@ -184,14 +184,14 @@ def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operat
 def test_bulk_create_patches_each_pod_a_handful_of_times(cluster, operator):
     servers = make_pool(cluster, "bulk", 4, base_hash="sha256:" + "d" * 64)
     try:
-        wait_for(lambda: cluster.writes_by_name("pods").get("bulk-0"), what="first annotation")
+        eventually(lambda: cluster.writes_by_name("pods").get("bulk-0"), what="first annotation")
         before = cluster.writes_by_name("pods")
         started = time.monotonic()
         for i in range(100):
             make_adapter(cluster, f"bulk-{i:03d}", base_hash="sha256:" + "d" * 64)
-        wait_for(
+        eventually(
             lambda: sum(len(owned(cluster, f"bulk-{i}")) for i in range(4)) == 200,
-            timeout=60,
+            within_s=60,
             what="all 100 adapters on 2 pods each",
         )
         elapsed = time.monotonic() - started
@@ -211,7 +211,7 @@ def test_replica_churn_moves_owners_and_annotations(cluster, operator):
     try:
         for i in range(30):
             make_adapter(cluster, f"churn-{i:02d}", base_hash="sha256:" + "e" * 64)
-        wait_for(lambda: sum(len(owned(cluster, f"churn-{i}")) for i in range(4)) == 60)
+        eventually(lambda: sum(len(owned(cluster, f"churn-{i}")) for i in range(4)) == 60)
         had = owned(cluster, "churn-1")
         assert had
         cluster.delete(cluster.path("pods", "churn-1", group="v1"))
@@ -223,7 +223,7 @@ def test_replica_churn_moves_owners_and_annotations(cluster, operator):
                     return False
             return sum(len(owned(cluster, f"churn-{i}")) for i in (0, 2, 3)) == 60
 
-        wait_for(moved, what="owners moved off churn-1")
+        eventually(moved, what="owners moved off churn-1")
     finally:
         for s in servers:
             s.close()
@@ -236,17 +236,17 @@ def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
         for n in ("sup-v1", "sup-v2"):
             make_adapter(cluster, n, base_hash=h)
         make_adapter(cluster, "sup-v3-big", base_hash=h, rank=128)
-        wait_for(lambda: status(cluster, "loraadapters", "sup-v2").get("phase") == "Ready")
+        eventually(lambda: status(cluster, "loraadapters", "sup-v2").get("phase") == "Ready")
         body = alias_body("support-prod", "acme/support:prod", "sup-v1")
         del body["metadata"]["namespace"], body["metadata"]["creationTimestamp"]
         cluster.create(cluster.path("adapteraliases"), body)
         path = cluster.path("adapteraliases", "support-prod")
-        wait_for(
+        eventually(
             lambda: status(cluster, "adapteraliases", "support-prod").get("adapter") == "sup-v1"
         )
 
         cluster.patch(path, {"spec": {"adapter": "sup-v2"}})  # deploy
-        st = wait_for(
+        st = eventually(
             lambda: (
                 (s := status(cluster, "adapteraliases", "support-prod")).get("adapter") == "sup-v2"
                 and s
@@ -255,7 +255,7 @@ def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
         assert st["previousAdapter"] == "sup-v1"
 
         cluster.patch(path, {"spec": {"adapter": "sup-v3-big"}})  # a Rejected target
-        st = wait_for(
+        st = eventually(
             lambda: (
                 cond(status(cluster, "adapteraliases", "support-prod"), "Deployed").get("reason")
                 == "AdapterNotReady"
@@ -265,7 +265,7 @@ def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
         assert st["adapter"] == "sup-v2"  # the gateway keeps serving the previous one
 
         cluster.patch(path, {"spec": {"adapter": "sup-v1"}})  # rollback
-        st = wait_for(
+        st = eventually(
             lambda: (
                 (s := status(cluster, "adapteraliases", "support-prod")).get("adapter") == "sup-v1"
                 and s
@@ -277,7 +277,9 @@ def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
         dup = alias_body("support-prod-2", "acme/support:prod", "sup-v2")
         del dup["metadata"]["namespace"], dup["metadata"]["creationTimestamp"]
         cluster.create(cluster.path("adapteraliases"), dup)
-        c = wait_for(lambda: cond(status(cluster, "adapteraliases", "support-prod-2"), "Conflict"))
+        c = eventually(
+            lambda: cond(status(cluster, "adapteraliases", "support-prod-2"), "Conflict")
+        )
         assert c["status"] == "True"
         assert "support-prod" in c["message"]
         assert status(cluster, "adapteraliases", "support-prod")["adapter"] == "sup-v1"
@@ -285,13 +287,13 @@ def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
 
         # Deleting an adapter an alias serves is refused: it stays, flagged, until repointed.
         cluster.delete(cluster.path("loraadapters", "sup-v1"))
-        blocked = wait_for(
+        blocked = eventually(
             lambda: cond(status(cluster, "loraadapters", "sup-v1"), "DeletionBlocked")
         )
         assert "support-prod" in blocked["message"]
         assert "sup-v1" in owned(cluster, "alias-0") | owned(cluster, "alias-1")
         cluster.patch(path, {"spec": {"adapter": "sup-v2"}})
-        wait_for(lambda: cluster.get(cluster.path("loraadapters", "sup-v1")) is None, timeout=40)
+        eventually(lambda: cluster.get(cluster.path("loraadapters", "sup-v1")) is None, within_s=40)
         assert "sup-v1" not in owned(cluster, "alias-0") | owned(cluster, "alias-1")
     finally:
         for s in servers:
@@ -316,8 +318,8 @@ def test_autoscaler_follows_scraped_state(cluster, operator):
     try:
         for s in servers:
             s.set_load(tokens_in_flight=2000, queue_depth=1)  # 4000 total -> 4 replicas
-        wait_for(lambda: (cluster.get(sts_path) or {}).get("spec", {}).get("replicas") == 4)
-        st = wait_for(
+        eventually(lambda: (cluster.get(sts_path) or {}).get("spec", {}).get("replicas") == 4)
+        st = eventually(
             lambda: (
                 status(cluster, "replicapools", "auto").get("desiredReplicas") == 4
                 and status(cluster, "replicapools", "auto")
@@ -327,10 +329,10 @@ def test_autoscaler_follows_scraped_state(cluster, operator):
         assert all(s.hits > 0 for s in servers)
         for s in servers:
             s.set_load(tokens_in_flight=0, queue_depth=9)  # 18 queued -> 5 replicas
-        wait_for(lambda: cluster.get(sts_path)["spec"]["replicas"] == 5)
+        eventually(lambda: cluster.get(sts_path)["spec"]["replicas"] == 5)
         for s in servers:
             s.set_load()
-        wait_for(lambda: cluster.get(sts_path)["spec"]["replicas"] == 1, timeout=30)
+        eventually(lambda: cluster.get(sts_path)["spec"]["replicas"] == 1, within_s=30)
 
         def reasons() -> set[str]:
             return {
@@ -340,7 +342,7 @@ def test_autoscaler_follows_scraped_state(cluster, operator):
             }
 
         # kopf posts events in the background, after the scale patch: wait for them too.
-        wait_for(lambda: {"ScaledUp", "ScaledDown"} <= reasons(), what="scale events")
+        eventually(lambda: {"ScaledUp", "ScaledDown"} <= reasons(), what="scale events")
     finally:
         for s in servers:
             s.close()

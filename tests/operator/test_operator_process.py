@@ -13,7 +13,7 @@ import pytest
 
 from lorafleet_operator.cli import register
 from tests.operator.factories import pool_body
-from tests.operator.kmock_cluster import Cluster, wait_for
+from tests.operator.kmock_cluster import Cluster, eventually
 
 
 @pytest.fixture
@@ -37,20 +37,20 @@ def test_python_m_lorafleet_operator_reconciles_a_pool(solo, tmp_path):
         body = pool_body("solo-pool")
         del body["metadata"]["namespace"]
         solo.create(solo.path("replicapools"), body)
-        sts = wait_for(
+        sts = eventually(
             lambda: solo.get(solo.path("statefulsets", "solo-pool", group="apps/v1")),
-            timeout=60,
+            within_s=60,
             what="StatefulSet from the operator process",
         )
         assert sts["spec"]["replicas"] == 1
         # The autoscaler daemon has ticked once (it writes desiredReplicas): the operator is
         # fully up, so the SIGTERM below tests a clean stop, not a start-up race.
-        wait_for(
+        eventually(
             lambda: (
                 "desiredReplicas"
                 in ((solo.get(solo.path("replicapools", "solo-pool")) or {}).get("status") or {})
             ),
-            timeout=30,
+            within_s=30,
         )
     finally:
         proc.send_signal(signal.SIGTERM)
