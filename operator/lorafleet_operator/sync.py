@@ -62,16 +62,6 @@ class Writer(Protocol):
     ) -> None: ...
 
 
-@dataclass
-class SyncStats:
-    passes: int = 0
-    pod_writes: int = 0
-    adapter_writes: int = 0
-    alias_writes: int = 0
-    failed_writes: int = 0
-    last_plan_seconds: float = 0.0
-
-
 @dataclass(frozen=True)
 class Endpoint:
     replica_id: str
@@ -135,7 +125,6 @@ class FleetSync:
         self.max_delay = max_delay
         self.default_port = default_port
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.stats = SyncStats()
         self.adapters: dict[str, AdapterEntry] = {}
         self.uids: dict[tuple[str, str], str] = {}
         self.aliases: dict[str, AdapterAlias] = {}
@@ -292,20 +281,21 @@ class FleetSync:
         async with self._progress:
             await self._progress.wait_for(lambda: self._done >= want)
 
-    async def sync_once(self) -> FleetPlan:
-        t0 = time.perf_counter()
-        snap = FleetSnapshot(
+    def snapshot(self) -> FleetSnapshot:
+        """A copy of everything observed, as the planner takes it."""
+        return FleetSnapshot(
             pools=list(self.pools.values()),
             adapters=list(self.adapters.values()),
             aliases=list(self.aliases.values()),
             pods=list(self.pods.values()),
             states=dict(self.states),
         )
+
+    async def sync_once(self) -> FleetPlan:
+        snap = self.snapshot()
         # In a thread: planning 5,000 adapters takes ~1 s on a slow core, and kopf's watch
         # streams must keep flowing meanwhile. The snapshot is a copy, so nothing races.
         plan = await asyncio.to_thread(plan_fleet, snap, self.clock(), self.params)
-        self.stats.last_plan_seconds = time.perf_counter() - t0
-        self.stats.passes += 1
         self.last_plan = plan
         ns = self.namespace
 
@@ -358,7 +348,6 @@ class FleetSync:
         results = await asyncio.gather(*jobs, return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
-                self.stats.failed_writes += 1
                 if isinstance(r, httpx.HTTPStatusError) and r.response.status_code == 404:
                     continue  # the object is gone; its DELETED event updates the index
                 log.warning("write failed in %s: %s; will retry", self.namespace, r)
@@ -367,13 +356,11 @@ class FleetSync:
     async def _write_pod(self, pod: str, value: str) -> None:
         async with self._sem:
             await self.writer.pod_annotation(self.namespace, pod, value)
-        self.stats.pod_writes += 1
         self.pod_values[pod] = value  # our write is the newest observation
 
     async def _write_adapter(self, entry: AdapterEntry, status: LoRAAdapterStatus) -> None:
         async with self._sem:
             await self.writer.adapter_status(self.namespace, entry.name, status_patch(status))
-        self.stats.adapter_writes += 1
         current = self.adapters.get(entry.name)
         if current is not None:
             self.adapters[entry.name] = dataclasses.replace(current, status=status)
@@ -384,7 +371,6 @@ class FleetSync:
         name = alias.metadata.name
         async with self._sem:
             await self.writer.alias_status(self.namespace, name, status_patch(status))
-        self.stats.alias_writes += 1
         current = self.aliases.get(name)
         if current is not None:
             self.aliases[name] = current.model_copy(update={"status": status})
