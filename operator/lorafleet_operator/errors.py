@@ -11,8 +11,9 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
-import httpx
+import aiohttp
 import kopf
+from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 P = ParamSpec("P")
@@ -43,16 +44,16 @@ def to_kopf(exc: BaseException) -> kopf.PermanentError | kopf.TemporaryError:
         return kopf.PermanentError(f"invalid spec: {exc}")
     if isinstance(exc, NotReadyError):
         return kopf.TemporaryError(str(exc), delay=exc.delay)
-    if isinstance(exc, httpx.HTTPStatusError):
-        code = exc.response.status_code
+    if isinstance(exc, ApiException):
+        code = int(exc.status or 0)
         if code == 409:
             return kopf.TemporaryError(f"conflict, retrying: {exc}", delay=CONFLICT_DELAY)
         if code == 404:
             return kopf.TemporaryError(f"not found yet: {exc}", delay=NOT_FOUND_DELAY)
         if code == 422 or code == 400:
-            return kopf.PermanentError(f"API server refused the object: {exc.response.text}")
+            return kopf.PermanentError(f"API server refused the object: {exc.body!r}")
         return kopf.TemporaryError(f"API error {code}: {exc}", delay=SERVER_DELAY)
-    if isinstance(exc, httpx.TransportError):
+    if isinstance(exc, (aiohttp.ClientError, OSError)):
         return kopf.TemporaryError(f"API unreachable: {exc}", delay=SERVER_DELAY)
     return kopf.TemporaryError(f"{type(exc).__name__}: {exc}", delay=DEFAULT_DELAY)
 
@@ -72,5 +73,5 @@ def mapped(fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
 
 def describe(exc: BaseException) -> str:
     """Short text for a condition message."""
-    detail: Any = exc.response.text if isinstance(exc, httpx.HTTPStatusError) else exc
+    detail: Any = exc.body if isinstance(exc, ApiException) else exc
     return f"{type(exc).__name__}: {detail}"[:1000]

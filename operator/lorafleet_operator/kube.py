@@ -1,112 +1,122 @@
-"""A small async Kubernetes API client on httpx, using the credentials kopf logged in with.
+"""The operator's writes to the Kubernetes API, on kubernetes_asyncio (lorafleet_core.kube_client).
 
-One client for the objects kopf does not patch for us (pods' annotations, other objects'
-status, the StatefulSet/Service/PDB a pool owns). It counts its writes by kind, which the
-benchmark and the tests read to check batching.
+kopf watches and patches the objects it handles through its own API access; `Kube` writes
+everything else: pods' owned-adapters annotation, the status of every lorafleet resource, the
+StatefulSet / Service / PodDisruptionBudget a pool owns and the StatefulSet's replica count.
+The patch strategy of each write is the one a real API server wants (see kube_client).
+`ClientHolder` keeps the one logged-in client, built from the credentials the login handler
+loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ssl
-import tempfile
-from collections import Counter
-from pathlib import Path
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
-import kopf
+from kubernetes_asyncio import client
 
-from lorafleet_core.names import API_VERSION
-
-MERGE_PATCH = "application/merge-patch+json"
-
-# Writes by kind since the process started (or the last `WRITES.clear()`), for metrics/tests.
-WRITES: Counter[str] = Counter()
-
-
-def collection_path(api_version: str, plural: str, namespace: str | None) -> str:
-    root = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    return f"{root}/namespaces/{namespace}/{plural}" if namespace else f"{root}/{plural}"
+from lorafleet_core.kube_client import (
+    APPLY_PATCH,
+    FIELD_MANAGER,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    is_not_found,
+    plain,
+)
+from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, GROUP, VERSION
 
 
-def object_path(api_version: str, plural: str, namespace: str | None, name: str) -> str:
-    return f"{collection_path(api_version, plural, namespace)}/{name}"
+@dataclass(frozen=True)
+class OwnedKind:
+    """The typed calls for one built-in kind a pool owns."""
+
+    read: Callable[..., Awaitable[Any]]
+    create: Callable[..., Awaitable[Any]]
+    patch: Callable[..., Awaitable[Any]]
 
 
-def lorafleet_path(plural: str, namespace: str, name: str, status: bool = False) -> str:
-    path = object_path(API_VERSION, plural, namespace, name)
-    return f"{path}/status" if status else path
-
-
-class KubeClient:
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self.http = http
-
-    @classmethod
-    def from_connection(cls, info: kopf.ConnectionInfo) -> KubeClient:
-        headers: dict[str, str] = {}
-        if info.token:
-            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
-        verify: ssl.SSLContext | bool = True
-        if info.insecure:
-            verify = False
-        elif info.ca_path or info.ca_data:
-            verify = ssl.create_default_context(
-                cafile=info.ca_path,
-                cadata=_text(info.ca_data) if info.ca_data else None,
-            )
-        if isinstance(verify, ssl.SSLContext):
-            _load_client_cert(verify, info)
-        auth = None
-        if info.username and info.password:
-            auth = httpx.BasicAuth(info.username, info.password)
-        http = httpx.AsyncClient(
-            base_url=info.server, headers=headers, verify=verify, auth=auth, timeout=30.0
-        )
-        return cls(http)
+class Kube:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        policy = client.PolicyV1Api(api)
+        self._owned = {
+            "StatefulSet": OwnedKind(
+                self.apps.read_namespaced_stateful_set,
+                self.apps.create_namespaced_stateful_set,
+                self.apps.patch_namespaced_stateful_set,
+            ),
+            "Service": OwnedKind(
+                self.core.read_namespaced_service,
+                self.core.create_namespaced_service,
+                self.core.patch_namespaced_service,
+            ),
+            "PodDisruptionBudget": OwnedKind(
+                policy.read_namespaced_pod_disruption_budget,
+                policy.create_namespaced_pod_disruption_budget,
+                policy.patch_namespaced_pod_disruption_budget,
+            ),
+        }
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.api.close()
 
-    async def get(self, path: str) -> dict[str, Any] | None:
-        resp = await self.http.get(path)
-        if resp.status_code == 404:
-            return None
-        resp.raise_for_status()
-        body: dict[str, Any] = resp.json()
-        return body
+    # --- lorafleet resources (custom objects): JSON merge patch -----------------------------
 
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        WRITES[f"create {body.get('kind', path)}"] += 1
-        resp = await self.http.post(path, json=body)
-        resp.raise_for_status()
-        out: dict[str, Any] = resp.json()
-        return out
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: dict[str, Any]
+    ) -> None:
+        await self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, plural, name, {"status": status}, _content_type=MERGE_PATCH
+        )
 
-    async def merge_patch(self, path: str, body: dict[str, Any], what: str) -> dict[str, Any]:
-        WRITES[f"patch {what}"] += 1
-        resp = await self.http.patch(path, json=body, headers={"Content-Type": MERGE_PATCH})
-        resp.raise_for_status()
-        out: dict[str, Any] = resp.json()
-        return out
+    # --- built-in objects the operator touches: strategic merge patch -----------------------
 
-    async def apply(self, collection: str, body: dict[str, Any]) -> str:
-        """Create the object, or merge-patch it when it exists and differs. Returns what it did.
+    async def annotate_pod(self, namespace: str, pod: str, value: str) -> None:
+        body = {"metadata": {"annotations": {ANNOTATION_OWNED_ADAPTERS: value}}}
+        await self.core.patch_namespaced_pod(
+            pod, namespace, body, _content_type=STRATEGIC_MERGE_PATCH
+        )
 
-        Merge patch (not server-side apply) because it is what every API server and the
-        emulator used in tests understand; the operator is the only writer of these objects.
-        """
-        name = body["metadata"]["name"]
-        current = await self.get(f"{collection}/{name}")
+    async def scale_statefulset(self, namespace: str, name: str, replicas: int) -> None:
+        body = {"spec": {"replicas": replicas}}
+        await self.apps.patch_namespaced_stateful_set(
+            name, namespace, body, _content_type=STRATEGIC_MERGE_PATCH
+        )
+
+    # --- built-in objects a pool owns whole: create, else server-side apply -----------------
+
+    async def read_owned(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return plain(self.api, await self._owned[kind].read(name, namespace))
+        except Exception as exc:
+            if is_not_found(exc):
+                return None
+            raise
+
+    async def apply_owned(self, namespace: str, body: dict[str, Any]) -> str:
+        """Create the object, or apply it when it exists and differs. Returns what it did."""
+        kind, name = str(body["kind"]), str(body["metadata"]["name"])
+        calls = self._owned[kind]
+        current = await self.read_owned(kind, namespace, name)
         if current is None:
-            await self.create(collection, body)
+            await calls.create(namespace, body, field_manager=FIELD_MANAGER)
             return "created"
         if _contains(current, body):
-            return "unchanged"
-        await self.merge_patch(f"{collection}/{name}", body, body.get("kind", "object"))
-        return "patched"
+            return "unchanged"  # no write: re-reconciling an unchanged pool costs reads only
+        await calls.patch(
+            name,
+            namespace,
+            body,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type=APPLY_PATCH,
+        )
+        return "applied"
 
 
 def _contains(current: Any, wanted: Any) -> bool:
@@ -115,31 +125,13 @@ def _contains(current: Any, wanted: Any) -> bool:
         return isinstance(current, dict) and all(
             _contains(current.get(k), v) for k, v in wanted.items()
         )
+    if isinstance(wanted, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(wanted)
+            and all(_contains(c, w) for c, w in zip(current, wanted, strict=True))
+        )
     return bool(current == wanted)
-
-
-def _text(data: str | bytes) -> str:
-    return data.decode() if isinstance(data, bytes) else data
-
-
-def _load_client_cert(ctx: ssl.SSLContext, info: kopf.ConnectionInfo) -> None:
-    cert, key = info.certificate_path, info.private_key_path
-    if info.certificate_data and info.private_key_data:
-        # ssl wants files; kubeconfigs often embed the data. Private temp files, removed at once.
-        folder = Path(tempfile.mkdtemp(prefix="lorafleet-"))
-        cert_file, key_file = folder / "tls.crt", folder / "tls.key"
-        cert_file.write_text(_text(info.certificate_data))
-        key_file.write_text(_text(info.private_key_data))
-        try:
-            ctx.load_cert_chain(str(cert_file), str(key_file))
-        finally:
-            for f in (cert_file, key_file):
-                f.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        return
-    if cert:
-        ctx.load_cert_chain(cert, key)
 
 
 class OperatorStoppingError(RuntimeError):
@@ -150,16 +142,18 @@ class ClientHolder:
     """The logged-in client, shared by all handlers; set by the login handler."""
 
     def __init__(self) -> None:
-        self._info: kopf.ConnectionInfo | None = None
-        self._client: KubeClient | None = None
+        self._config: client.Configuration | None = None
+        self._client: Kube | None = None
+        self._retired: list[Kube] = []  # replaced on re-login; closed at shutdown, not mid-call
         self._ready = asyncio.Event()
         self._closed = False
 
-    def set(self, info: kopf.ConnectionInfo) -> None:
-        if self._info is not None and self._info.server == info.server and self._client:
-            # Re-login (credentials refreshed): rebuild lazily on the next use.
-            self._client = None
-        self._info = info
+    def set(self, cfg: client.Configuration) -> None:
+        # Re-login (credentials refreshed): the next use builds a client with the new ones.
+        if self._client is not None:
+            self._retired.append(self._client)
+        self._client = None
+        self._config = cfg
         if self._closed:  # a new operator run in the same process
             self._closed = False
             self._ready = asyncio.Event()
@@ -169,23 +163,23 @@ class ClientHolder:
     def closed(self) -> bool:
         return self._closed
 
-    async def client(self) -> KubeClient:
+    async def client(self) -> Kube:
         if self._closed:
             raise OperatorStoppingError("the operator is stopping; no more API calls")
         await self._ready.wait()
         if self._closed:
             raise OperatorStoppingError("the operator is stopping; no more API calls")
         if self._client is None:
-            assert self._info is not None
-            self._client = KubeClient.from_connection(self._info)
+            assert self._config is not None
+            self._client = Kube(client.ApiClient(self._config))
         return self._client
 
     async def close(self) -> None:
         """Forget the session (operator stopping); a later run logs in afresh."""
-        if self._client is not None:
-            await self._client.aclose()
-        self._client = None
-        self._info = None
+        for kube in [*self._retired, *([self._client] if self._client else [])]:
+            await kube.aclose()
+        self._client, self._retired = None, []
+        self._config = None
         self._closed = True
         self._ready.set()  # wake waiters: they see _closed and stop
 

@@ -14,14 +14,9 @@ from typing import Any, cast
 
 import kopf
 
-from lorafleet_core.names import (
-    ANNOTATION_OWNED_ADAPTERS,
-    API_VERSION,
-    PLURAL_ADAPTER,
-    PLURAL_ALIAS,
-)
+from lorafleet_core.names import API_VERSION, PLURAL_ADAPTER, PLURAL_ALIAS
 from lorafleet_core.planning.fleet import FleetParams
-from lorafleet_operator.kube import HOLDER, lorafleet_path, object_path
+from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.settings import OperatorSettings
 from lorafleet_operator.sync import FleetSync
 
@@ -32,19 +27,13 @@ class KubeWriter:
     """FleetSync's writer against the Kubernetes API."""
 
     async def pod_annotation(self, namespace: str, pod: str, value: str) -> None:
-        client = await HOLDER.client()
-        body = {"metadata": {"annotations": {ANNOTATION_OWNED_ADAPTERS: value}}}
-        await client.merge_patch(object_path("v1", "pods", namespace, pod), body, "Pod")
+        await (await HOLDER.client()).annotate_pod(namespace, pod, value)
 
     async def adapter_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        client = await HOLDER.client()
-        path = lorafleet_path(PLURAL_ADAPTER, namespace, name, status=True)
-        await client.merge_patch(path, {"status": status}, "LoRAAdapter/status")
+        await (await HOLDER.client()).patch_status(PLURAL_ADAPTER, namespace, name, status)
 
     async def alias_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        client = await HOLDER.client()
-        path = lorafleet_path(PLURAL_ALIAS, namespace, name, status=True)
-        await client.merge_patch(path, {"status": status}, "AdapterAlias/status")
+        await (await HOLDER.client()).patch_status(PLURAL_ALIAS, namespace, name, status)
 
     async def event(
         self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str

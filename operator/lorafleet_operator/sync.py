@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import httpx
 from pydantic import ValidationError
 
+from lorafleet_core.kube_client import is_not_found
 from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,
@@ -348,7 +348,7 @@ class FleetSync:
         results = await asyncio.gather(*jobs, return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
-                if isinstance(r, httpx.HTTPStatusError) and r.response.status_code == 404:
+                if is_not_found(r):
                     continue  # the object is gone; its DELETED event updates the index
                 log.warning("write failed in %s: %s; will retry", self.namespace, r)
                 self._dirty.set()

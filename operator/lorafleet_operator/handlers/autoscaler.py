@@ -1,31 +1,38 @@
-"""Per-pool autoscaler daemon: scrape every ready replica's /state, decide, scale, report."""
+"""Per-pool loop: scrape every ready replica's /state, decide, scale, write the pool's status.
+
+This daemon is the one writer of ReplicaPool status (pool_reconcile only applies the objects a
+pool owns). Each tick: scrape, let the pure planners decide (lorafleet_core.planning.pool_status:
+`plan_scale`, `plan_pool_status`), apply: the StatefulSet's replica count, then the status when
+it changed.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import httpx
 import kopf
+from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
-from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
-from lorafleet_core.planning.conditions import condition, merge_conditions
-from lorafleet_core.planning.pool import clamp_replicas, selector_string
+from lorafleet_core.planning.autoscale import ScaleState
+from lorafleet_core.planning.pool_status import (
+    PoolObservation,
+    ScalePlan,
+    plan_pool_status,
+    plan_scale,
+)
 from lorafleet_core.replica_client import StateUnavailable, fetch_state
 from lorafleet_core.replica_state import ReplicaState
+from lorafleet_operator.errors import describe
 from lorafleet_operator.handlers.pools import parse_pool
-from lorafleet_operator.kube import (
-    HOLDER,
-    OperatorStoppingError,
-    collection_path,
-    lorafleet_path,
-)
+from lorafleet_operator.kube import HOLDER, OperatorStoppingError
 from lorafleet_operator.runtime import runtime
 from lorafleet_operator.sync import Endpoint, FleetSync, status_patch
 
@@ -56,21 +63,28 @@ async def autoscaler(
     settings = runtime().settings
     fleet = runtime().fleet(namespace)
     state = ScaleState()
-    last_status: dict[str, Any] | None = None
+    last_status: Any = None
     async with httpx.AsyncClient(timeout=settings.scrape_timeout_seconds) as http:
         while not stopped and not HOLDER.closed:
+            interval = 10.0
             try:
-                pool = parse_pool(body)
-            except ValidationError:
-                await _sleep(stopped, 10)
-                continue
+                pool: ReplicaPool | None = parse_pool(body)
+                invalid = None
+            except ValidationError as exc:
+                pool, invalid = None, describe(exc)
             try:
-                state, last_status = await _tick(pool, body, fleet, http, state, last_status)
+                if pool is None:
+                    last_status = await _write_status(
+                        name, namespace, body, None, invalid, PoolObservation(), last_status
+                    )
+                else:
+                    interval = pool.spec.autoscaling.poll_interval_seconds
+                    state, last_status = await _tick(pool, body, fleet, http, state, last_status)
             except OperatorStoppingError:
                 return
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, ApiException, aiohttp.ClientError) as exc:
                 log.warning("autoscaler %s/%s: %s", namespace, name, exc)
-            await _sleep(stopped, pool.spec.autoscaling.poll_interval_seconds)
+            await _sleep(stopped, interval)
 
 
 async def _sleep(stopped: kopf.DaemonStopped, seconds: float) -> None:
@@ -96,87 +110,64 @@ async def _tick(
     fleet: FleetSync,
     http: httpx.AsyncClient,
     state: ScaleState,
-    last_status: dict[str, Any] | None,
-) -> tuple[ScaleState, dict[str, Any] | None]:
+    last_status: Any,
+) -> tuple[ScaleState, Any]:
     name, namespace = pool.metadata.name, fleet.namespace
-    client = await HOLDER.client()
-    endpoints = fleet.pool_endpoints(name)
-    states = await scrape(http, endpoints)
+    kube = await HOLDER.client()
+    states = await scrape(http, fleet.pool_endpoints(name))
     fleet.set_states(name, states)
 
-    sts_path = f"{collection_path('apps/v1', 'statefulsets', namespace)}/{name}"
-    sts = await client.get(sts_path)
-    if sts is None:
-        return state, last_status  # pool_reconcile has not created it yet
-    current = int(sts.get("spec", {}).get("replicas") or 0)
-    scaling = pool.spec.autoscaling
-    if not scaling.enabled:
-        desired, reason = clamp_replicas(pool, None), "AutoscalingDisabled"
-        raw = desired
-    elif not states:
-        # No metrics (no ready replica answered): hold rather than guess.
-        desired, reason, raw = clamp_replicas(pool, current), "NoMetrics", current
-    else:
-        raw = recommend(Load.of(states.values()), scaling, pool.spec.replicas)
-        decision = stabilize(
-            state,
-            current,
-            raw,
-            time.monotonic(),
-            scaling.scale_up_stabilization_seconds,
-            scaling.scale_down_stabilization_seconds,
-        )
-        state, desired, reason = decision.state, decision.desired, decision.reason
-    if desired != current:
-        await client.merge_patch(sts_path, {"spec": {"replicas": desired}}, "StatefulSet")
-        verb = "ScaledUp" if desired > current else "ScaledDown"
-        load = Load.of(states.values())
-        kopf.event(
-            body,
-            type="Normal",
-            reason=verb,
-            message=f"{current} -> {desired} replicas (recommended {raw}; tokens in flight "
-            f"{load.tokens_in_flight}, queue depth {load.queue_depth})",
-        )
-
+    sts = await kube.read_owned("StatefulSet", namespace, name)
+    scale: ScalePlan | None = None
+    current: int | None = None
+    if sts is not None:  # else pool_reconcile has not created it yet
+        current = int(sts.get("spec", {}).get("replicas") or 0)
+        scale = plan_scale(pool, current, states, state)
+        state = scale.state
+        if scale.desired != current:
+            await kube.scale_statefulset(namespace, name, scale.desired)
+            verb = "ScaledUp" if scale.desired > current else "ScaledDown"
+            kopf.event(
+                body,
+                type="Normal",
+                reason=verb,
+                message=f"{current} -> {scale.desired} replicas (recommended "
+                f"{scale.recommended}; tokens in flight {scale.load.tokens_in_flight}, queue "
+                f"depth {scale.load.queue_depth})",
+            )
     pods = [p for p in fleet.pods.values() if p.pool == name and not p.deleting]
-    ready = sum(1 for p in pods if p.ready)
-    now = datetime.now(UTC)
-    old = ReplicaPoolStatus.model_validate(body.get("status") or {})
-    conds = merge_conditions(
-        old.conditions,
-        [
-            condition(
-                "Ready",
-                ready > 0,
-                "ReplicasReady" if ready else "NoReadyReplicas",
-                f"{ready}/{len(pods)} replicas ready",
-                now,
-            ),
-            condition(
-                "Scaling",
-                desired != len(pods),
-                reason,
-                f"desired {desired}, recommended {raw}, current {current}",
-                now,
-            ),
-        ],
+    seen = PoolObservation(
+        pods=len(pods), ready=sum(1 for p in pods if p.ready), current=current, scale=scale
     )
-    status = old.model_copy(
-        update={
-            "replicas": len(pods),
-            "ready_replicas": ready,
-            "desired_replicas": desired,
-            "selector": selector_string(name),
-            "conditions": conds,
-        }
+    last_status = await _write_status(name, namespace, body, pool, None, seen, last_status)
+    return state, last_status
+
+
+async def _write_status(
+    name: str,
+    namespace: str,
+    body: kopf.Body,
+    pool: ReplicaPool | None,
+    invalid: str | None,
+    seen: PoolObservation,
+    last_status: Any,
+) -> Any:
+    """Plan the status and write it when it differs from the last write (times aside)."""
+    old = ReplicaPoolStatus.model_validate(body.get("status") or {})
+    status = plan_pool_status(
+        name,
+        old,
+        pool,
+        seen,
+        datetime.now(UTC),
+        invalid=invalid,
+        generation=body.get("metadata", {}).get("generation"),
     )
     patch = status_patch(status)
     comparable = {k: v for k, v in patch.items() if k != "conditions"} | {
-        "conditions": [(c.type, c.status, c.reason, c.message) for c in conds]
+        "conditions": [(c.type, c.status, c.reason, c.message) for c in status.conditions]
     }
     if comparable != last_status:
-        path = lorafleet_path(PLURAL_POOL, namespace, name, status=True)
-        await client.merge_patch(path, {"status": patch}, "ReplicaPool/status")
-        last_status = comparable
-    return state, last_status
+        kube = await HOLDER.client()
+        await kube.patch_status(PLURAL_POOL, namespace, name, patch)
+    return comparable

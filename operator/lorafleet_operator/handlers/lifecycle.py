@@ -6,7 +6,9 @@ import logging
 from typing import Any
 
 import kopf
+from kubernetes_asyncio.client import Configuration
 
+from lorafleet_core.kube_client import bearer_token, load_configuration
 from lorafleet_core.names import FINALIZER, GROUP
 from lorafleet_operator import runtime
 from lorafleet_operator.kube import HOLDER
@@ -28,21 +30,34 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.on.login()
-async def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """Explicit API server from settings (tests, dev), else in-cluster, else kubeconfig."""
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    """Explicit API server from settings (tests, dev), else in-cluster, else kubeconfig.
+
+    kubernetes_asyncio loads the credentials (lorafleet_core.kube_client, as the gateway and
+    the CLI do); kopf gets the same ones, so its own API access and our writes are one login.
+    """
     s = OperatorSettings()  # fresh: login may run before the startup handler
-    info: kopf.ConnectionInfo | None
-    if s.api_server:
-        info = kopf.ConnectionInfo(
-            server=s.api_server,
-            insecure=s.insecure,
-            token=s.api_token.get_secret_value() if s.api_token else None,
-        )
-    else:
-        info = kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-    if info is not None:
-        HOLDER.set(info)
-    return info
+    cfg = await load_configuration(
+        api_server=s.api_server,
+        token=s.api_token.get_secret_value() if s.api_token else None,
+        insecure=s.insecure,
+    )
+    HOLDER.set(cfg)
+    return connection_info(cfg)
+
+
+def connection_info(cfg: Configuration) -> kopf.ConnectionInfo:
+    """kopf's view of a kubernetes_asyncio configuration (file paths, never key material)."""
+    scheme, token = bearer_token(cfg)
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        scheme=scheme,
+        token=token,
+    )
 
 
 @kopf.on.cleanup()
