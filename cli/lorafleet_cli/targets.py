@@ -4,9 +4,9 @@
   running `lorafleet up` watches it, so writing a file deploys. Alias status (the rollback
   target) is written by `lorafleet up`'s reconciler to `<folder>/.lorafleet/alias-status.json`
   (lorafleet_core.standalone_state); the CLI only reads it.
-- `ClusterTarget`: a Kubernetes cluster through the `kubernetes` client and a kubeconfig,
-  writing with create, or a JSON merge patch when the object exists; the operator keeps alias
-  status there.
+- `ClusterTarget`: a Kubernetes cluster through kubernetes_asyncio and a kubeconfig (the
+  client every component uses, lorafleet_core.kube_client), writing with create, or a patch
+  when the object exists; the operator keeps alias status there.
 
 Commands take a `Target` and never care which one it is.
 """
@@ -14,17 +14,33 @@ Commands take a `Target` and never care which one it is.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import atexit
 import os
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
+
+from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from lorafleet_core import names
+from lorafleet_core.kube_client import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    KubeConfigError,
+    is_conflict,
+    is_not_found,
+    kubeconfig_namespace,
+    load_configuration,
+    plain,
+)
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import AdapterAliasStatus
 from lorafleet_core.standalone_state import load_alias_statuses
 
-MERGE_PATCH = "application/merge-patch+json"
+T = TypeVar("T")
 DEFAULT_STATE_DIR = ".lorafleet"
 
 # kind -> plural of lorafleet's custom resources.
@@ -114,91 +130,115 @@ def apply_request(body: dict[str, Any], namespace: str) -> ApplyRequest:
 
 
 class ClusterTarget:
-    """A cluster via kubeconfig (tests run it against kmock, the Kubernetes API emulator)."""
+    """A cluster via kubeconfig (tests run it against kmock, the Kubernetes API emulator).
 
-    def __init__(self, namespace: str, api_client: Any) -> None:
-        from kubernetes import client
+    kubernetes_asyncio, like the operator and the gateway (lorafleet_core.kube_client); the CLI
+    is synchronous, so the target runs the client on a private event loop of its own.
+    """
 
+    def __init__(self, namespace: str, configuration: Configuration) -> None:
         self.namespace = namespace
         self.description = f"cluster namespace {namespace}"
-        self._custom = client.CustomObjectsApi(api_client)
-        self._core = client.CoreV1Api(api_client)
-        self._api_exception: type[Exception] = client.ApiException
+        self._loop = asyncio.new_event_loop()
+        self._api: ApiClient = self._run(self._connect(configuration))
+        self._custom = CustomObjectsApi(self._api)
+        self._core = CoreV1Api(self._api)
+        atexit.register(self.close)
+
+    @staticmethod
+    async def _connect(configuration: Configuration) -> ApiClient:
+        return ApiClient(configuration)  # its HTTP session belongs to the target's loop
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._run(self._api.close())
+            self._loop.close()
 
     @classmethod
     def from_kubeconfig(
         cls, kubeconfig: str | None, context: str | None, namespace: str | None
     ) -> ClusterTarget:
-        from kubernetes import config
-
+        loop = asyncio.new_event_loop()
         try:
-            api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
-            if namespace is None:
-                _, active = config.list_kube_config_contexts(config_file=kubeconfig)
-                namespace = (active or {}).get("context", {}).get("namespace") or "default"
-        except Exception as exc:
+            configuration = loop.run_until_complete(
+                load_configuration(kubeconfig=kubeconfig, context=context)
+            )
+        except KubeConfigError as exc:
             raise TargetError(f"cannot load kubeconfig: {exc}") from exc
-        return cls(namespace, api_client)
-
-    def _status(self, exc: Exception) -> int:
-        return int(getattr(exc, "status", 0) or 0)
+        finally:
+            loop.close()
+        return cls(namespace or kubeconfig_namespace(kubeconfig, context), configuration)
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         try:
             if kind == "Secret":
-                obj = self._core.read_namespaced_secret(name, self.namespace)
-                return dict(self._core.api_client.sanitize_for_serialization(obj))
+                obj = self._run(self._core.read_namespaced_secret(name, self.namespace))
+                return plain(self._api, obj)
             return dict(
-                self._custom.get_namespaced_custom_object(
-                    names.GROUP, names.VERSION, self.namespace, CUSTOM_KINDS[kind], name
+                self._run(
+                    self._custom.get_namespaced_custom_object(
+                        names.GROUP, names.VERSION, self.namespace, CUSTOM_KINDS[kind], name
+                    )
                 )
             )
-        except self._api_exception as exc:
-            if self._status(exc) == 404:
+        except ApiException as exc:
+            if is_not_found(exc):
                 return None
             raise TargetError(f"reading {kind}/{name}: {exc}") from exc
 
     def list(self, kind: str) -> list[dict[str, Any]]:
         try:
-            out = self._custom.list_namespaced_custom_object(
-                names.GROUP, names.VERSION, self.namespace, CUSTOM_KINDS[kind]
+            out = self._run(
+                self._custom.list_namespaced_custom_object(
+                    names.GROUP, names.VERSION, self.namespace, CUSTOM_KINDS[kind]
+                )
             )
-        except self._api_exception as exc:
+        except ApiException as exc:
             raise TargetError(f"listing {kind}: {exc}") from exc
         return [dict(i) for i in out.get("items", [])]
 
     def apply(self, body: dict[str, Any]) -> str:
-        """Create the object, or merge-patch it when it exists (what `kubectl apply` does for
-        the fields we write; no field ownership needed since the CLI owns these fields)."""
+        """Create the object, or patch it when it exists (what `kubectl apply` does for the
+        fields we write): JSON merge patch for lorafleet's custom resources (the only kind they
+        accept besides JSON patch), strategic merge for a Secret, as kubectl does."""
         req = apply_request(body, self.namespace)
         where = f"{req.plural}/{req.name} in namespace {req.namespace}"
         try:
             if req.plural == "secrets":
-                self._core.create_namespaced_secret(req.namespace, req.body)
+                self._run(self._core.create_namespaced_secret(req.namespace, req.body))
             else:
-                self._custom.create_namespaced_custom_object(
-                    req.group, req.version, req.namespace, req.plural, req.body
+                self._run(
+                    self._custom.create_namespaced_custom_object(
+                        req.group, req.version, req.namespace, req.plural, req.body
+                    )
                 )
             return where
-        except self._api_exception as exc:
-            if self._status(exc) != 409:
+        except ApiException as exc:
+            if not is_conflict(exc):
                 raise TargetError(f"creating {body.get('kind')}/{req.name}: {exc}") from exc
         try:
             if req.plural == "secrets":
-                self._core.patch_namespaced_secret(
-                    req.name, req.namespace, req.body, _content_type=MERGE_PATCH
+                self._run(
+                    self._core.patch_namespaced_secret(
+                        req.name, req.namespace, req.body, _content_type=STRATEGIC_MERGE_PATCH
+                    )
                 )
             else:
-                self._custom.patch_namespaced_custom_object(
-                    req.group,
-                    req.version,
-                    req.namespace,
-                    req.plural,
-                    req.name,
-                    req.body,
-                    _content_type=MERGE_PATCH,
+                self._run(
+                    self._custom.patch_namespaced_custom_object(
+                        req.group,
+                        req.version,
+                        req.namespace,
+                        req.plural,
+                        req.name,
+                        req.body,
+                        _content_type=MERGE_PATCH,
+                    )
                 )
-        except self._api_exception as exc:
+        except ApiException as exc:
             raise TargetError(f"updating {body.get('kind')}/{req.name}: {exc}") from exc
         return where
 

@@ -25,6 +25,7 @@ from lorafleet_core.names import (
     PLURAL_POOL,
     VERSION,
 )
+from lorafleet_core.pods import COMPONENT_REPLICA, pod_ip, replica_pool, serving
 from lorafleet_gateway.catalog import (
     CatalogHolder,
     CatalogSnapshot,
@@ -35,24 +36,15 @@ from lorafleet_gateway.catalog_build import build_snapshot
 
 log = logging.getLogger("lorafleet.gateway.catalog")
 
-# The operator labels replica pods <LABEL_COMPONENT>=replica (lorafleet_core.planning.pool).
-COMPONENT_REPLICA = "replica"
 KINDS = ("adapters", "aliases", "pools", "pods", "secrets")
 Obj = Mapping[str, Any]
 
 
 def pod_endpoint(pod: Obj, data_port: int, internal_port: int) -> ReplicaEndpoint | None:
-    """A Ready, running, not-terminating pod with an IP -> its endpoints (id = pod name)."""
+    """A serving pod (lorafleet_core.pods.serving) -> its endpoints (id = pod name)."""
     meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    ip = status.get("podIP")
-    if not ip or meta.get("deletionTimestamp") or status.get("phase") != "Running":
-        return None
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
-    )
-    if not ready:
+    ip = pod_ip(pod)
+    if ip is None or not serving(pod):
         return None
     host = f"[{ip}]" if ":" in ip else ip
     return ReplicaEndpoint(
@@ -75,10 +67,7 @@ class KubeState:
         an unlabelled Secret can never enter the catalog, whatever the API server did."""
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if kind == "pods":
-            return bool(
-                labels.get(LABEL_POOL) == self.pool
-                and labels.get(LABEL_COMPONENT) == COMPONENT_REPLICA
-            )
+            return replica_pool(obj) == self.pool
         if kind == "secrets":
             return str(labels.get(API_KEYS_SECRET_LABEL)) == "true"
         return True
@@ -148,13 +137,12 @@ class KubeCatalog(CatalogSource):
 
     async def _client(self) -> Any:
         if self._api is None:
-            from kubernetes_asyncio import client, config
+            from kubernetes_asyncio import client
 
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                await config.load_kube_config()
-            self._api = client.ApiClient()
+            from lorafleet_core.kube_client import load_configuration
+
+            # In-cluster, else the kubeconfig: the same loading as the operator and the CLI.
+            self._api = client.ApiClient(await load_configuration())
         return self._api
 
     async def _listers(self) -> dict[str, Callable[..., Awaitable[Any]]]:
@@ -192,10 +180,9 @@ class KubeCatalog(CatalogSource):
 
     def _plain(self, obj: Any) -> dict[str, Any]:
         """Typed client objects (pods, secrets) -> the JSON dict the API server sent."""
-        if isinstance(obj, dict):
-            return obj
-        out: dict[str, Any] = self._api.sanitize_for_serialization(obj)
-        return out
+        from lorafleet_core.kube_client import plain
+
+        return plain(self._api, obj)
 
     async def _list(self, kind: str, lister: Callable[..., Awaitable[Any]]) -> None:
         result = self._plain(await lister())

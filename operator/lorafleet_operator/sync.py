@@ -32,7 +32,7 @@ from lorafleet_core.models import (
     LoRAAdapterStatus,
     ReplicaPool,
 )
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
 from lorafleet_core.planning.adapters import Validation, parse_adapter
 from lorafleet_core.planning.fleet import (
     AdapterEntry,
@@ -42,7 +42,8 @@ from lorafleet_core.planning.fleet import (
     PodView,
     plan_fleet,
 )
-from lorafleet_core.planning.pool import COMPONENT_REPLICA, INTERNAL_PORT_NAME
+from lorafleet_core.planning.pool import INTERNAL_PORT_NAME
+from lorafleet_core.pods import pod_ip, replica_pool, serving, terminating
 from lorafleet_core.replica_state import ReplicaState
 
 log = logging.getLogger(__name__)
@@ -86,11 +87,6 @@ def status_patch(status: Any) -> dict[str, Any]:
         key = info.alias or name
         body.setdefault(key, None)
     return body
-
-
-def _pod_ready(body: Mapping[str, Any]) -> bool:
-    conds = (body.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
 def _internal_port(body: Mapping[str, Any], default: int) -> int:
@@ -197,22 +193,16 @@ class FleetSync:
 
     def upsert_pod(self, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        pool = labels.get(LABEL_POOL)
-        if not pool or labels.get(LABEL_COMPONENT) != COMPONENT_REPLICA:
+        pool = replica_pool(body)
+        if pool is None:
             return
         name = str(meta.get("name"))
-        view = PodView(
-            name=name,
-            pool=pool,
-            ready=_pod_ready(body),
-            deleting=bool(meta.get("deletionTimestamp")),
-        )
+        view = PodView(name=name, pool=pool, ready=serving(body), deleting=terminating(body))
         self.pod_values[name] = (meta.get("annotations") or {}).get(ANNOTATION_OWNED_ADAPTERS)
         self.endpoints[name] = Endpoint(
             name,
             pool,
-            (body.get("status") or {}).get("podIP"),
+            pod_ip(body),
             _internal_port(body, self.default_port),
         )
         if self.pods.get(name) != view:

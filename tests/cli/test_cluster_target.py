@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes_asyncio.client import Configuration
 
 from lorafleet_cli import cmd_status
 from lorafleet_cli.cmd_adapter import push
@@ -40,11 +40,11 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture
 def target(cluster: Cluster) -> Iterator[ClusterTarget]:
-    api = client.ApiClient(client.Configuration(host=cluster.url))
+    target = ClusterTarget("cli", Configuration(host=cluster.url))
     try:
-        yield ClusterTarget("cli", api)
+        yield target
     finally:
-        api.close()
+        target.close()
 
 
 def _obj(cluster: Cluster, plural: str, name: str) -> dict[str, Any]:

@@ -75,6 +75,7 @@ def pod_body(name: str, pool: str, port: int, ready: bool = True) -> dict[str, A
             ]
         },
         "status": {
+            "phase": "Running",
             "podIP": "127.0.0.1",
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         },

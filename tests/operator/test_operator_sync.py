@@ -43,6 +43,7 @@ def pod_body(name: str, ready: bool = True) -> dict[str, Any]:
             "labels": {LABEL_POOL: "pool", LABEL_COMPONENT: "replica"},
         },
         "status": {
+            "phase": "Running",
             "podIP": "127.0.0.1",
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         },

@@ -16,8 +16,8 @@ from typing import Any
 from lorafleet_core.models import ReplicaPool
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning.replica_config import agent_env, lora_flags
+from lorafleet_core.pods import COMPONENT_REPLICA
 
-COMPONENT_REPLICA = "replica"
 PODINFO_DIR = "/etc/lorafleet/podinfo"
 ANNOTATIONS_FILE = f"{PODINFO_DIR}/annotations"
 CACHE_DIR = "/var/cache/lorafleet"

@@ -7,7 +7,7 @@ from typing import Any
 import kopf
 
 from lorafleet_core.names import LABEL_COMPONENT
-from lorafleet_core.planning.pool import COMPONENT_REPLICA
+from lorafleet_core.pods import COMPONENT_REPLICA
 from lorafleet_operator.runtime import runtime
 
 

@@ -1,0 +1,66 @@
+"""One definition of a serving replica pod, shared by the operator and the gateway."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.pods import COMPONENT_REPLICA, replica_pool, serving
+from lorafleet_gateway.catalog_kube import pod_endpoint
+from lorafleet_operator.sync import FleetSync
+
+
+def pod(**status: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": "main-0",
+        "labels": {LABEL_POOL: "main", LABEL_COMPONENT: COMPONENT_REPLICA},
+    }
+    if status.pop("deleting", False):
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    base = {
+        "phase": "Running",
+        "podIP": "10.0.0.5",
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    return {"metadata": meta, "status": {**base, **status}}
+
+
+class _NoWrites:
+    """upsert_pod only indexes; nothing is written in these tests."""
+
+    async def pod_annotation(self, namespace: str, pod: str, value: str) -> None: ...
+
+    async def adapter_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+
+    async def alias_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
+
+    async def event(
+        self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
+    ) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (pod(), True),
+        (pod(conditions=[{"type": "Ready", "status": "False"}]), False),
+        (pod(phase="Succeeded"), False),  # Ready left True by a finished container
+        (pod(deleting=True), False),  # terminating: no new work
+        (pod(podIP=None), False),  # nowhere to send a request
+    ],
+)
+def test_operator_and_gateway_agree_on_which_pods_serve(body: dict[str, Any], expected: bool):
+    assert serving(body) is expected
+    assert (pod_endpoint(body, 8100, 8101) is not None) is expected
+    fleet = FleetSync("ns", _NoWrites())
+    fleet.upsert_pod(body)
+    assert fleet.pods["main-0"].ready is expected
+
+
+def test_only_replica_pods_of_a_pool_count():
+    assert replica_pool(pod()) == "main"
+    other = pod()
+    other["metadata"]["labels"][LABEL_COMPONENT] = "gateway"
+    assert replica_pool(other) is None
