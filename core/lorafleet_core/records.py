@@ -52,11 +52,25 @@ class AdapterRecord(BaseModel):
         )
 
 
+def encode_owned_row(record: AdapterRecord) -> str:
+    """One record as it appears in the owned-adapters annotation: compact JSON, sorted keys."""
+    return json.dumps(
+        record.model_dump(mode="json", exclude_none=True), separators=(",", ":"), sort_keys=True
+    )
+
+
+def join_owned_rows(rows: Iterable[str]) -> str:
+    """The annotation value from rows of `encode_owned_row`, in the order given.
+
+    The pre-warm planner sizes an annotation row by row (it must fit the annotation limit), so
+    the encoding is split in two; `encode_owned` is the whole of it.
+    """
+    return "[" + ",".join(rows) + "]"
+
+
 def encode_owned(records: Iterable[AdapterRecord]) -> str:
     """Annotation value for a set of records: deterministic compact JSON, sorted by id."""
-    rows = [r.model_dump(mode="json", exclude_none=True) for r in records]
-    rows.sort(key=lambda row: str(row["id"]))
-    return json.dumps(rows, separators=(",", ":"), sort_keys=True)
+    return join_owned_rows(encode_owned_row(r) for r in sorted(records, key=lambda r: r.id))
 
 
 def decode_owned(value: str) -> list[AdapterRecord]:

@@ -15,13 +15,12 @@ because the gateway posts the record to the agent's load endpoint.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from lorafleet_core.placement import owners as rendezvous_owners
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.records import AdapterRecord, encode_owned_row, join_owned_rows
 
 
 @dataclass(frozen=True)
@@ -36,13 +35,6 @@ def _owners_cached(adapter_id: str, replicas: tuple[str, ...], k: int) -> tuple[
     # Owners only change when the replica set or k changes; planning runs on every event
     # burst, so memoising makes a re-plan of 5,000 adapters cheap.
     return tuple(rendezvous_owners(adapter_id, replicas, k))
-
-
-def _row(record: AdapterRecord) -> str:
-    # Byte-identical to one element of lorafleet_core.records.encode_owned's output.
-    return json.dumps(
-        record.model_dump(mode="json", exclude_none=True), separators=(",", ":"), sort_keys=True
-    )
 
 
 def plan_owned_annotations(
@@ -62,7 +54,7 @@ def plan_owned_annotations(
         k = k_by_adapter if isinstance(k_by_adapter, int) else k_by_adapter.get(rec.id, 2)
         chosen = _owners_cached(rec.id, replica_key, k)
         owners[rec.id] = list(chosen)
-        rows[rec.id] = _row(rec)
+        rows[rec.id] = encode_owned_row(rec)
         for position, replica in enumerate(chosen):
             owned[replica].append((-traffic.get(rec.id, 0.0), position, rec.id))
 
@@ -80,5 +72,5 @@ def plan_owned_annotations(
             kept.append(aid)
             size += extra
         kept.sort()
-        annotations[replica] = "[" + ",".join(rows[a] for a in kept) + "]"
+        annotations[replica] = join_owned_rows(rows[a] for a in kept)
     return PrewarmPlan(annotations=annotations, owners=owners, dropped=dropped)
