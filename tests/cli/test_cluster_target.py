@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio.client import Configuration
 
 from lorafleet_cli import cmd_status
@@ -108,3 +109,36 @@ def test_keys_create_on_a_cluster(cluster: Cluster, target: ClusterTarget) -> No
     index = KeyIndex([tenant])
     assert index.tenant_for(key) is not None
     assert index.tenant_for(key2) is not None
+
+
+def test_kubeconfig_context_gives_server_token_and_namespace(
+    cluster: Cluster, tmp_path: Path, base_model: Path
+) -> None:
+    """The CLI reads the kubeconfig through lorafleet_core.kube_client, as `kubectl` would."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kmock", "cluster": {"server": cluster.url}}],
+                "users": [{"name": "dev", "user": {"token": "dev-token"}}],
+                "contexts": [
+                    {
+                        "name": "dev",
+                        "context": {"cluster": "kmock", "user": "dev", "namespace": "cli"},
+                    }
+                ],
+                "current-context": "dev",
+            }
+        )
+    )
+    cluster.create(cluster.path("replicapools"), pool_manifest("from-kubeconfig", base_model))
+    target = ClusterTarget.from_kubeconfig(str(kubeconfig), None, None)
+    try:
+        assert target.namespace == "cli"
+        assert "from-kubeconfig" in {p["metadata"]["name"] for p in target.list("ReplicaPool")}
+    finally:
+        target.close()
+    seen = [r for r in cluster.emulator._requests if "replicapools" in str(r.url)]
+    assert seen[-1].headers.get("Authorization") == "Bearer dev-token"

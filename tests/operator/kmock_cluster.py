@@ -58,6 +58,9 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     """
 
     write_log: list[tuple[str, str, str | None]] = attrs.field(factory=list)
+    # (path, Content-Type, fieldManager) of every PATCH: what the client asked for, since
+    # kmock itself applies every patch body as a merge patch.
+    patch_log: list[tuple[str, str, str | None]] = attrs.field(factory=list)
 
     async def _handle(self, request: rendering.Request) -> Any:
         # Keep the newest few: a request is matched right after it is logged, so only
@@ -71,6 +74,10 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             meta["name"] = f"{meta.get('generateName', 'obj-')}{next(_suffixes):06d}"
         if method in {"POST", "PATCH", "PUT", "DELETE"} and request.resource is not None:
             self.write_log.append((method, request.resource.plural or "", request.name))
+        if method == "PATCH":
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            ctype = headers.get("content-type", "").split(";")[0]
+            self.patch_log.append((request.url.path, ctype, request.params.get("fieldManager")))
         return await super()._handle(request)
 
 
@@ -179,6 +186,10 @@ class Cluster:
     def writes(self, plural: str | None = None) -> int:
         """Write requests (create/patch/delete) the emulator has served, optionally by plural."""
         return sum(1 for _, p, _ in list(self.emulator.write_log) if plural in (None, p))
+
+    def patch_types(self, path_suffix: str) -> set[tuple[str, str | None]]:
+        """(Content-Type, fieldManager) of the PATCHes sent to paths ending in `path_suffix`."""
+        return {(t, m) for p, t, m in list(self.emulator.patch_log) if p.endswith(path_suffix)}
 
     def writes_by_name(self, plural: str) -> dict[str, int]:
         """PATCH requests per object name of one resource."""

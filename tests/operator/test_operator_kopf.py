@@ -16,6 +16,12 @@ from typing import Any
 import pytest
 from kopf.testing import KopfRunner
 
+from lorafleet_core.kube_client import (
+    APPLY_PATCH,
+    FIELD_MANAGER,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+)
 from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.records import decode_owned
 from tests.operator.factories import adapter_body, alias_body, pool_body
@@ -142,6 +148,23 @@ def test_pool_owns_statefulset_service_pdb_with_engine_flags(cluster, operator):
     st = eventually(lambda: status(cluster, "replicapools", "flags").get("selector"))
     assert "lorafleet.dev/pool=flags" in st
     assert servers == []
+    # Production's patch types, whatever the emulator does with them: a custom resource's
+    # status takes a JSON merge patch (CRDs accept no strategic merge).
+    assert cluster.patch_types("/replicapools/flags/status") == {(MERGE_PATCH, None)}
+
+
+def test_owned_objects_are_applied_server_side_when_they_drift(cluster, operator):
+    make_pool(cluster, "drift", 0, base_hash="sha256:" + "2" * 64)  # no adapters match it
+    path = cluster.path("services", "drift", group="v1")
+    eventually(lambda: cluster.get(path))
+    eventually(lambda: status(cluster, "replicapools", "drift").get("selector"))
+    assert cluster.patch_types("/services/drift") == set()  # created, never patched
+    # Someone edits the owned Service; the next reconcile of the pool puts it back with a
+    # forced server-side apply under the operator's field manager.
+    cluster.patch(path, {"spec": {"selector": {LABEL_POOL: "elsewhere"}}})
+    cluster.patch(cluster.path("replicapools", "drift"), {"spec": {"ownersPerAdapter": 3}})
+    eventually(lambda: cluster.get(path)["spec"]["selector"][LABEL_POOL] == "drift")
+    assert (APPLY_PATCH, FIELD_MANAGER) in cluster.patch_types("/services/drift")
 
 
 def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operator):
@@ -177,6 +200,9 @@ def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operat
                 if pod in status(cluster, "loraadapters", a).get("owners", [])
             }
             eventually(functools.partial(lambda p, w: owned(cluster, p) == w, pod, want), what=pod)
+        # A pod's annotation takes a strategic merge patch (a built-in kind); statuses merge.
+        assert cluster.patch_types("/pods/main-0") == {(STRATEGIC_MERGE_PATCH, None)}
+        assert cluster.patch_types("/loraadapters/good-a/status") == {(MERGE_PATCH, None)}
     finally:
         for s in servers:
             s.close()
