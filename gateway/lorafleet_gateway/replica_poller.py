@@ -50,7 +50,6 @@ class ReplicaTracker:
         self.interval_s = interval_s
         self.clock = clock
         self._entries: dict[str, _Entry] = {}
-        self.polls = 0
 
     # -- membership -------------------------------------------------------------------------
     def set_endpoints(self, endpoints: Sequence[ReplicaEndpoint]) -> None:
@@ -92,7 +91,6 @@ class ReplicaTracker:
 
     async def poll_once(self) -> None:
         await asyncio.gather(*(self._poll(e) for e in list(self._entries.values())))
-        self.polls += 1
 
     async def run(self, endpoints: Callable[[], Sequence[ReplicaEndpoint]]) -> None:
         """Poll every interval until cancelled; `endpoints` is read again before each round."""

@@ -39,7 +39,6 @@ class PrewarmWatcher:
         self.path = path
         self.poll_s = poll_s
         self._last: list[AdapterRecord] | None = None
-        self.rounds = 0  # completed pre-warm passes (tests wait on it)
 
     async def run(self) -> None:
         while True:
@@ -65,4 +64,3 @@ class PrewarmWatcher:
                 await self.manager.ensure_on_disk(record.id)
             except Exception as exc:
                 log.warning("pre-warm of %s failed: %s", record.id, exc)
-        self.rounds += 1
