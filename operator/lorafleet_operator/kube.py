@@ -3,7 +3,9 @@
 kopf watches and patches the objects it handles through its own API access; `Kube` writes
 everything else: pods' owned-adapters annotation, the status of every lorafleet resource, the
 StatefulSet / Service / PodDisruptionBudget a pool owns and the StatefulSet's replica count.
-The patch strategy of each write is the one a real API server wants (see kube_client).
+The patch strategy of each write is the one a real API server wants (see kube_client); every
+write names the operator's field manager, so `kubectl get -o yaml --show-managed-fields` says
+who wrote what.
 `ClientHolder` keeps the one logged-in client, built from the credentials the login handler
 loaded.
 """
@@ -71,7 +73,14 @@ class Kube:
         self, plural: str, namespace: str, name: str, status: dict[str, Any]
     ) -> None:
         await self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, plural, name, {"status": status}, _content_type=MERGE_PATCH
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            {"status": status},
+            field_manager=FIELD_MANAGER,
+            _content_type=MERGE_PATCH,
         )
 
     # --- built-in objects the operator touches: strategic merge patch -----------------------
@@ -79,13 +88,13 @@ class Kube:
     async def annotate_pod(self, namespace: str, pod: str, value: str) -> None:
         body = {"metadata": {"annotations": {ANNOTATION_OWNED_ADAPTERS: value}}}
         await self.core.patch_namespaced_pod(
-            pod, namespace, body, _content_type=STRATEGIC_MERGE_PATCH
+            pod, namespace, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE_PATCH
         )
 
     async def scale_statefulset(self, namespace: str, name: str, replicas: int) -> None:
         body = {"spec": {"replicas": replicas}}
         await self.apps.patch_namespaced_stateful_set(
-            name, namespace, body, _content_type=STRATEGIC_MERGE_PATCH
+            name, namespace, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE_PATCH
         )
 
     # --- built-in objects a pool owns whole: create, else server-side apply -----------------

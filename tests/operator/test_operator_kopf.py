@@ -150,7 +150,7 @@ def test_pool_owns_statefulset_service_pdb_with_engine_flags(cluster, operator):
     assert servers == []
     # Production's patch types, whatever the emulator does with them: a custom resource's
     # status takes a JSON merge patch (CRDs accept no strategic merge).
-    assert cluster.patch_types("/replicapools/flags/status") == {(MERGE_PATCH, None)}
+    assert cluster.patch_types("/replicapools/flags/status") == {(MERGE_PATCH, FIELD_MANAGER)}
 
 
 def test_owned_objects_are_applied_server_side_when_they_drift(cluster, operator):
@@ -201,8 +201,8 @@ def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operat
             }
             eventually(functools.partial(lambda p, w: owned(cluster, p) == w, pod, want), what=pod)
         # A pod's annotation takes a strategic merge patch (a built-in kind); statuses merge.
-        assert cluster.patch_types("/pods/main-0") == {(STRATEGIC_MERGE_PATCH, None)}
-        assert cluster.patch_types("/loraadapters/good-a/status") == {(MERGE_PATCH, None)}
+        assert cluster.patch_types("/pods/main-0") == {(STRATEGIC_MERGE_PATCH, FIELD_MANAGER)}
+        assert cluster.patch_types("/loraadapters/good-a/status") == {(MERGE_PATCH, FIELD_MANAGER)}
     finally:
         for s in servers:
             s.close()
