@@ -348,4 +348,4 @@ def test_stream_with_crlf_split_across_chunks_keeps_every_event_and_the_usage(en
     assert text.endswith(" tok0 tok1 tok2")
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 4
-    wait_for(lambda: _metric(env, "lorafleet_gateway_tokens_total", kind="completion") == 4)
+    eventually(lambda: _metric(env, "lorafleet_gateway_tokens_total", kind="completion") == 4)
