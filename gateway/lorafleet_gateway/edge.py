@@ -65,11 +65,20 @@ class FailureLimiter:
         self.clock = clock
         self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
 
+    def _prune(self, now: float) -> None:
+        """Forget buckets that refilled (oldest first): they hold nothing a new one would not,
+        and an empty table lets the middleware skip the lookup altogether."""
+        while self._buckets:
+            ident, bucket = next(iter(self._buckets.items()))
+            bucket.refill(now)
+            if bucket.tokens < self.burst:
+                return
+            del self._buckets[ident]
+
     def retry_after(self, *idents: str) -> float:
         """Seconds until every one of `idents` may fail again; 0 when all may now."""
-        if not self._buckets:  # the common case: nobody has failed lately
-            return 0.0
         now = self.clock()
+        self._prune(now)
         wait = 0.0
         for ident in idents:
             bucket = self._buckets.get(ident)
@@ -80,6 +89,7 @@ class FailureLimiter:
 
     def charge(self, *idents: str) -> None:
         now = self.clock()
+        self._prune(now)
         for ident in idents:
             bucket = self._buckets.get(ident)
             if bucket is None:
@@ -91,6 +101,12 @@ class FailureLimiter:
                 self._buckets.move_to_end(ident)
                 bucket.refill(now)
             bucket.tokens = max(bucket.tokens - 1.0, 0.0)
+
+    def active(self) -> bool:
+        """Whether any bucket is below full (prunes the refilled ones first)."""
+        if self._buckets:
+            self._prune(self.clock())
+        return bool(self._buckets)
 
     def __len__(self) -> int:
         return len(self._buckets)
@@ -139,7 +155,9 @@ class EdgeMiddleware:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        idents = _idents(scope)
+        # Who to charge (address, key digest) is worked out only when a bucket exists or the
+        # request failed early: the common request pays for neither the hash nor the lookup.
+        idents = _idents(scope) if self.failures.active() else ()
         started: list[int] = []
 
         async def watched_send(message: Message) -> None:
@@ -148,7 +166,7 @@ class EdgeMiddleware:
             await send(message)
 
         try:
-            wait = self.failures.retry_after(*idents)
+            wait = self.failures.retry_after(*idents) if idents else 0.0
             if wait > 0:
                 raise _Refused(
                     429,
@@ -158,7 +176,7 @@ class EdgeMiddleware:
                     retry_after_headers(wait),
                 )
             inner_receive = receive
-            if scope["method"] in _BODY_METHODS:
+            if scope["method"] in _BODY_METHODS or _declares_body(scope):
                 body = await self._read_body(scope, receive)
                 inner_receive = _replay(body, receive)
             await self.app(scope, inner_receive, watched_send)
@@ -175,7 +193,7 @@ class EdgeMiddleware:
             )
         finally:
             if started and started[0] in EARLY_FAILURES:
-                self.failures.charge(*idents)
+                self.failures.charge(*(idents or _idents(scope)))
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.limits.max_body_bytes
@@ -220,6 +238,15 @@ class EdgeMiddleware:
         if not isinstance(refused.status, int):
             return  # nobody is left to answer
         await _send_error(send, refused.status, refused.message, refused.code, refused.headers)
+
+
+def _declares_body(scope: Scope) -> bool:
+    # A GET with a body is read (and bounded) too: left unread, a trickled body would hold
+    # the connection open past every timeout.
+    for name, value in scope.get("headers", ()):
+        if (name == b"content-length" and value != b"0") or name == b"transfer-encoding":
+            return True
+    return False
 
 
 def _too_large(limit: int) -> _Refused:

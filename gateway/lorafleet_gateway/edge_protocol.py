@@ -11,6 +11,12 @@
 
 Both answers are OpenAI error bodies. The body's limits (413, 408) live in the ASGI edge
 middleware (`edge.py`), where the request is known.
+
+Closing a connection while the client is still sending makes the kernel answer its next
+segment with a reset, which discards the refusal before the client reads it. So a connection
+closed with request bytes still due (a refused header, an unread body) closes *lingering*, as
+nginx does: the answer is flushed and followed by a FIN, whatever else arrives is dropped
+unparsed, and the socket is closed `LINGER_S` later (or when the client closes first).
 """
 
 from __future__ import annotations
@@ -19,30 +25,67 @@ import asyncio
 import json
 from asyncio import TimerHandle
 from http import HTTPStatus
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from lorafleet_core.openai_errors import error_body
 from lorafleet_gateway.reqlog import log_request
 
+LINGER_S = 2.0
+
+
+class _LingeringTransport:
+    """The connection's transport, whose close() lingers while request bytes are still due."""
+
+    def __init__(self, inner: asyncio.Transport, protocol: EdgeHttpToolsProtocol) -> None:
+        self._inner = inner
+        self._protocol = protocol
+        self._lingering = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def is_closing(self) -> bool:
+        return self._lingering or self._inner.is_closing()
+
+    def close(self) -> None:
+        inner = self._inner
+        if self._lingering or inner.is_closing():
+            return
+        if not (self._protocol.bytes_still_due() and inner.can_write_eof()):
+            inner.close()
+            return
+        self._lingering = True
+        self._protocol.discarding = True
+        inner.write_eof()  # sent after what is buffered: the client reads the answer, then EOF
+        self._protocol.loop.call_later(LINGER_S, inner.close)
+
 
 class EdgeHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 32_768
     header_timeout_s = 10.0
 
+    discarding = False
     _header_bytes = 0
     _reading_headers = True
     _header_timer: TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(cast(asyncio.Transport, _LingeringTransport(transport, self)))
         self._start_header_clock()
+
+    def bytes_still_due(self) -> bool:
+        """Whether the client may still be sending this request (headers or body)."""
+        return self._reading_headers or (self.cycle is not None and self.cycle.more_body)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_clock()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self.discarding:
+            return  # answered and closing: the rest of the request is never parsed
         super().data_received(data)
         if self._reading_headers and not self.transport.is_closing():
             self._header_bytes += len(data)
@@ -84,7 +127,9 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
             )
 
     def _refuse(self, status: int, message: str, code: str) -> None:
-        self._stop_header_clock()
+        if self._header_timer is not None:  # the headers stay "due": the close lingers
+            self._header_timer.cancel()
+            self._header_timer = None
         log_request(endpoint="other", status=status, error=code)
         if self.cycle is not None and not self.cycle.response_complete:
             self.transport.close()  # a response is being written: cutting it is all we can do
