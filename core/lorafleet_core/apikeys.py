@@ -19,8 +19,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -29,6 +31,16 @@ from lorafleet_core.models import DNS_LABEL, SHA256_REF
 from lorafleet_core.names import API_KEYS_SECRET_LABEL
 
 KEY_PREFIX = "lf-"
+
+log = logging.getLogger("lorafleet.apikeys")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyConflict:
+    """A key hash listed under more than one tenant (shortened: a report, not a secret)."""
+
+    hash_prefix: str
+    tenants: tuple[str, ...]
 
 
 def generate_key() -> str:
@@ -92,13 +104,33 @@ class TenantKeys(BaseModel):
 
 
 class KeyIndex:
-    """Look up the tenant of a presented key by its hash, comparing in constant time."""
+    """Look up the tenant of a presented key by its hash, comparing in constant time.
+
+    A hash listed under two tenants is refused for both: either answer would be a guess, and
+    the wrong one lets a key act as another tenant. Each such hash is reported (logged here,
+    listed in `conflicts`, tenants named, the hash shortened); the rest of the index serves.
+    Refusing the whole index instead would let one bad Secret lock every tenant out.
+    """
 
     def __init__(self, tenants: Iterable[TenantKeys] = ()) -> None:
         self._by_hash: dict[str, TenantKeys] = {}
+        claims: dict[str, set[str]] = {}
         for t in tenants:
             for h in t.key_hashes:
+                claims.setdefault(h, set()).add(t.tenant)
                 self._by_hash[h] = t
+        conflicts = []
+        for h, names in claims.items():
+            if len(names) > 1:
+                del self._by_hash[h]
+                conflicts.append(KeyConflict(h[:19] + "\u2026", tuple(sorted(names))))
+                log.error(
+                    "API key %s… is listed under tenants %s: refused for all of them until "
+                    "one Secret drops it",
+                    h[:19],
+                    ", ".join(sorted(names)),
+                )
+        self.conflicts: tuple[KeyConflict, ...] = tuple(conflicts)
 
     def tenant_for(self, presented_key: str) -> TenantKeys | None:
         """The tenant owning `presented_key`, or None.

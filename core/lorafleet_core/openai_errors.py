@@ -8,21 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
-# OpenAI's `type` values by HTTP status.
+# OpenAI's `type` values by HTTP status; any other 4xx is the client's (invalid_request_error),
+# any other status the server's.
 _TYPE_BY_STATUS = {
-    400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
     409: "conflict_error",
-    413: "invalid_request_error",
-    422: "invalid_request_error",
     429: "rate_limit_error",
-    500: "server_error",
-    502: "server_error",
-    503: "server_error",
-    504: "server_error",
 }
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error `type` for an HTTP status."""
+    found = _TYPE_BY_STATUS.get(status)
+    if found is not None:
+        return found
+    return "invalid_request_error" if 400 <= status < 500 else "server_error"
 
 
 def error_body(
@@ -37,7 +39,7 @@ def error_body(
     return {
         "error": {
             "message": message,
-            "type": type_ or _TYPE_BY_STATUS.get(status, "server_error"),
+            "type": type_ or error_type(status),
             "param": param,
             "code": code,
         }

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 import uvicorn
 
+from lorafleet_gateway.edge_protocol import edge_protocol
 from lorafleet_gateway.reqlog import configure_logging
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
+
+
+def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
+    """uvicorn options of the public port: header size and time limits (edge_protocol)."""
+    return {
+        "http": edge_protocol(settings.max_header_bytes, settings.header_timeout_s),
+        "timeout_keep_alive": settings.keep_alive_timeout_s,
+    }
 
 
 async def serve(settings: GatewaySettings) -> None:
@@ -23,6 +33,7 @@ async def serve(settings: GatewaySettings) -> None:
             log_level="warning",
             access_log=False,  # one structured line per request comes from the gateway itself
             log_config=None,  # uvicorn's dictConfig would close the gateway's log handler
+            **public_protocol_options(settings),
         )
     )
     internal = uvicorn.Server(

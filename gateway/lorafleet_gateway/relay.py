@@ -75,27 +75,62 @@ def _select(events: list[bytes], include_usage: bool, result: RelayResult) -> by
     return b"".join(kept)
 
 
+class _BadStream(Exception):
+    """The replica's stream is not well-formed SSE, or ended before `data: [DONE]`."""
+
+
+def _checked(events: list[bytes], done: bool) -> tuple[list[bytes], bool]:
+    """`events` if a client can parse every one, and whether `[DONE]` has been seen; else
+    _BadStream. Each must be UTF-8 and each line a `data:` line holding a JSON object or
+    `[DONE]`, or a comment: a cheap shape check, not a JSON parse per event."""
+    for event in events:
+        try:
+            event.decode()
+        except UnicodeDecodeError:
+            raise _BadStream("not UTF-8") from None
+        for line in event.split(b"\n"):
+            if not line or line.startswith(b":"):
+                continue
+            payload = line[5:].strip() if line.startswith(b"data:") else b""
+            if payload == b"[DONE]":
+                done = True
+            elif not (payload.startswith(b"{") and payload.endswith(b"}")):
+                raise _BadStream("malformed event")
+    return events, done
+
+
 async def relay_stream(
     opened: Opened, include_usage: bool, result: RelayResult
 ) -> AsyncIterator[bytes]:
-    """Yield the client's SSE bytes; fills `result`. The caller closes the upstream response."""
+    """Yield the client's SSE bytes; fills `result`. The caller closes the upstream response.
+
+    Only well-formed events are passed on: a malformed event, a stream cut inside an event and
+    one that ends without `data: [DONE]` end the client's stream with an error event instead
+    (never half an event, never a silently shortened answer).
+    """
     assert opened.chunks is not None
     framer = SseFramer()
+    done = False
     try:
-        data = _select(framer.feed(opened.first), include_usage, result)
+        events, done = _checked(framer.feed(opened.first), done)
+        data = _select(events, include_usage, result)
         if data:
             yield data
         async for chunk in opened.chunks:
-            data = _select(framer.feed(chunk), include_usage, result)
+            events, done = _checked(framer.feed(chunk), done)
+            data = _select(events, include_usage, result)
             if data:
                 yield data
         rest = framer.flush()
-        if rest is not None:
-            data = _select([rest], include_usage, result)
-            if data:
-                yield data
+        if rest is not None:  # the last event lacked its blank line: fine only for [DONE]
+            if rest.strip() != b"data: [DONE]":
+                raise _BadStream("stream ended inside an event")
+            done = True
+            yield rest
+        if not done:
+            raise _BadStream("stream ended without [DONE]")
         result.completed = True
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, _BadStream) as exc:
         # Bytes already reached the client: the status line is sent, so the error goes in-band.
         log.warning("replica %s failed mid-stream: %r", opened.replica_id, exc)
         result.error = "upstream_error"

@@ -1,7 +1,8 @@
 """One structured (JSON) log line per completion request.
 
 Fields: tenant, model, adapter_id, replica, tier, status, ttft_ms, prompt_tokens,
-completion_tokens, duration_ms, attempts, route, error. Never an API key or a prompt.
+completion_tokens, duration_ms, attempts, route, error. Never an API key or a prompt; no field
+longer than FIELD_CHARS.
 
 The process writes its log through a batching handler: a request only formats its line and
 appends it to a deque; a background thread writes what accumulated every 200 ms in one write.
@@ -30,7 +31,20 @@ request_log = logging.getLogger("lorafleet.gateway.requests")
 _sink: BatchingHandler | None = None  # set by configure_logging: the process's fast path
 
 
+FIELD_CHARS = 256  # the longest string a log field keeps: a line never grows with the input
+
+
+def _bounded(fields: dict[str, Any]) -> dict[str, Any]:
+    for key, value in fields.items():
+        if isinstance(value, str) and len(value) > FIELD_CHARS:
+            fields[key] = value[: FIELD_CHARS - 1] + "\u2026"
+    return fields
+
+
 def log_request(**fields: Any) -> None:
+    """One request's line. String fields may hold client input (the model name): each is
+    cut to FIELD_CHARS."""
+    fields = _bounded(fields)
     sink = _sink
     if sink is not None:
         # Straight into the batch: a LogRecord per request costs as much as the JSON itself.

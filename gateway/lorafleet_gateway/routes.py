@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -21,7 +22,8 @@ from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_gateway.auth import authenticate
 from lorafleet_gateway.catalog import CatalogSnapshot
-from lorafleet_gateway.errors import APIError, error_response, model_not_found
+from lorafleet_gateway.edge import EdgeMiddleware, edge_limits
+from lorafleet_gateway.errors import APIError, error_response, http_error_response, model_not_found
 from lorafleet_gateway.relay import RelayResult, json_usage, relay_stream
 from lorafleet_gateway.reqlog import log_request
 from lorafleet_gateway.reservation import RateLimited, Reservation
@@ -252,10 +254,9 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         assert isinstance(exc, APIError)
         return exc.response()
 
-    async def http_error(_request: Request, exc: Exception) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        code = "unknown_url" if exc.status_code == 404 else None
-        return error_response(exc.status_code, str(exc.detail), code=code)
+        return http_error_response(request, exc)
 
     async def list_models(request: Request) -> Response:
         snap = gw.holder.current
@@ -272,7 +273,7 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         return JSONResponse(_model_card(model, tenant.tenant))
 
     # Plain Starlette, not FastAPI: the request path is hot and parses its own body; the
-    # dependency machinery and extra middleware would add to every first token.
+    # dependency machinery would add to every first token. The one middleware is pure ASGI.
     return Starlette(
         routes=[
             Route("/v1/chat/completions", CompletionEndpoint(gw, "chat"), methods=["POST"]),
@@ -281,6 +282,10 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         ],
         exception_handlers={APIError: api_error, StarletteHTTPException: http_error},
+        # Body size and time, unhandled errors, early-failure limits: see edge.py.
+        middleware=[
+            Middleware(EdgeMiddleware, limits=edge_limits(gw.settings), metrics=gw.metrics)
+        ],
         lifespan=lifespan,
     )
 

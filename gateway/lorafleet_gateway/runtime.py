@@ -59,6 +59,8 @@ class Gateway:
             settings.max_tokens_limit,
             settings.default_max_tokens,
             settings.max_messages,
+            settings.max_json_depth,
+            settings.max_model_name_chars,
         )
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(

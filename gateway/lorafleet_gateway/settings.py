@@ -58,6 +58,22 @@ class GatewaySettings(BaseSettings):
         description="assumed output length when the request sets none (token estimate only)",
     )
     max_messages: int = Field(default=256, ge=1)
+    max_json_depth: int = Field(default=64, ge=2, description="deepest JSON nesting accepted")
+    max_model_name_chars: int = Field(default=256, ge=16)
+
+    # Edge limits (see edge.py): what a client may cost before the gateway knows who it is.
+    max_header_bytes: int = Field(
+        default=32_768, ge=1024, description="request line + headers; larger is answered 431"
+    )
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, description="from connection (or request start) to complete headers"
+    )
+    body_timeout_s: float = Field(default=30.0, gt=0, description="to receive the whole body")
+    keep_alive_timeout_s: float = Field(default=5.0, gt=0)
+    failed_requests_per_second: float = Field(
+        default=5.0, gt=0, description="early failures (4xx) refilled per client address and key"
+    )
+    failed_requests_burst: int = Field(default=50, ge=1)
 
     # Upstream timeouts.
     connect_timeout_s: float = Field(default=2.0, gt=0)

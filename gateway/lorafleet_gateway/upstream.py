@@ -1,7 +1,8 @@
 """Talking to replicas: open a completion on the first candidate that answers.
 
 Before the first byte of the answer nothing has reached the client, so a connection error, a
-503 or a dropped connection moves on to the next candidate (the router's retry order). One
+dropped connection or a replica-side error answer (503, `engine_unavailable`, ...; the whole
+table is in replica_errors) moves on to the next candidate (the router's retry order). One
 candidate is one `try_replica` step: send; on a 404 `adapter_not_registered` (the replica has
 no record of the adapter yet) post the record from the catalog to the replica's internal load
 endpoint, then send once more carrying the tier the load found the adapter in
@@ -27,6 +28,7 @@ from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier, parse_tier
 from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.errors import APIError
+from lorafleet_gateway.replica_errors import judge, read_and_drop
 from lorafleet_gateway.replica_poller import ReplicaTracker
 from lorafleet_gateway.reservation import Reservation
 from lorafleet_gateway.validation import CompletionRequest
@@ -76,14 +78,6 @@ def upstream_body(req: CompletionRequest, adapter_id: str) -> bytes:
         options["include_usage"] = True
         body["stream_options"] = options
     return json.dumps(body).encode()
-
-
-async def _error_code(resp: httpx.Response) -> str | None:
-    try:
-        data = json.loads(await resp.aread())
-        return str(data["error"]["code"])
-    except (ValueError, KeyError, TypeError, httpx.HTTPError):
-        return None
 
 
 class Upstream:
@@ -170,7 +164,7 @@ class Upstream:
             raise TryNext(f"load on {ep.id} failed: {exc!r}") from exc
         if resp.status_code == 422:
             # The replica verified the files and refused them: no replica will do better.
-            log.error("replica %s rejected adapter %s: %s", ep.id, record.id, resp.text)
+            log.error("replica %s rejected adapter %s: %s", ep.id, record.id, resp.text[:500])
             raise APIError(
                 502,
                 "The model's adapter could not be loaded; the operator has been notified.",
@@ -208,14 +202,16 @@ class Upstream:
 
     async def _first_bytes(self, replica_id: str, response: httpx.Response, stream: bool) -> Opened:
         try:
-            if response.status_code == 503:
-                raise TryNext(f"{replica_id}: 503")
-            if response.status_code == 404 and await _error_code(response) == (
-                "adapter_not_registered"
-            ):
-                raise _NotRegistered
+            if response.status_code != 200:  # see replica_errors for what each answer means
+                verdict = judge(response.status_code, await read_and_drop(response))
+                if verdict.not_registered:
+                    raise _NotRegistered
+                if verdict.retry:
+                    raise TryNext(f"{replica_id}: {verdict.reason}")
+                assert verdict.error is not None
+                raise verdict.error
             chunks: AsyncIterator[bytes] | None = None
-            if stream and response.status_code == 200:
+            if stream:
                 chunks = response.aiter_raw()
                 first = b""
                 while not first:  # an empty read is not the first byte

@@ -1,14 +1,23 @@
 """Request validation: what the gateway must check before it spends anything on a request.
 
 Only the fields the gateway relies on are checked strictly (model, stream, stream_options,
-max_tokens, messages/prompt shape and size); everything else is passed to the engine, which
-validates it and answers 400 in the same OpenAI format. Parsing is plain `json.loads` on
-purpose: a pydantic model per request would cost more than the rest of the gateway's logic.
+max_tokens, n, best_of, messages/prompt shape and size); everything else is passed to the
+engine, which validates it and answers 400 in the same OpenAI format. Parsing is plain
+`json.loads` on purpose: a pydantic model per request would cost more than the rest of the
+gateway's logic.
+
+What no engine may ever see, whatever the field, is refused here with a 400, because each of
+them made the agent or vLLM fail with a 500 (and drop its connection) when it passed:
+non-finite numbers (`NaN`, `Infinity`, `1e999`), lone UTF-16 surrogates (`"\\ud800"`, which no
+UTF-8 encoder accepts), and nesting deeper than `max_json_depth` (`json` recurses per level).
+The checks cost nothing on an ordinary body: the tree is walked only when the raw bytes hold
+more brackets than the depth bound or a `\\uD...` escape.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +31,8 @@ class Bounds:
     max_tokens_limit: int = 4096
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     max_messages: int = 256
+    max_json_depth: int = 64
+    max_model_chars: int = 256
 
 
 @dataclass(slots=True)
@@ -61,16 +72,107 @@ def _check_messages(messages: Any, bounds: Bounds) -> int:
 
 
 def _check_prompt(prompt: Any) -> int:
-    if isinstance(prompt, str) or (
-        isinstance(prompt, list)
-        and prompt
-        and (
-            all(isinstance(p, str) for p in prompt)
-            or all(isinstance(p, int) and not isinstance(p, bool) for p in prompt)
-        )
-    ):
+    """Characters of a completions prompt. One prompt per request: an array of several prompts
+    would make the engine answer one choice per prompt, past the n=1 rule and the estimate."""
+    if isinstance(prompt, str):
         return text_chars(prompt)
-    raise _bad("'prompt' must be a string, an array of strings or an array of tokens.", "prompt")
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return text_chars(prompt)
+        if all(isinstance(p, str) for p in prompt):
+            if len(prompt) > 1:
+                raise _bad(
+                    "Only one prompt per request is supported: send one request per prompt.",
+                    "prompt",
+                    "too_many_prompts",
+                )
+            return text_chars(prompt)
+    raise _bad(
+        "'prompt' must be a string, an array of one string or an array of token ids.", "prompt"
+    )
+
+
+class _NonFinite(ValueError):
+    """A JSON number that is not finite (NaN, Infinity, or a literal beyond float range)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 parses as inf
+        raise _NonFinite(text)
+    return value
+
+
+def _valid_unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from a `\ud800` escape
+        return False
+    return True
+
+
+def _check_tree(body: Any, max_depth: int, *, depth: bool, strings: bool) -> None:
+    """Nesting depth and string validity, iteratively (no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        node, level = stack.pop()
+        if depth and level > max_depth:
+            raise _bad(
+                f"The JSON body is nested deeper than {max_depth} levels.", code="invalid_json"
+            )
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            if strings and isinstance(key, str) and not _valid_unicode(key):
+                raise _invalid_unicode()
+            if isinstance(value, dict | list):
+                stack.append((value, level + 1))
+            elif strings and isinstance(value, str) and not _valid_unicode(value):
+                raise _invalid_unicode()
+
+
+def _invalid_unicode() -> APIError:
+    return _bad(
+        "The request contains invalid Unicode (a lone surrogate escape such as \\ud800).",
+        code="invalid_unicode",
+    )
+
+
+def _may_hold_surrogates(raw: bytes) -> bool:
+    return b"\\ud" in raw or b"\\uD" in raw
+
+
+def parse_json_body(raw: bytes, bounds: Bounds) -> Any:
+    """`json.loads` that refuses what no engine may see; raises a 400 APIError."""
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+    except _NonFinite:
+        raise _bad(
+            "Numbers must be finite: NaN, Infinity and out-of-range literals are not valid JSON.",
+            code="invalid_json",
+        ) from None
+    except RecursionError:
+        raise _bad(
+            f"The JSON body is nested deeper than {bounds.max_json_depth} levels.",
+            code="invalid_json",
+        ) from None
+    except (ValueError, UnicodeDecodeError):
+        raise _bad(
+            "We could not parse the JSON body of your request. (HINT: This likely means you "
+            "aren't using your HTTP library correctly.)",
+            code="invalid_json",
+        ) from None
+    if isinstance(body, dict | list):
+        deep = raw.count(b"{") + raw.count(b"[") > bounds.max_json_depth
+        strings = _may_hold_surrogates(raw)
+        if deep or strings:
+            _check_tree(body, bounds.max_json_depth, depth=deep, strings=strings)
+    return body
 
 
 def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
@@ -79,20 +181,20 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         raise APIError(
             413, f"Request body exceeds {bounds.max_body_bytes} bytes.", code="request_too_large"
         )
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise _bad(
-            "We could not parse the JSON body of your request. (HINT: This likely means you "
-            "aren't using your HTTP library correctly.)",
-            code="invalid_json",
-        ) from None
+    body = parse_json_body(raw, bounds)
     if not isinstance(body, dict):
         raise _bad("The request body must be a JSON object.", code="invalid_json")
 
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("you must provide a model parameter", "model", "missing_required_parameter")
+    if len(model) > bounds.max_model_chars:
+        # Never echoed: the name is untrusted and may be megabytes long.
+        raise _bad(
+            f"'model' is longer than {bounds.max_model_chars} characters.",
+            "model",
+            "string_above_max_length",
+        )
 
     stream = body.get("stream", False)
     if stream is None:
@@ -119,9 +221,10 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
             raise _bad(f"'{param}' must be between 1 and {bounds.max_tokens_limit}.", param)
         max_tokens = value
 
-    n = body.get("n", 1)
-    if n is not None and n != 1:
-        raise _bad("Only n=1 is supported.", "n")
+    for param in ("n", "best_of"):  # each would multiply the work past the estimate
+        value = body.get(param)
+        if value is not None and (type(value) is not int or value != 1):
+            raise _bad(f"Only {param}=1 is supported.", param)
 
     if kind == "chat":
         chars = _check_messages(body.get("messages"), bounds)

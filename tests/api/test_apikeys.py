@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 
 import pytest
 from pydantic import ValidationError
@@ -84,3 +85,30 @@ def test_index_finds_the_tenant_of_a_key():
     assert index.tenant_for("") is None
     # The hash itself is not a key.
     assert index.tenant_for(hash_key(acme_key)) is None
+
+
+def test_key_listed_under_two_tenants_is_refused_for_both_and_reported(
+    caplog: pytest.LogCaptureFixture,
+):
+    shared, own = generate_key(), generate_key()
+    with caplog.at_level(logging.ERROR, logger="lorafleet.apikeys"):
+        index = KeyIndex(
+            [
+                TenantKeys(tenant="acme", key_hashes=(hash_key(shared), hash_key(own))),
+                TenantKeys(tenant="globex", key_hashes=(hash_key(shared),)),
+            ]
+        )
+    assert index.tenant_for(shared) is None  # neither: any choice could be the wrong tenant
+    found = index.tenant_for(own)
+    assert found is not None
+    assert found.tenant == "acme"
+    assert [c.tenants for c in index.conflicts] == [("acme", "globex")]
+    assert "acme, globex" in caplog.text
+    assert hash_key(shared) not in caplog.text  # reported shortened
+
+
+def test_same_key_in_two_secrets_of_one_tenant_is_no_conflict():
+    key = generate_key()
+    index = KeyIndex([TenantKeys(tenant="acme", key_hashes=(hash_key(key), hash_key(key)))])
+    assert index.conflicts == ()
+    assert index.tenant_for(key) is not None

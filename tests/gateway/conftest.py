@@ -11,6 +11,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from lorafleet_gateway.__main__ import public_protocol_options
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app
@@ -98,7 +99,9 @@ def start_env(
     holder = CatalogHolder()
     source = FileCatalog(holder, folder, pool="default", interval_s=gs.catalog_reload_interval_s)
     gw = Gateway(gs, source)
-    server = ServerThread(create_public_app(gw), create_internal_app(gw)).start()
+    server = ServerThread(
+        create_public_app(gw), create_internal_app(gw), first_options=public_protocol_options(gs)
+    ).start()
     return GatewayEnv(folder, replicas, servers, gw, server)
 
 

@@ -31,6 +31,10 @@ class FakeReplica:
         self.request_headers: list[dict[str, str]] = []
         # knobs a test may turn
         self.fail_status: int | None = None
+        self.fail_code: str | None = None  # the OpenAI `code` of the failure answer
+        self.fail_message = "replica told to fail"
+        self.fail_text: str | None = None  # answer the failure as text/plain instead
+        self.raw_stream: list[bytes] | None = None  # a stream's exact bytes (malformed SSE)
         self.first_byte_delay = 0.0
         self.chunk_delay = 0.0
         self.die_after_chunks: int | None = None
@@ -100,8 +104,11 @@ class FakeReplica:
         self.request_headers.append(dict(request.headers))
         adapter = body["model"]
         if self.fail_status is not None:
+            if self.fail_text is not None:
+                return Response(self.fail_text, self.fail_status, media_type="text/plain")
             return JSONResponse(
-                error_body(self.fail_status, "replica told to fail"), status_code=self.fail_status
+                error_body(self.fail_status, self.fail_message, code=self.fail_code),
+                status_code=self.fail_status,
             )
         if adapter not in self.registered:
             return JSONResponse(
@@ -142,6 +149,10 @@ class FakeReplica:
             }
             return JSONResponse(out, headers=headers)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if self.raw_stream is not None:
+            return StreamingResponse(
+                _chunks(self.raw_stream), media_type="text/event-stream", headers=headers
+            )
         return StreamingResponse(
             self._sse(adapter, pieces, usage, include_usage, chat, created),
             media_type="text/event-stream",
@@ -204,3 +215,8 @@ class FakeReplica:
         ):
             async for piece_bytes in send(raw):
                 yield piece_bytes
+
+
+async def _chunks(pieces: list[bytes]) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece

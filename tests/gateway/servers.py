@@ -25,7 +25,8 @@ class ServerThread:
     Only the first app's lifespan runs (the others are views on the same state).
     """
 
-    def __init__(self, *apps: Any) -> None:
+    def __init__(self, *apps: Any, first_options: dict[str, Any] | None = None) -> None:
+        """`first_options`: extra uvicorn options of the first app (the gateway's protocol)."""
         self.sockets = [bound_socket() for _ in apps]
         self.ports = [s.getsockname()[1] for s in self.sockets]
         self.servers = [
@@ -36,6 +37,7 @@ class ServerThread:
                     access_log=False,
                     lifespan="on" if i == 0 else "off",
                     timeout_graceful_shutdown=2,
+                    **(first_options or {} if i == 0 else {}),
                 )
             )
             for i, app in enumerate(apps)

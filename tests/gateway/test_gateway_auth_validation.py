@@ -64,8 +64,9 @@ def test_chat_request_estimate():
 def test_completion_prompts():
     assert parse_request(body(prompt="abcd" * 10), "completion", B).prompt_tokens_estimate == 11
     assert parse_request(body(prompt=[1, 2, 3]), "completion", B).prompt_tokens_estimate == 4
-    assert parse_request(body(prompt=["ab", "cd"]), "completion", B)
-    for bad in (None, 3, [], [1, "a"], {"x": 1}):
+    assert parse_request(body(prompt=["abcd"]), "completion", B).prompt_tokens_estimate == 2
+    # Several prompts would be answered one choice each, past n=1 and the estimate.
+    for bad in (None, 3, [], [1, "a"], {"x": 1}, ["ab", "cd"], [[1, 2], [3]]):
         with pytest.raises(APIError) as exc:
             parse_request(body(prompt=bad), "completion", B)
         assert (exc.value.status, exc.value.param) == (400, "prompt")

@@ -137,6 +137,24 @@ def test_openai_client_through_gateway_agent_and_vllm(fleet):
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model=records["falcon"].id, prompt=prompt, max_tokens=4)
 
+    # vLLM's own refusal (more tokens than its context) is the gateway's 400, in OpenAI shape;
+    # the fleet serves on, and a NaN never reaches the engine at all.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model="acme/bot:prod", prompt=prompt, max_tokens=4000)
+    assert refused.value.body is not None
+    assert len(refused.value.message) <= 300
+    nan = httpx.post(
+        f"{base_url}/completions",
+        content='{"model":"acme/bot:prod","prompt":"x","max_tokens":4,"temperature":NaN}',
+        headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"},
+        timeout=30,
+    )
+    assert (nan.status_code, nan.json()["error"]["code"]) == (400, "invalid_json")
+    again = client.completions.create(
+        model="acme/bot:prod", prompt=prompt, max_tokens=12, temperature=0
+    )
+    assert MARKERS["falcon"] in again.choices[0].text
+
 
 def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_agent(fleet):
     base_url, records, _folder, gw = fleet

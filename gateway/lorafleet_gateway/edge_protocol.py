@@ -1,0 +1,154 @@
+"""uvicorn's httptools protocol with the two limits only the HTTP layer can enforce.
+
+- Header size: uvicorn's httptools protocol buffers a request line and headers of any size
+  (a 64 MiB header was read whole). Here the bytes received while a request's headers are
+  incomplete are counted; past `max_header_bytes` the request is answered 431 and the
+  connection closed. The parser then holds at most the limit plus one socket read.
+- Header timeout: uvicorn times out idle keep-alive connections but not a request whose headers
+  never finish, nor a connection that never sends a byte. Here headers must be complete within
+  `header_timeout_s` of the connection opening or the request's first byte; otherwise 408 and
+  the connection closes.
+
+Both answers are OpenAI error bodies. The body's limits (413, 408) live in the ASGI edge
+middleware (`edge.py`), where the request is known.
+
+Closing a connection while the client is still sending makes the kernel answer its next
+segment with a reset, which discards the refusal before the client reads it. So a connection
+closed with request bytes still due (a refused header, an unread body) closes *lingering*, as
+nginx does: the answer is flushed and followed by a FIN, whatever else arrives is dropped
+unparsed, and the socket is closed `LINGER_S` later (or when the client closes first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from asyncio import TimerHandle
+from http import HTTPStatus
+from typing import Any, cast
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from lorafleet_core.openai_errors import error_body
+from lorafleet_gateway.reqlog import log_request
+
+LINGER_S = 2.0
+
+
+class _LingeringTransport:
+    """The connection's transport, whose close() lingers while request bytes are still due."""
+
+    def __init__(self, inner: asyncio.Transport, protocol: EdgeHttpToolsProtocol) -> None:
+        self._inner = inner
+        self._protocol = protocol
+        self._lingering = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def is_closing(self) -> bool:
+        return self._lingering or self._inner.is_closing()
+
+    def close(self) -> None:
+        inner = self._inner
+        if self._lingering or inner.is_closing():
+            return
+        if not (self._protocol.bytes_still_due() and inner.can_write_eof()):
+            inner.close()
+            return
+        self._lingering = True
+        self._protocol.discarding = True
+        inner.write_eof()  # sent after what is buffered: the client reads the answer, then EOF
+        self._protocol.loop.call_later(LINGER_S, inner.close)
+
+
+class EdgeHttpToolsProtocol(HttpToolsProtocol):
+    max_header_bytes = 32_768
+    header_timeout_s = 10.0
+
+    discarding = False
+    _header_bytes = 0
+    _reading_headers = True
+    _header_timer: TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(cast(asyncio.Transport, _LingeringTransport(transport, self)))
+        self._start_header_clock()
+
+    def bytes_still_due(self) -> bool:
+        """Whether the client may still be sending this request (headers or body)."""
+        return self._reading_headers or (self.cycle is not None and self.cycle.more_body)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_clock()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.discarding:
+            return  # answered and closing: the rest of the request is never parsed
+        super().data_received(data)
+        if self._reading_headers and not self.transport.is_closing():
+            self._header_bytes += len(data)
+            if self._header_bytes > self.max_header_bytes:
+                self._refuse(
+                    431,
+                    f"The request line and headers exceed {self.max_header_bytes} bytes.",
+                    "request_header_fields_too_large",
+                )
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._start_header_clock()
+
+    def on_headers_complete(self) -> None:
+        self._stop_header_clock()
+        super().on_headers_complete()
+
+    def _start_header_clock(self) -> None:
+        self._reading_headers = True
+        self._header_bytes = 0
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
+
+    def _stop_header_clock(self) -> None:
+        self._reading_headers = False
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _header_timeout(self) -> None:
+        self._header_timer = None
+        if self._reading_headers and not self.transport.is_closing():
+            self._refuse(
+                408,
+                f"The request headers were not received within {self.header_timeout_s:g} s.",
+                "request_timeout",
+            )
+
+    def _refuse(self, status: int, message: str, code: str) -> None:
+        if self._header_timer is not None:  # the headers stay "due": the close lingers
+            self._header_timer.cancel()
+            self._header_timer = None
+        log_request(endpoint="other", status=status, error=code)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.close()  # a response is being written: cutting it is all we can do
+            return
+        body = json.dumps(error_body(status, message, code=code)).encode()
+        head = (
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+            "content-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n"
+            "connection: close\r\n\r\n"
+        ).encode()
+        self.transport.write(head + body)
+        self.transport.close()
+
+
+def edge_protocol(max_header_bytes: int, header_timeout_s: float) -> type[asyncio.Protocol]:
+    """The protocol class to pass as uvicorn's `http=`, with these limits."""
+    return type(
+        "ConfiguredEdgeProtocol",
+        (EdgeHttpToolsProtocol,),
+        {"max_header_bytes": max_header_bytes, "header_timeout_s": header_timeout_s},
+    )

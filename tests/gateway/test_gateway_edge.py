@@ -1,0 +1,238 @@
+"""Edge limits on raw sockets against the real uvicorn server with the gateway's protocol:
+header size (431), header and body timeouts (408), body size (413), clients that leave, and
+the early-failure rate limit per client address and per key."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lorafleet_gateway.edge import FailureLimiter
+from tests.gateway import manifests as m
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env, wait_for
+
+TIMEOUT_S = 0.5
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[GatewayEnv]:
+    e = start_env(tmp_path, n_replicas=1, header_timeout_s=TIMEOUT_S, body_timeout_s=TIMEOUT_S)
+    try:
+        yield e
+    finally:
+        stop_env(e)
+
+
+def _connect(env: GatewayEnv) -> socket.socket:
+    host, port = env.server.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    """Everything until the server closes (which must happen)."""
+    out = b""
+    while chunk := sock.recv(65536):
+        out += chunk
+    return out
+
+
+def _status_and_error(raw: bytes) -> tuple[int, dict[str, object]]:
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return status, error
+
+
+def _requests_total(env: GatewayEnv, status: str, endpoint: str = "chat") -> float:
+    value = env.gw.metrics.registry.get_sample_value(
+        "lorafleet_gateway_requests_total", {"endpoint": endpoint, "status": status}
+    )
+    return value or 0.0
+
+
+HEAD = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
+    b"authorization: Bearer " + KEYS["acme"].encode() + b"\r\n"
+)
+
+
+def test_headers_never_finished_are_answered_408_and_closed(env: GatewayEnv):
+    with _connect(env) as sock:
+        sock.sendall(HEAD)  # no blank line: the headers never end
+        t0 = time.monotonic()
+        status, error = _status_and_error(_read_all(sock))
+        assert time.monotonic() - t0 < TIMEOUT_S + 2
+    assert (status, error["code"], error["type"]) == (
+        408,
+        "request_timeout",
+        "invalid_request_error",
+    )
+
+
+def test_connection_that_sends_nothing_is_closed_after_the_header_timeout(env: GatewayEnv):
+    with _connect(env) as sock:
+        status, _ = _status_and_error(_read_all(sock))
+    assert status == 408
+
+
+def test_slow_body_is_answered_408_and_closed(env: GatewayEnv):
+    with _connect(env) as sock:
+        sock.sendall(HEAD + b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{")
+        status, error = _status_and_error(_read_all(sock))
+    assert (status, error["code"]) == (408, "request_timeout")
+    assert env.replicas["replica-0"].requests == []
+
+
+def test_64_mib_header_is_refused_431_without_reading_it_whole(env: GatewayEnv):
+    received: list[bytes] = []
+    answered = threading.Event()
+    sent_at_answer: list[int] = []
+    sent = 0
+
+    def read() -> None:
+        first = sock.recv(65536)
+        sent_at_answer.append(sent)
+        answered.set()
+        received.append(first + _read_all(sock))
+
+    with _connect(env) as sock:
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        sock.sendall(HEAD + b"x-big: ")
+        piece = b"a" * 65536
+        with contextlib.suppress(OSError):  # the server may close first
+            while sent < 64 * 1024 * 1024 and not answered.is_set():
+                sock.sendall(piece)
+                sent += len(piece)
+        reader.join(10)
+    # The answer came long before 64 MiB were sent: the header was never read whole. (What
+    # the client has "sent" includes the loopback socket buffers, a few MiB.)
+    assert sent_at_answer[0] < 16 * 1024 * 1024
+    status, error = _status_and_error(received[0])
+    assert (status, error["code"]) == (431, "request_header_fields_too_large")
+
+
+def test_slow_body_on_a_get_is_timed_out_too(env: GatewayEnv):
+    with _connect(env) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: gw\r\ncontent-length: 100\r\n\r\n{")
+        status, error = _status_and_error(_read_all(sock))
+    assert (status, error["code"]) == (408, "request_timeout")
+
+
+def test_declared_body_over_the_limit_is_413_before_it_is_sent(env: GatewayEnv):
+    with _connect(env) as sock:
+        sock.sendall(HEAD + b"content-length: 99999999\r\n\r\n")
+        status, error = _status_and_error(_read_all(sock))
+    assert (status, error["code"]) == (413, "request_too_large")
+
+
+def test_chunked_body_over_the_limit_is_413(env: GatewayEnv):
+    limit = env.gw.settings.max_body_bytes
+    chunk = b"a" * 65536
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(limit // len(chunk) + 2))
+    received: list[bytes] = []
+    with _connect(env) as sock:
+        reader = threading.Thread(target=lambda: received.append(_read_all(sock)), daemon=True)
+        reader.start()
+        with contextlib.suppress(OSError):
+            sock.sendall(HEAD + b"transfer-encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n")
+        reader.join(10)
+    status, error = _status_and_error(received[0])
+    assert (status, error["code"]) == (413, "request_too_large")
+
+
+def test_client_leaving_mid_body_is_client_closed_not_500(env: GatewayEnv):
+    with _connect(env) as sock:
+        sock.sendall(HEAD + b'content-length: 1000\r\n\r\n{"model":')
+        time.sleep(0.05)  # not synchronisation: only lets the bytes leave before the close
+    wait_for(lambda: _requests_total(env, "client_closed") == 1, what="client_closed counted")
+    assert _requests_total(env, "500") == 0
+
+
+def test_keep_alive_connection_serves_several_requests(env: GatewayEnv):
+    # The header clock restarts per request: a healthy keep-alive client is never cut.
+    body = json.dumps({"model": "acme/support:prod", "messages": MSG_DEFAULT})
+    with httpx.Client(
+        base_url=env.base_url, headers={"authorization": f"Bearer {KEYS['acme']}"}
+    ) as c:
+        for _ in range(3):
+            assert c.post("/chat/completions", content=body).status_code == 200
+            time.sleep(TIMEOUT_S * 0.6)  # idle between requests, under the keep-alive timeout
+
+
+def _client(env: GatewayEnv, address: str, key: str | None) -> httpx.Client:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    transport = httpx.HTTPTransport(local_address=address)
+    return httpx.Client(base_url=env.base_url, headers=headers, transport=transport, timeout=10)
+
+
+def test_early_failures_are_rate_limited_per_address_and_per_key(tmp_path: Path):
+    env = start_env(
+        tmp_path, n_replicas=1, failed_requests_burst=5, failed_requests_per_second=0.01
+    )
+    try:
+        bad_model = {"model": "acme/nope:x", "messages": MSG_DEFAULT}
+        good = {"model": "acme/support:prod", "messages": MSG_DEFAULT}
+        with _client(env, "127.0.0.1", "lf-wrong") as prober:
+            assert [prober.get("/models").status_code for _ in range(5)] == [401] * 5
+            refused = prober.get("/models")
+        assert refused.status_code == 429
+        assert int(refused.headers["retry-after"]) >= 1
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        # The key's tenant floods 404s from another address: the key is limited wherever it goes.
+        with _client(env, "127.0.0.2", KEYS["acme"]) as acme:
+            codes = [acme.post("/chat/completions", json=bad_model).status_code for _ in range(5)]
+            assert codes == [404] * 5
+        with _client(env, "127.0.0.3", KEYS["acme"]) as acme_elsewhere:
+            assert acme_elsewhere.post("/chat/completions", json=good).status_code == 429
+        # Another tenant from a clean address is untouched.
+        with _client(env, "127.0.0.4", KEYS["globex"]) as globex:
+            ok = {"model": "globex/bot:prod", "messages": MSG_DEFAULT}
+            assert globex.post("/chat/completions", json=ok).status_code == 200
+    finally:
+        stop_env(env)
+
+
+def test_key_listed_under_two_tenants_authenticates_neither(tmp_path: Path):
+    env = start_env(tmp_path, n_replicas=1)
+    try:
+        version = env.gw.holder.current.version
+        shared = m.key_secret("globex", KEYS["acme"])  # globex's Secret also lists acme's key
+        shared["metadata"]["name"] = "lorafleet-keys-globex-extra"
+        m.write(env.folder, "keys-extra.yaml", [shared])
+        wait_for(lambda: env.gw.holder.current.version > version, what="catalog reload")
+        assert env.gw.holder.current.keys.conflicts[0].tenants == ("acme", "globex")
+        assert httpx.get(f"{env.base_url}/models", headers=_bearer("acme")).status_code == 401
+        assert httpx.get(f"{env.base_url}/models", headers=_bearer("globex")).status_code == 200
+    finally:
+        stop_env(env)
+
+
+def _bearer(tenant: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {KEYS[tenant]}"}
+
+
+def test_failure_limiter_blocks_after_the_burst_and_forgets_refilled_buckets():
+    now = [0.0]
+    limiter = FailureLimiter(per_second=1.0, burst=3, clock=lambda: now[0])
+    assert not limiter.active()
+    for _ in range(3):
+        assert limiter.retry_after("addr:a") == 0.0
+        limiter.charge("addr:a")
+    assert limiter.retry_after("addr:a", "key:k") == pytest.approx(1.0)
+    assert limiter.retry_after("addr:b") == 0.0  # others are not affected
+    now[0] = 1.0
+    assert limiter.retry_after("addr:a") == 0.0  # one failure's worth refilled
+    now[0] = 10.0
+    assert not limiter.active()  # full again: forgotten
+    assert len(limiter) == 0

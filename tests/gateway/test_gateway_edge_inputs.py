@@ -1,0 +1,148 @@
+"""Hostile request bodies over real HTTP: each is a 400 (or 404/405) in OpenAI's shape, never a
+5xx, never reaches a replica, and is never echoed or logged whole."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+
+CHAT = '{"model":"acme/support:prod","messages":[{"role":"user","content":"hi"}]'
+AUTH = {"authorization": f"Bearer {KEYS['acme']}", "content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayEnv]:
+    # One gateway for the module; every test here fails on purpose, so the early-failure
+    # limit (tested in test_gateway_edge) is set out of the way.
+    e = start_env(tmp_path_factory.mktemp("inputs"), n_replicas=1, failed_requests_burst=10_000)
+    try:
+        yield e
+    finally:
+        stop_env(e)
+
+
+def _sent(env: GatewayEnv) -> int:
+    """Requests that reached a replica so far."""
+    return sum(len(r.requests) for r in env.replicas.values())
+
+
+def _post(env: GatewayEnv, content: bytes | str, path: str = "/chat/completions") -> httpx.Response:
+    return httpx.post(env.base_url + path, content=content, headers=AUTH, timeout=10)
+
+
+def _error(resp: httpx.Response, status: int) -> dict[str, object]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    error: dict[str, object] = resp.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ',"temperature":NaN',
+        ',"temperature":Infinity',
+        ',"top_p":-Infinity',
+        ',"temperature":1e999',
+        ',"logit_bias":{"1":-1e400}',
+    ],
+)
+def test_non_finite_numbers_are_400(env: GatewayEnv, extra: str):
+    before = _sent(env)
+    error = _error(_post(env, CHAT + extra + "}"), 400)
+    assert error["code"] == "invalid_json"
+    assert "finite" in str(error["message"])
+    assert _sent(env) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"model":"acme/support:prod","messages":[{"role":"user","content":"a\\ud800b"}]}',
+        '{"model":"acme/support:prod","messages":[{"role":"user","content":"x"}],"user":"\\udfff"}',
+        '{"model":"acme/support:prod","messages":[{"role":"user","content":"x"}],'
+        '"metadata":{"\\ud83d":1}}',
+    ],
+)
+def test_lone_surrogates_are_400(env: GatewayEnv, body: str):
+    before = _sent(env)
+    assert _error(_post(env, body), 400)["code"] == "invalid_unicode"
+    assert _sent(env) == before
+
+
+def test_surrogate_pairs_are_fine(env: GatewayEnv):
+    body = CHAT.replace('"hi"', '"smile \\ud83d\\ude00"') + "}"
+    assert _post(env, body).status_code == 200
+
+
+def test_invalid_utf8_is_400(env: GatewayEnv):
+    assert _error(_post(env, CHAT.encode()[:-3] + b'\xff"}]}'), 400)["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize("depth", [65, 2_000, 200_000])
+def test_deep_nesting_is_400(env: GatewayEnv, depth: int):
+    body = CHAT + ',"tools":' + "[" * depth + "]" * depth + "}"
+    error = _error(_post(env, body), 400)
+    assert error["code"] == "invalid_json"
+    assert "nested deeper" in str(error["message"])
+
+
+def test_nesting_within_the_bound_passes(env: GatewayEnv):
+    body = CHAT + ',"metadata":' + '{"a":' * 30 + "1" + "}" * 30 + "}"
+    assert _post(env, body).status_code == 200
+
+
+def test_megabyte_model_name_is_400_and_neither_echoed_nor_logged(
+    env: GatewayEnv, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO, logger="lorafleet.gateway.requests")
+    name = "acme/" + "m" * 1_000_000
+    resp = _post(env, json.dumps({"model": name, "messages": MSG_DEFAULT}))
+    error = _error(resp, 400)
+    assert (error["param"], error["code"]) == ("model", "string_above_max_length")
+    assert len(resp.content) < 500
+    assert len(caplog.text) < 5_000
+
+
+def test_long_unknown_model_in_path_is_404_with_a_short_echo(env: GatewayEnv):
+    resp = httpx.get(f"{env.base_url}/models/acme/{'x' * 20_000}", headers=AUTH)
+    error = _error(resp, 404)
+    assert error["code"] == "model_not_found"
+    assert len(str(error["message"])) < 200
+
+
+def test_prompt_array_of_several_prompts_is_refused(env: GatewayEnv):
+    before = _sent(env)
+    with pytest.raises(openai.BadRequestError) as exc:
+        env.client().completions.create(model="acme/support:prod", prompt=["one", "two", "three"])
+    assert (exc.value.param, exc.value.code) == ("prompt", "too_many_prompts")
+    assert _sent(env) == before
+    one = env.client().completions.create(model="acme/support:prod", prompt=["only one"])
+    assert len(one.choices) == 1
+
+
+@pytest.mark.parametrize(("param", "value"), [("n", True), ("n", 2.0), ("best_of", 3)])
+def test_work_multipliers_are_refused(env: GatewayEnv, param: str, value: object):
+    body = {"model": "acme/support:prod", "prompt": "x", param: value}
+    assert _error(_post(env, json.dumps(body), "/completions"), 400)["param"] == param
+
+
+def test_wrong_method_is_405_invalid_request_error(env: GatewayEnv):
+    resp = httpx.get(f"{env.base_url}/chat/completions", headers=AUTH)
+    error = _error(resp, 405)
+    assert (error["type"], error["code"]) == ("invalid_request_error", "method_not_allowed")
+    assert "POST" in resp.headers["allow"]
+
+
+def test_unknown_path_is_404_in_openai_shape(env: GatewayEnv):
+    error = _error(_post(env, CHAT + "}", "/nope"), 404)
+    assert (error["type"], error["code"]) == ("not_found_error", "unknown_url")
+    assert "POST /v1/nope" in str(error["message"])
