@@ -17,7 +17,8 @@ import pytest
 
 from lorafleet_gateway.edge import FailureLimiter
 from tests.gateway import manifests as m
-from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env, wait_for
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+from tests.waiting import eventually
 
 TIMEOUT_S = 0.5
 
@@ -155,7 +156,7 @@ def test_client_leaving_mid_body_is_client_closed_not_500(env: GatewayEnv):
     with _connect(env) as sock:
         sock.sendall(HEAD + b'content-length: 1000\r\n\r\n{"model":')
         time.sleep(0.05)  # not synchronisation: only lets the bytes leave before the close
-    wait_for(lambda: _requests_total(env, "client_closed") == 1, what="client_closed counted")
+    eventually(lambda: _requests_total(env, "client_closed") == 1, what="client_closed counted")
     assert _requests_total(env, "500") == 0
 
 
@@ -210,7 +211,7 @@ def test_key_listed_under_two_tenants_authenticates_neither(tmp_path: Path):
         shared = m.key_secret("globex", KEYS["acme"])  # globex's Secret also lists acme's key
         shared["metadata"]["name"] = "lorafleet-keys-globex-extra"
         m.write(env.folder, "keys-extra.yaml", [shared])
-        wait_for(lambda: env.gw.holder.current.version > version, what="catalog reload")
+        eventually(lambda: env.gw.holder.current.version > version, what="catalog reload")
         assert env.gw.holder.current.keys.conflicts[0].tenants == ("acme", "globex")
         assert httpx.get(f"{env.base_url}/models", headers=_bearer("acme")).status_code == 401
         assert httpx.get(f"{env.base_url}/models", headers=_bearer("globex")).status_code == 200

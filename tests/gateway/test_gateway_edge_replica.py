@@ -18,7 +18,8 @@ import pytest
 
 from lorafleet_core.placement import owners
 from tests.gateway import manifests as m
-from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env, wait_for
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+from tests.waiting import eventually
 
 MSG = MSG_DEFAULT
 
@@ -215,11 +216,11 @@ def dropping_env(tmp_path: Path) -> Iterator[tuple[GatewayEnv, _DroppingReplica]
             }
         ],
     )
-    wait_for(
+    eventually(
         lambda: str(raw.port) in getattr(env.gw.tracker.endpoint("replica-0"), "data_url", ""),
         what="replica endpoint reload",
     )
-    wait_for(lambda: bool(env.gw.tracker.healthy_ids()), what="healthy replica")
+    eventually(lambda: bool(env.gw.tracker.healthy_ids()), what="healthy replica")
     try:
         yield env, raw
     finally:
