@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from typing import Any
 
 from pydantic import ValidationError
 
+from lorafleet_cli import cmd_alias_read
+from lorafleet_cli.exit_codes import FAILURE, USAGE, UsageError, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
 from lorafleet_core import names
 from lorafleet_core.models import AdapterAlias, AdapterAliasSpec, ObjectMeta, ReplicaPool
@@ -22,6 +23,10 @@ from lorafleet_core.planning.adapters import Validation, parse_adapter, validate
 
 class AliasError(RuntimeError):
     pass
+
+
+class InvalidAlias(AliasError, UsageError):
+    """The model name or adapter name given is not a valid value (exit 2)."""
 
 
 def alias_object_name(model: str) -> str:
@@ -68,7 +73,7 @@ def set_alias(target: Target, model: str, adapter: str) -> tuple[str, str | None
     try:
         AdapterAliasSpec(model=model, tenant=tenant, adapter=adapter)
     except ValidationError as exc:
-        raise AliasError(f"invalid alias: {exc.errors()[0]['msg']}") from exc
+        raise InvalidAlias(f"invalid alias: {exc.errors()[0]['msg']}") from exc
     found = target.get(names.KIND_ADAPTER, adapter)
     if found is None:
         raise AliasError(f"LoRAAdapter {adapter!r} not found in {target.description}")
@@ -128,8 +133,7 @@ def _cmd_set(args: argparse.Namespace) -> int:
         target = target_from_args(args)
         name, previous = set_alias(target, args.model, args.adapter)
     except (AliasError, TargetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, USAGE if isinstance(exc, UsageError) else FAILURE)
     was = f" (was {previous})" if previous and previous != args.adapter else ""
     print(f"{args.model} -> {args.adapter}{was}  [AdapterAlias {name}, {target.description}]")
     return 0
@@ -140,15 +144,16 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
         target = target_from_args(args)
         current, previous = rollback(target, args.model)
     except (AliasError, TargetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, USAGE if isinstance(exc, UsageError) else FAILURE)
     print(f"{args.model} rolled back: {current} -> {previous}")
     return 0
 
 
 def register(subparsers: Any) -> None:
-    alias = subparsers.add_parser("alias", help="deploy and roll back adapter versions")
-    sub = alias.add_subparsers(dest="alias_command", required=True)
+    alias = subparsers.add_parser(
+        "alias", help="deploy, roll back and inspect public model names (AdapterAlias objects)"
+    )
+    sub = alias.add_subparsers(dest="alias_command", required=True, metavar="COMMAND")
     s = sub.add_parser("set", help="point a model name at an adapter version (deploy)")
     s.add_argument("model", help="public model name, tenant/name:tag")
     s.add_argument("adapter", help="LoRAAdapter name (an immutable version)")
@@ -158,3 +163,4 @@ def register(subparsers: Any) -> None:
     r.add_argument("model", help="public model name, tenant/name:tag")
     add_target_arguments(r)
     r.set_defaults(func=_cmd_rollback)
+    cmd_alias_read.register(sub)

@@ -176,7 +176,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
             f"cluster: {exc}",
             file=sys.stderr,
         )
-        return 2
+        return 1
     return 0
 
 

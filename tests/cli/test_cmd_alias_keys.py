@@ -67,22 +67,23 @@ def test_rollback_of_a_hand_written_alias_edited_by_the_cli(folder):
 
 
 def test_alias_refusals(folder, capsys):
+    """Refusals exit 1 (the command failed); a malformed model name exits 2 (usage)."""
     _adapters(folder, "acme-x-v1")
     _adapters(folder, "other-x-v1", tenant="other")
     m = ["--manifests", str(folder)]
-    assert main(["alias", "rollback", "acme/x:prod", *m]) == 2
+    assert main(["alias", "rollback", "acme/x:prod", *m]) == 1
     assert "no alias for 'acme/x:prod'" in capsys.readouterr().err
-    assert main(["alias", "set", "acme/x:prod", "missing-v9", *m]) == 2
+    assert main(["alias", "set", "acme/x:prod", "missing-v9", *m]) == 1
     assert "LoRAAdapter 'missing-v9' not found" in capsys.readouterr().err
-    assert main(["alias", "set", "acme/x:prod", "other-x-v1", *m]) == 2
+    assert main(["alias", "set", "acme/x:prod", "other-x-v1", *m]) == 1
     assert "belongs to tenant 'other'" in capsys.readouterr().err
-    assert main(["alias", "set", "not-a-model", "acme-x-v1", *m]) == 2
+    assert main(["alias", "set", "not-a-model", "acme-x-v1", *m]) == 2  # usage
     assert "invalid alias" in capsys.readouterr().err
     write_object(folder, adapter_manifest("acme-big-v1", "acme", pool_hash(folder), rank=64))
-    assert main(["alias", "set", "acme/x:prod", "acme-big-v1", *m]) == 2
+    assert main(["alias", "set", "acme/x:prod", "acme-big-v1", *m]) == 1
     assert "cannot be served (RankTooHigh)" in capsys.readouterr().err
     assert main(["alias", "set", "acme/x:prod", "acme-x-v1", *m]) == 0
-    assert main(["alias", "rollback", "acme/x:prod", *m]) == 2
+    assert main(["alias", "rollback", "acme/x:prod", *m]) == 1
     assert "no previous adapter" in capsys.readouterr().err
 
 
