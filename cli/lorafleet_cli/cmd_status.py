@@ -3,7 +3,7 @@
 Text for people; `-o json|yaml` for scripts (the same report, see status_report). Standalone
 (a running `lorafleet up` in the state folder) shows every replica; a cluster shows the custom
 resources' status, and the worst tenants by TTFT when `--gateway-metrics URL` reaches the
-gateway's internal port (`kubectl port-forward svc/<release>-gateway-internal 8081`).
+gateway's internal port (`kubectl port-forward svc/<release>-gateway-internal 8081:9090`).
 """
 
 from __future__ import annotations
