@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_cli import cmd_alias_read
+from lorafleet_cli import alias_wait, cmd_alias_read
 from lorafleet_cli.exit_codes import FAILURE, USAGE, UsageError, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
 from lorafleet_core import names
@@ -136,6 +136,9 @@ def _cmd_set(args: argparse.Namespace) -> int:
         return fail(exc, USAGE if isinstance(exc, UsageError) else FAILURE)
     was = f" (was {previous})" if previous and previous != args.adapter else ""
     print(f"{args.model} -> {args.adapter}{was}  [AdapterAlias {name}, {target.description}]")
+    if args.wait:
+        alias_wait.wait_until_served(target, name, args.adapter, args.timeout)
+        print(f"{args.model} serves {args.adapter}")
     return 0
 
 
@@ -146,7 +149,23 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
     except (AliasError, TargetError) as exc:
         return fail(exc, USAGE if isinstance(exc, UsageError) else FAILURE)
     print(f"{args.model} rolled back: {current} -> {previous}")
+    if args.wait:
+        name = str((find_alias(target, args.model) or {}).get("metadata", {}).get("name"))
+        alias_wait.wait_until_served(target, name, previous, args.timeout)
+        print(f"{args.model} serves {previous}")
     return 0
+
+
+def _add_wait_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait", action="store_true", help="return once the alias serves it (exit 1 if refused)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=alias_wait.DEFAULT_TIMEOUT_S,
+        help="seconds --wait waits (default: %(default)g)",
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -157,10 +176,12 @@ def register(subparsers: Any) -> None:
     s = sub.add_parser("set", help="point a model name at an adapter version (deploy)")
     s.add_argument("model", help="public model name, tenant/name:tag")
     s.add_argument("adapter", help="LoRAAdapter name (an immutable version)")
+    _add_wait_arguments(s)
     add_target_arguments(s)
     s.set_defaults(func=_cmd_set)
     r = sub.add_parser("rollback", help="point a model name back at its previous adapter")
     r.add_argument("model", help="public model name, tenant/name:tag")
+    _add_wait_arguments(r)
     add_target_arguments(r)
     r.set_defaults(func=_cmd_rollback)
     cmd_alias_read.register(sub)
