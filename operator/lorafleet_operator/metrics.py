@@ -59,8 +59,12 @@ class FleetCollector(Collector):
             "AdapterAliases whose Deployed condition is False: spec.adapter is not served",
             labels=["namespace"],
         )
-        for ns, fleet in sorted(self.fleets().items()):
+        # The scrape runs in the metrics server's thread while the event loop updates the
+        # index: list() copies a dict in one step under the GIL, iterating it live could fail.
+        for ns, fleet in sorted(self.fleets().items(), key=lambda kv: kv[0]):
             s = fleet.stats
+            adapter_entries = list(fleet.adapters.values())
+            alias_objects = list(fleet.aliases.values())
             for kind, n in (
                 ("pod", s.pod_writes),
                 ("adapter", s.adapter_writes),
@@ -71,16 +75,16 @@ class FleetCollector(Collector):
             passes.add_metric([ns], s.passes)
             phases = Counter(
                 (e.status.phase if e.status and e.status.phase else AdapterPhase.PENDING).value
-                for e in fleet.adapters.values()
+                for e in adapter_entries
             )
             for phase in PHASES:
                 adapters.add_metric([ns, phase], phases.get(phase, 0))
-            aliases.add_metric([ns], len(fleet.aliases))
+            aliases.add_metric([ns], len(alias_objects))
             refused.add_metric(
                 [ns],
                 sum(
                     1
-                    for a in fleet.aliases.values()
+                    for a in alias_objects
                     if a.status is not None
                     and any(c.type == DEPLOYED and c.status == "False" for c in a.status.conditions)
                 ),
