@@ -8,9 +8,17 @@ SRC := core operator gateway replica-image cli
 # Extras for a full developer/CI environment: every component, the CPU engine, the test tools.
 EXTRAS := operator,gateway,agent,cli,demo,cpu,dev
 
-.PHONY: install test lint typecheck pytest demo crds clean
+.PHONY: install tools test lint typecheck pytest demo crds clean
 
-install: $(STAMP)
+install: $(STAMP) tools
+
+# promtool (Debian's `prometheus` package) runs the alert rule tests; installed here when this
+# runs as root with apt (CI), else the tests say how to get it.
+tools:
+	@command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; \
+	  else echo "promtool missing: run 'apt-get install prometheus' as root"; fi; }
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

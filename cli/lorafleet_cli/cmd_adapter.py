@@ -21,7 +21,8 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from lorafleet_cli import objectstore
+from lorafleet_cli import cmd_adapter_read, objectstore
+from lorafleet_cli.exit_codes import fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
 from lorafleet_core import names
 from lorafleet_core.adapter_files import (
@@ -177,16 +178,17 @@ def _cmd_push(args: argparse.Namespace) -> int:
         target = target_from_args(args)
         body = push(args, target)
     except (PushRefused, TargetError, objectstore.StoreError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc)
     if args.json:
         print(json.dumps(body, indent=2))
     return 0
 
 
 def register(subparsers: Any) -> None:
-    adapter = subparsers.add_parser("adapter", help="publish adapter versions")
-    sub = adapter.add_subparsers(dest="adapter_command", required=True)
+    adapter = subparsers.add_parser(
+        "adapter", help="publish and list adapter versions (LoRAAdapter objects)"
+    )
+    sub = adapter.add_subparsers(dest="adapter_command", required=True, metavar="COMMAND")
     p = sub.add_parser(
         "push",
         help="inspect, upload and register a PEFT LoRA folder as a new adapter version",
@@ -220,3 +222,4 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the LoRAAdapter written")
     add_target_arguments(p)
     p.set_defaults(func=_cmd_push)
+    cmd_adapter_read.register(sub)

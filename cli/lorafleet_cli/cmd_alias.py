@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from typing import Any
 
 from pydantic import ValidationError
 
+from lorafleet_cli import alias_wait, cmd_alias_read
+from lorafleet_cli.exit_codes import FAILURE, USAGE, UsageError, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
 from lorafleet_core import names
 from lorafleet_core.models import AdapterAlias, AdapterAliasSpec, ObjectMeta, ReplicaPool
@@ -25,6 +26,10 @@ from lorafleet_core.planning.adapters import Validation, parse_adapter, validate
 
 class AliasError(RuntimeError):
     pass
+
+
+class InvalidAlias(AliasError, UsageError):
+    """The model name or adapter name given is not a valid value (exit 2)."""
 
 
 def alias_object_name(model: str) -> str:
@@ -71,7 +76,7 @@ def set_alias(target: Target, model: str, adapter: str) -> tuple[str, str | None
     try:
         AdapterAliasSpec(model=model, tenant=tenant, adapter=adapter)
     except ValidationError as exc:
-        raise AliasError(f"invalid alias: {exc.errors()[0]['msg']}") from exc
+        raise InvalidAlias(f"invalid alias: {exc.errors()[0]['msg']}") from exc
     found = target.get(names.KIND_ADAPTER, adapter)
     if found is None:
         raise AliasError(f"LoRAAdapter {adapter!r} not found in {target.description}")
@@ -130,10 +135,12 @@ def _cmd_set(args: argparse.Namespace) -> int:
         target = target_from_args(args)
         name, previous = set_alias(target, args.model, args.adapter)
     except (AliasError, TargetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, USAGE if isinstance(exc, UsageError) else FAILURE)
     was = f" (was {previous})" if previous and previous != args.adapter else ""
     print(f"{args.model} -> {args.adapter}{was}  [AdapterAlias {name}, {target.description}]")
+    if args.wait:
+        alias_wait.wait_until_served(target, name, args.adapter, args.timeout)
+        print(f"{args.model} serves {args.adapter}")
     return 0
 
 
@@ -142,21 +149,41 @@ def _cmd_rollback(args: argparse.Namespace) -> int:
         target = target_from_args(args)
         current, previous = rollback(target, args.model)
     except (AliasError, TargetError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return fail(exc, USAGE if isinstance(exc, UsageError) else FAILURE)
     print(f"{args.model} rolled back: {current} -> {previous}")
+    if args.wait:
+        name = str((find_alias(target, args.model) or {}).get("metadata", {}).get("name"))
+        alias_wait.wait_until_served(target, name, previous, args.timeout)
+        print(f"{args.model} serves {previous}")
     return 0
 
 
+def _add_wait_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--wait", action="store_true", help="return once the alias serves it (exit 1 if refused)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=alias_wait.DEFAULT_TIMEOUT_S,
+        help="seconds --wait waits (default: %(default)g)",
+    )
+
+
 def register(subparsers: Any) -> None:
-    alias = subparsers.add_parser("alias", help="deploy and roll back adapter versions")
-    sub = alias.add_subparsers(dest="alias_command", required=True)
+    alias = subparsers.add_parser(
+        "alias", help="deploy, roll back and inspect public model names (AdapterAlias objects)"
+    )
+    sub = alias.add_subparsers(dest="alias_command", required=True, metavar="COMMAND")
     s = sub.add_parser("set", help="point a model name at an adapter version (deploy)")
     s.add_argument("model", help="public model name, tenant/name:tag")
     s.add_argument("adapter", help="LoRAAdapter name (an immutable version)")
+    _add_wait_arguments(s)
     add_target_arguments(s)
     s.set_defaults(func=_cmd_set)
     r = sub.add_parser("rollback", help="point a model name back at its previous adapter")
     r.add_argument("model", help="public model name, tenant/name:tag")
+    _add_wait_arguments(r)
     add_target_arguments(r)
     r.set_defaults(func=_cmd_rollback)
+    cmd_alias_read.register(sub)

@@ -8,11 +8,12 @@ hash from the Secret when clients have moved.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from pydantic import ValidationError
 
+from lorafleet_cli import cmd_keys_manage
+from lorafleet_cli.exit_codes import USAGE, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
 from lorafleet_core.apikeys import TenantKeys, generate_key, hash_key
 
@@ -53,20 +54,22 @@ def _cmd_create(args: argparse.Namespace) -> int:
             requests_per_second=args.requests_per_second,
             tokens_per_minute=args.tokens_per_minute,
         )
-    except (TargetError, ValidationError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except TargetError as exc:
+        return fail(exc)
+    except (ValidationError, ValueError) as exc:  # a tenant or limit that is not a valid value
+        return fail(exc, USAGE)
     print(f"API key for tenant {args.tenant} (shown once, only its hash is stored in {where}):")
     print(key)
     return 0
 
 
 def register(subparsers: Any) -> None:
-    keys = subparsers.add_parser("keys", help="tenant API keys")
-    sub = keys.add_subparsers(dest="keys_command", required=True)
+    keys = subparsers.add_parser("keys", help="create, list and revoke tenants' API keys")
+    sub = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
     c = sub.add_parser("create", help="create an API key for a tenant (printed once)")
     c.add_argument("tenant", help="tenant name (a DNS label)")
     c.add_argument("--requests-per-second", type=float, default=None, help="rate limit override")
     c.add_argument("--tokens-per-minute", type=int, default=None, help="token budget override")
     add_target_arguments(c)
     c.set_defaults(func=_cmd_create)
+    cmd_keys_manage.register(sub)

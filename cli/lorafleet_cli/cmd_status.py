@@ -1,186 +1,163 @@
-"""`lorafleet status`: replicas, adapters per tier, hit rates, queue depth, evictions/min.
+"""`lorafleet status`: the fleet at a glance (what status_report collects), as text or data.
 
-Standalone (a running `lorafleet up` in the state folder): reads `<state>/up.json`, asks each
-replica's agent for its state (`/internal/replicas/{id}/state`) and metrics, and shows the
-reconciler's view (adapters, owners, manifest problems). Cluster: the CRs' status (pools,
-adapters with phase and owners, aliases); replica internals are not reachable from outside the
-cluster, so use the gateway's /metrics there.
+Text for people; `-o json|yaml` for scripts (the same report, see status_report). Standalone
+(a running `lorafleet up` in the state folder) shows every replica; a cluster shows the custom
+resources' status, and the worst tenants by TTFT when `--gateway-metrics URL` reaches the
+gateway's internal port (`kubectl port-forward svc/<release>-gateway-internal 8081:9090`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Iterable
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import httpx
-
+from lorafleet_cli import status_report
+from lorafleet_cli.exit_codes import FAILURE, OK, fail
+from lorafleet_cli.output import add_output_argument, emit
+from lorafleet_cli.status_report import hit_rate, tier_hits
 from lorafleet_cli.targets import (
     DEFAULT_STATE_DIR,
     ClusterTarget,
     TargetError,
     add_target_arguments,
 )
-from lorafleet_core import names
-from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.replica_state import ReplicaState
 
-REQUESTS_BY_TIER = "lorafleet_agent_requests"  # the agent's counter, label `tier`
+__all__ = ["cluster_report", "hit_rate", "replica_lines", "tier_hits"]
 
 
-def tier_hits(metrics_text: str) -> dict[str, float]:
-    """Requests served per tier, from the agent's request counter.
-
-    The agent counts each request by the tier it found the adapter in; a gpu share close to 1
-    means the hot set fits the GPU slots.
-    """
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(metrics_text):
-        if family.name != REQUESTS_BY_TIER:
-            continue
-        for sample in family.samples:
-            tier = sample.labels.get("tier")
-            if tier and sample.name.endswith("_total"):
-                out[tier] = out.get(tier, 0.0) + float(sample.value)
-    return out
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
 
 
-def hit_rate(hits: dict[str, float]) -> str:
-    total = sum(hits.values())
-    if not total:
-        return "-"
-    parts = [f"{t} {100 * hits.get(t, 0) / total:.0f}%" for t in ("gpu", "ram", "disk", "remote")]
-    return ", ".join(parts)
-
-
-def replica_lines(state: ReplicaState, hits: dict[str, float]) -> list[str]:
+def _replica_text(r: Mapping[str, Any]) -> list[str]:
+    if not r.get("reachable"):
+        return [f"  {r['id']}: unreachable ({r.get('error')})"]
+    a = r["adapters"]
     return [
-        f"  {state.replica_id}: queue {state.queue_depth}, running {state.running_requests}, "
-        f"tokens in flight {state.tokens_in_flight}, loads/min {state.loads_per_min:.1f}, "
-        f"evictions/min {state.evictions_per_min:.1f}",
-        f"    adapters: gpu {len(state.gpu_adapters)}, ram {len(state.ram_adapters)}, "
-        f"disk {len(state.disk_adapters)}, failed {len(state.failed_adapters)}",
-        f"    hit rate by tier: {hit_rate(hits)}",
-        *(f"    failed {a}: {why}" for a, why in sorted(state.failed_adapters.items())),
+        f"  {r['id']}: queue {r['queueDepth']}, running {r['runningRequests']}, "
+        f"tokens in flight {r['tokensInFlight']}, loads/min {r['loadsPerMin']:.1f}, "
+        f"evictions/min {r['evictionsPerMin']:.1f}",
+        f"    adapters: gpu {a['gpu']}, ram {a['ram']}, disk {a['disk']}, failed {a['failed']}",
+        f"    hit rate by tier: {hit_rate(r['requestsByTier'])}",
+        *(f"    failed {aid}: {why}" for aid, why in r["failed"].items()),
     ]
 
 
-def _fetch(client: httpx.Client, replica: dict[str, Any]) -> list[str]:
-    rid, base = replica["id"], replica["internalUrl"]
-    try:
-        state = fetch_state_sync(client, base, rid)
-    except StateUnavailable as exc:
-        return [f"  {rid}: unreachable ({exc})"]
-    try:
-        hits = tier_hits(client.get(f"{base}/metrics").text)
-    except (httpx.HTTPError, ValueError):
-        hits = {}
-    return replica_lines(state, hits)
+def replica_lines(state: ReplicaState, hits: Mapping[str, float]) -> list[str]:
+    return _replica_text(status_report.replica_report(state, hits))
 
 
-def standalone_report(state_dir: Path) -> list[str] | None:
-    up_file = state_dir / "up.json"
-    if not up_file.is_file():
-        return None
-    up = json.loads(up_file.read_text())
+def _tenant_lines(tenants: list[dict[str, Any]] | None) -> list[str]:
+    if tenants is None:
+        return ["worst tenants by TTFT: gateway metrics not reachable"]
+    if not tenants:
+        return ["worst tenants by TTFT: none over target"]
+    return ["worst tenants by TTFT (share of requests over target, gateway window):"] + [
+        f"  {t['tenant']}: {_pct(t['share'])} ({t['overTarget']}/{t['requests']})" for t in tenants
+    ]
+
+
+def standalone_text(report: Mapping[str, Any], wide: bool = False) -> list[str]:
     lines = [
-        f"standalone ({up.get('phase')}), manifests {up.get('manifests')}, "
-        f"gateway {up['gateway']['url']}",
+        f"standalone ({report['phase']}), manifests {report['manifests']}, "
+        f"gateway {report['gateway']}",
         "processes:",
     ]
-    for name, p in sorted(up.get("processes", {}).items()):
-        state = "running" if p.get("running") else f"stopped ({p.get('failed') or 'exited'})"
-        lines.append(f"  {name}: pid {p['pid']} {state}, restarts {p.get('restarts', 0)}")
-    lines.append("replicas:")
-    with httpx.Client(timeout=3.0) as client:
-        for replica in up.get("replicas", []):
-            lines.extend(_fetch(client, replica))
-    rec_file = state_dir / "reconcile.json"
-    if rec_file.is_file():
-        rec = json.loads(rec_file.read_text())
+    for name, p in report["processes"].items():
+        state = "running" if p["running"] else f"stopped ({p.get('failed') or 'exited'})"
+        lines.append(f"  {name}: pid {p['pid']} {state}, restarts {p['restarts']}")
+    f = report["fleet"]
+    lines += [
+        f"fleet: {f['reachable']}/{f['replicas']} replicas answer, queue {f['queueDepth']}, "
+        f"tokens in flight {f['tokensInFlight']}, evictions/min {f['evictionsPerMin']:.1f}, "
+        f"GPU hit rate {_pct(f['gpuHitRate'])}",
+        f"  adapters: gpu {f['adapters']['gpu']}, ram {f['adapters']['ram']}, "
+        f"disk {f['adapters']['disk']}",
+        "replicas:",
+    ]
+    for r in report["replicas"]:
+        lines += _replica_text(r)
+    if "aliases" in report:
         lines.append("models:")
-        lines.extend(f"  {m} -> {a}" for m, a in rec.get("models", {}).items())
-        lines.append("adapters (owners):")
-        lines.extend(
-            f"  {a}: {', '.join(v.get('owners', []))}" for a, v in rec.get("adapters", {}).items()
-        )
-        problems = rec.get("problems", [])
-        lines.append(f"manifest problems: {len(problems)}")
-        lines.extend(f"  {p['text']}" for p in problems)
+        lines += [f"  {a['model']} -> {a['serving']}" for a in report["aliases"]]
+        if wide:
+            lines.append("adapters (owners):")
+            lines += [f"  {a['name']}: {', '.join(a['owners'])}" for a in report["adapters"]]
+        else:
+            lines.append(f"adapters: {len(report['adapters'])} (owners: -o wide)")
+    lines += _tenant_lines(report["worstTenants"])
+    if "problems" in report:
+        lines.append(f"manifest problems: {len(report['problems'])}")
+        lines += [f"  {p}" for p in report["problems"]]
     return lines
 
 
-def _rows(objs: Iterable[dict[str, Any]], cols: list[tuple[str, Any]]) -> list[str]:
-    return ["  " + "  ".join(f"{h}={fn(o)}" for h, fn in cols) for o in objs]
+def _rows(objs: Iterable[Mapping[str, Any]], keys: list[str]) -> list[str]:
+    def cell(value: Any) -> str:
+        if isinstance(value, list):
+            return ",".join(map(str, value)) or "-"
+        return "-" if value is None else str(value)
+
+    return ["  " + "  ".join(f"{k}={cell(o.get(k))}" for k in keys) for o in objs]
 
 
-def cluster_report(target: ClusterTarget) -> list[str]:
-    pools = target.list(names.KIND_POOL)
-    adapters = target.list(names.KIND_ADAPTER)
-    aliases = target.list(names.KIND_ALIAS)
-
-    def st(o: dict[str, Any]) -> dict[str, Any]:
-        return dict(o.get("status") or {})
-
-    lines = [f"cluster, namespace {target.namespace}", "pools:"]
-    lines += _rows(
-        pools,
-        [
-            ("name", lambda o: o["metadata"]["name"]),
-            ("replicas", lambda o: st(o).get("replicas", "-")),
-            ("ready", lambda o: st(o).get("readyReplicas", "-")),
-            ("desired", lambda o: st(o).get("desiredReplicas", "-")),
-        ],
-    )
-    lines.append("adapters:")
-    lines += _rows(
-        adapters,
-        [
-            ("name", lambda o: o["metadata"]["name"]),
-            ("phase", lambda o: st(o).get("phase", "-")),
-            ("owners", lambda o: ",".join(st(o).get("owners", [])) or "-"),
-        ],
-    )
-    lines.append("aliases:")
-    lines += _rows(
-        aliases,
-        [
-            ("model", lambda o: o["spec"]["model"]),
-            ("adapter", lambda o: st(o).get("adapter") or o["spec"]["adapter"]),
-            ("previous", lambda o: st(o).get("previousAdapter", "-")),
-        ],
-    )
+def cluster_text(report: Mapping[str, Any], wide: bool = True) -> list[str]:
+    phases = ", ".join(f"{k} {v}" for k, v in report["adaptersByPhase"].items()) or "none"
+    lines = [f"cluster, namespace {report['namespace']}", "pools:"]
+    lines += _rows(report["pools"], ["name", "replicas", "readyReplicas", "desiredReplicas"])
+    lines.append(f"adapters ({phases}):")
+    if wide:
+        lines += _rows(report["adapters"], ["name", "phase", "owners"])
+    else:
+        lines += _rows([a for a in report["adapters"] if a["phase"] != "Ready"], ["name", "phase"])
+    lines.append("aliases (serving version):")
+    for a in report["aliases"]:
+        refused = f"  wanted={a['wanted']} (deploy refused)" if a["deployed"] == "False" else ""
+        (row,) = _rows([{**a, "adapter": a["serving"] or a["wanted"]}], ["model", "adapter"])
+        lines.append(f"{row}  previous={a['previous'] or '-'}{refused}")
+    lines += _tenant_lines(report["worstTenants"])
     return lines
+
+
+def cluster_report(target: ClusterTarget, gateway_metrics: str | None = None) -> list[str]:
+    return cluster_text(status_report.cluster(target, target.namespace, gateway_metrics))
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    report = None
     if not args.cluster:
-        lines = standalone_report(args.state_dir)
-        if lines is not None:
-            print("\n".join(lines))
-            return 0
-        if args.manifests is not None:
-            print(f"no `lorafleet up` state in {args.state_dir}", file=sys.stderr)
-            return 1
-    try:
-        target = ClusterTarget.from_kubeconfig(args.kubeconfig, args.context, args.namespace)
-        print("\n".join(cluster_report(target)))
-    except TargetError as exc:
-        print(
-            f"error: no standalone state in {args.state_dir or DEFAULT_STATE_DIR} and no "
-            f"cluster: {exc}",
-            file=sys.stderr,
-        )
-        return 2
-    return 0
+        report = status_report.standalone(args.state_dir)
+        if report is None and args.manifests is not None:
+            return fail(f"no `lorafleet up` state in {args.state_dir}")
+    if report is None:
+        try:
+            target = ClusterTarget.from_kubeconfig(args.kubeconfig, args.context, args.namespace)
+            report = status_report.cluster(target, target.namespace, args.gateway_metrics)
+        except TargetError as exc:
+            where = args.state_dir or DEFAULT_STATE_DIR
+            return fail(f"no standalone state in {where} and no cluster: {exc}", FAILURE)
+    if args.output in ("json", "yaml"):
+        emit(report, args.output)
+    else:
+        text = standalone_text if report["mode"] == "standalone" else cluster_text
+        print("\n".join(text(report, wide=args.output == "wide")))
+    return OK
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("status", help="replicas, tiers, hit rates, queue depth, evictions")
+    p = subparsers.add_parser(
+        "status",
+        help="replicas, queues, tiers, GPU hit rate, what each alias serves, worst tenants",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_output_argument(p)  # table: a summary; wide: every adapter's owners too
+    p.add_argument(
+        "--gateway-metrics",
+        default=None,
+        help="the gateway's internal /metrics URL (cluster mode), for the worst tenants",
+    )
     add_target_arguments(p)
     p.set_defaults(func=_cmd_status)

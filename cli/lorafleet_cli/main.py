@@ -7,6 +7,34 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from lorafleet_cli.exit_codes import USAGE, CommandFailed, UsageError, fail
+from lorafleet_cli.targets import TargetError
+from lorafleet_core.version import version
+
+DESCRIPTION = """\
+Serve many per-customer LoRA adapters on one shared base model.
+
+Run it on this machine with `lorafleet up` (no Kubernetes needed), or manage a cluster where
+the lorafleet operator runs: publish adapter versions, point public model names at them
+(deploy, roll back), issue tenants' API keys and look at the fleet. Commands act on a
+standalone manifests folder when one exists (.lorafleet/manifests, or --manifests DIR), else
+on the cluster and namespace of your kubeconfig.
+"""
+
+EPILOG = """\
+examples:
+  lorafleet up                                   start a demo fleet on this machine
+  lorafleet adapter push ./support --tenant acme --name support --version v2 --pool default
+  lorafleet alias set acme/support:prod acme-support-v2      deploy a version
+  lorafleet alias rollback acme/support:prod                 back to the previous version
+  lorafleet alias list -o wide                   what serves, what was asked for, and why
+  lorafleet keys create acme                     a new API key, printed once
+  lorafleet status                               replicas, tiers, queues, aliases
+
+exit status: 0 success, 1 the command failed (not found, refused, unreachable),
+2 the command line is wrong.  Docs: docs/cli.md
+"""
+
 # Modules with a `register(subparsers)` function, in help order. Optional ones (another
 # component's, still arriving) are skipped when absent so the CLI always starts.
 _COMMANDS = (
@@ -20,8 +48,14 @@ _OPTIONAL_COMMANDS = ("lorafleet_operator.cli",)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lorafleet", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="lorafleet",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"lorafleet {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _COMMANDS:
         importlib.import_module(module).register(sub)
     for module in _OPTIONAL_COMMANDS:
@@ -32,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         mod.register(sub)
-    crds = sub.add_parser("crds", help="write crds/*.yaml from the API models")
+    crds = sub.add_parser(
+        "crds", help="write the CustomResourceDefinitions (crds/*.yaml) for kubectl apply"
+    )
     crds.add_argument("--out", default="crds", help="output folder (default: crds)")
     crds.set_defaults(func=_cmd_crds)
     return parser
@@ -53,6 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except UsageError as exc:
+        return fail(exc, USAGE)
+    except (CommandFailed, TargetError) as exc:
+        return fail(exc)
     return rc
 
 

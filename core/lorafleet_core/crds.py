@@ -29,7 +29,6 @@ import argparse
 import copy
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ import yaml
 from pydantic import BaseModel
 
 from lorafleet_core import names
-from lorafleet_core.models import AdapterAlias, LoRAAdapter, ReplicaPool
+from lorafleet_core.crd_resources import RESOURCES, PrinterColumn, ResourceKind
 
 Schema = dict[str, Any]
 
@@ -88,94 +87,7 @@ _KIND_DESCRIPTION = (
 )
 _METADATA_DESCRIPTION = "Standard object metadata."
 
-
-@dataclass(frozen=True)
-class PrinterColumn:
-    name: str
-    type: str
-    json_path: str
-    description: str = ""
-    priority: int = 0
-
-    def manifest(self) -> Schema:
-        out: Schema = {"name": self.name, "type": self.type, "jsonPath": self.json_path}
-        if self.description:
-            out["description"] = self.description
-        if self.priority:
-            out["priority"] = self.priority
-        return out
-
-
-@dataclass(frozen=True)
-class ResourceKind:
-    """What a CRD needs besides the schema: names, columns, subresources."""
-
-    model: type[BaseModel]
-    kind: str
-    plural: str
-    short_names: tuple[str, ...]
-    columns: tuple[PrinterColumn, ...]
-    scale: Schema | None = None
-
-    @property
-    def crd_name(self) -> str:
-        return f"{self.plural}.{names.GROUP}"
-
-    @property
-    def file_name(self) -> str:
-        # controller-gen's convention, so tools that glob crds/ find what they expect.
-        return f"{names.GROUP}_{self.plural}.yaml"
-
-
-_AGE = PrinterColumn("Age", "date", ".metadata.creationTimestamp")
-
-RESOURCES: tuple[ResourceKind, ...] = (
-    ResourceKind(
-        model=LoRAAdapter,
-        kind=names.KIND_ADAPTER,
-        plural=names.PLURAL_ADAPTER,
-        short_names=("lora",),
-        columns=(
-            PrinterColumn("Tenant", "string", ".spec.tenant"),
-            PrinterColumn("Version", "string", ".spec.version"),
-            PrinterColumn("Rank", "integer", ".spec.rank"),
-            PrinterColumn("Phase", "string", ".status.phase"),
-            PrinterColumn("Owners", "string", ".status.owners", "Replicas keeping it warm"),
-            _AGE,
-        ),
-    ),
-    ResourceKind(
-        model=AdapterAlias,
-        kind=names.KIND_ALIAS,
-        plural=names.PLURAL_ALIAS,
-        short_names=("alias",),
-        columns=(
-            PrinterColumn("Model", "string", ".spec.model"),
-            PrinterColumn("Adapter", "string", ".spec.adapter"),
-            PrinterColumn("Previous", "string", ".status.previousAdapter", "Rollback target"),
-            _AGE,
-        ),
-    ),
-    ResourceKind(
-        model=ReplicaPool,
-        kind=names.KIND_POOL,
-        plural=names.PLURAL_POOL,
-        short_names=("rpool",),
-        columns=(
-            PrinterColumn("Base Model", "string", ".spec.baseModel.name"),
-            PrinterColumn("Min", "integer", ".spec.replicas.min"),
-            PrinterColumn("Max", "integer", ".spec.replicas.max"),
-            PrinterColumn("Desired", "integer", ".status.desiredReplicas"),
-            PrinterColumn("Ready", "integer", ".status.readyReplicas"),
-            _AGE,
-        ),
-        scale={
-            "specReplicasPath": ".spec.replicas.desired",
-            "statusReplicasPath": ".status.replicas",
-            "labelSelectorPath": ".status.selector",
-        },
-    ),
-)
+__all__ = ["RESOURCES", "PrinterColumn", "ResourceKind", "crd_manifest", "generate", "render"]
 
 
 # ---------------------------------------------------------------------------------------------

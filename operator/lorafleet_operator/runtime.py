@@ -17,6 +17,7 @@ import kopf
 from lorafleet_core.names import API_VERSION, PLURAL_ADAPTER, PLURAL_ALIAS
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_operator.kube import HOLDER
+from lorafleet_operator.metrics import OperatorMetrics
 from lorafleet_operator.settings import OperatorSettings
 from lorafleet_operator.sync import FleetSync
 
@@ -53,6 +54,20 @@ class Runtime:
         self.settings = OperatorSettings()
         self.fleets: dict[str, FleetSync] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.metrics = OperatorMetrics(lambda: self.fleets)
+        self.metrics_server: Any = None
+
+    def serve_metrics(self) -> int | None:
+        """Start /metrics on settings.metrics_port (a thread); returns the bound port."""
+        port = self.settings.metrics_port
+        if port is None or self.metrics_server is not None:
+            return None
+        from prometheus_client import start_http_server
+
+        self.metrics_server, _ = start_http_server(port, registry=self.metrics.registry)
+        bound: int = self.metrics_server.server_port
+        log.info("operator metrics on :%d/metrics", bound)
+        return bound
 
     def fleet(self, namespace: str) -> FleetSync:
         fleet = self.fleets.get(namespace)
@@ -60,7 +75,7 @@ class Runtime:
             s = self.settings
             fleet = FleetSync(
                 namespace,
-                KubeWriter(),
+                self.metrics.counting(KubeWriter()),
                 params=FleetParams(s.replica_tokens_per_second, s.hot_adapter_share),
                 debounce=s.sync_debounce_seconds,
                 max_delay=s.sync_max_delay_seconds,
@@ -68,6 +83,7 @@ class Runtime:
                 concurrency=s.write_concurrency,
                 default_port=s.agent_internal_port,
                 clock=lambda: datetime.now(UTC),
+                on_pass=self.metrics.on_pass(namespace),
             )
             self.fleets[namespace] = fleet
             self.tasks[namespace] = asyncio.get_running_loop().create_task(
@@ -83,6 +99,10 @@ class Runtime:
                 await task
         self.tasks.clear()
         self.fleets.clear()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
+            self.metrics_server = None
         await HOLDER.close()
 
 

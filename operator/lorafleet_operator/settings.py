@@ -23,6 +23,13 @@ class OperatorSettings(BaseSettings):
         description="kopf liveness endpoint, e.g. http://0.0.0.0:8080/healthz (the Helm chart "
         "sets it and probes it); unset: none.",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of the Prometheus /metrics endpoint (the Helm chart sets 9090); "
+        "unset: not served; 0: any free port.",
+    )
     standalone: bool = Field(
         default=True, description="Run without kopf peering (one operator replica)."
     )

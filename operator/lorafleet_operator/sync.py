@@ -109,8 +109,10 @@ class FleetSync:
         concurrency: int = 16,
         default_port: int = 8101,
         clock: Callable[[], datetime] | None = None,
+        on_pass: Callable[[float, bool], None] | None = None,
     ) -> None:
         self.namespace = namespace
+        self.on_pass = on_pass  # (seconds, ok) after each pass: the operator's metrics
         self.writer = writer
         self.params = params or FleetParams()
         self.debounce = debounce
@@ -252,13 +254,17 @@ class FleetSync:
                 await asyncio.sleep(min(quiet_left, budget_left))
             self._dirty.clear()
             self._started += 1
+            t0, ok = time.perf_counter(), False
             try:
                 await self.sync_once()
+                ok = True
             except Exception:
                 log.exception("sync pass failed in %s; retrying", self.namespace)
                 self._dirty.set()
                 await asyncio.sleep(self.max_delay)
             finally:
+                if self.on_pass is not None:
+                    self.on_pass(time.perf_counter() - t0, ok)
                 async with self._progress:
                     self._done = self._started
                     self._progress.notify_all()

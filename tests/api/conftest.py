@@ -22,6 +22,12 @@ def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
+COMMITTED_CRDS: dict[str, dict[str, Any]] = {
+    crd["spec"]["names"]["kind"]: crd
+    for crd in (yaml.safe_load(p.read_text().split("---\n", 1)[1]) for p in CRDS.glob("*.yaml"))
+}
+
+
 def examples_of_kind(kind: str) -> list[dict[str, Any]]:
     found = [d for p in sorted(EXAMPLES.glob("*.yaml")) for d in load_yaml_docs(p)]
     return [d for d in found if d.get("kind") == kind]

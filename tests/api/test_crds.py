@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from typing import Any, Literal
@@ -135,12 +136,23 @@ def test_names_groups_and_subresources():
 def test_printer_columns_as_designed():
     columns = {
         crd["spec"]["names"]["kind"]: [
-            c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            c["name"]
+            for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            if not c.get("priority")
         ]
         for crd in COMMITTED.values()
     }
-    assert columns["LoRAAdapter"] == ["Tenant", "Version", "Rank", "Phase", "Owners", "Age"]
-    assert columns["AdapterAlias"] == ["Model", "Adapter", "Previous", "Age"]
+    assert columns["LoRAAdapter"] == [
+        "Ready",
+        "Tenant",
+        "Version",
+        "Rank",
+        "Phase",
+        "Owners",
+        "Age",
+    ]
+    assert columns["AdapterAlias"] == ["Ready", "Model", "Serving", "Previous", "Deployed", "Age"]
+    assert columns["ReplicaPool"][0] == "Ready"
     assert columns["ReplicaPool"][-1] == "Age"
 
 
@@ -150,9 +162,12 @@ def test_printer_column_paths_exist_in_the_schema(name):
     version = crd["spec"]["versions"][0]
     paths = {p for p, _ in walk(version["schema"]["openAPIV3Schema"])}
     for column in version["additionalPrinterColumns"]:
-        if column["jsonPath"].startswith(".metadata."):
+        path = column["jsonPath"]
+        if path.startswith(".metadata."):
             continue
-        assert column["jsonPath"] in paths, column
+        # A condition column `.status.conditions[?(@.type=="X")].field` reads an item field.
+        path = re.sub(r"\[\?\(@\.type==\"[A-Za-z]+\"\)\]", "[]", path)
+        assert path in paths, column
 
 
 # --- structural schema rules (what the API server refuses at install time) ---------------------
@@ -247,6 +262,9 @@ def test_expected_rules_are_present():
         ("loraadapters", ".spec"): ["self == oldSelf"],
         ("adapteraliases", ".spec"): ["self.model.startsWith(self.tenant + '/')"],
         ("replicapools", ".spec.replicas"): ["self.min <= self.max"],
+        ("adapteraliases", ".spec.model"): ["self == oldSelf"],
+        ("adapteraliases", ".spec.tenant"): ["self == oldSelf"],
+        ("replicapools", ".spec.baseModel.hash"): ["self == oldSelf"],
     }
 
 

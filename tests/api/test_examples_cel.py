@@ -180,6 +180,50 @@ def test_alias_deploy_is_an_allowed_update():
     assert validate(committed_schema("AdapterAlias"), new, old=old) == []
 
 
+@pytest.mark.parametrize(
+    ("kind", "field", "value", "expected"),
+    [
+        (
+            "AdapterAlias",
+            "spec.model",
+            "acme/support:staging",
+            "spec.model: model is immutable: create a new AdapterAlias for another model name "
+            "(rule: self == oldSelf)",
+        ),
+        (
+            "AdapterAlias",
+            "spec.tenant",
+            "acme2",
+            "spec.tenant: tenant is immutable: create a new AdapterAlias (rule: self == oldSelf)",
+        ),
+        (
+            "ReplicaPool",
+            "spec.baseModel.hash",
+            "sha256:" + "1" * 64,
+            "spec.baseModel.hash: baseModel.hash is immutable: a new base model is a new "
+            "ReplicaPool (rule: self == oldSelf)",
+        ),
+    ],
+)
+def test_identity_fields_are_immutable(kind, field, value, expected):
+    """An alias's model and tenant and a pool's base model hash name what the object is:
+    changing them is a new object, so the API server refuses the update (but not a create)."""
+    old = examples_of_kind(kind)[0]
+    new = _set(old, field, value)
+    schema = committed_schema(kind)
+    errors = validate(schema, new, old=old)
+    assert expected in errors
+    if field != "spec.tenant":  # a new tenant alone breaks the model-prefix rule on create
+        assert validate(schema, new) == []
+
+
+def test_pool_changes_other_than_the_base_hash_are_allowed():
+    old = examples_of_kind("ReplicaPool")[0]
+    new = _set(old, "spec.baseModel.uri", "s3://elsewhere/llama/")
+    new = _set(new, "spec.replicas.max", 30)
+    assert validate(committed_schema("ReplicaPool"), new, old=old) == []
+
+
 def test_invalid_status_is_refused():
     doc = _set(examples_of_kind("LoRAAdapter")[0], "status", {"phase": "Serving"})
     errors = validate(committed_schema("LoRAAdapter"), doc)

@@ -7,6 +7,7 @@ No cluster: these check what `helm install` would send, and that the security-re
 from __future__ import annotations
 
 import filecmp
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -158,14 +159,21 @@ def test_operator_runs_standalone_in_the_release_namespace():
 
 
 def _exported_metric_names() -> set[str]:
-    """Every series name the gateway and the agent can export (histogram parts included)."""
+    """Every series name the gateway, the agent and the operator can export (histogram parts
+    included)."""
     from prometheus_client.core import HistogramMetricFamily
 
     from lorafleet_agent.metrics import AgentMetrics
     from lorafleet_gateway.metrics import GatewayMetrics
+    from lorafleet_operator.metrics import OperatorMetrics
 
     names: set[str] = set()
-    for registry in (GatewayMetrics().registry, AgentMetrics().registry):
+    registries = (
+        GatewayMetrics().registry,
+        AgentMetrics().registry,
+        OperatorMetrics(dict).registry,
+    )
+    for registry in registries:
         for family in registry.collect():
             if isinstance(family, HistogramMetricFamily) or family.type == "histogram":
                 names |= {f"{family.name}_{s}" for s in ("bucket", "count", "sum")}
@@ -174,6 +182,21 @@ def _exported_metric_names() -> set[str]:
             else:
                 names.add(family.name)
     return names
+
+
+def test_dashboard_filters_by_namespace_and_pool_over_rate_interval():
+    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"namespace", "pool"} <= variables
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for expr in exprs:
+        assert not re.search(r"\[\d+[smh]\]", expr), f"fixed range in {expr}"
+        for selector in re.findall(r"lorafleet_[a-z_]+(\{[^}]*\})?", expr):
+            assert 'namespace=~"$namespace"' in selector, expr
+    agent = [e for e in exprs if "lorafleet_agent_" in e]
+    assert agent
+    assert all('pool=~"$pool"' in e for e in agent)
+    assert any("stream_error" in e for e in exprs)
 
 
 def test_dashboard_and_alerts_only_query_metrics_that_exist():

@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_core.adapter_files import BaseModelDims, base_model_hash
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import ALL_TARGET_MODULES
+from lorafleet_core.replica_state import ReplicaState
 from tests.peft_factory import write_peft_adapter
 
 HIDDEN, INTERMEDIATE, LAYERS, HEADS = 64, 128, 2, 1
@@ -149,3 +151,19 @@ def folder(tmp_path: Path, base_model: Path) -> Path:
     out.mkdir()
     write_object(out, pool_manifest("main", base_model))
     return out
+
+
+REPLICAS = ("main-0", "main-1")
+
+
+def reconcile_once(folder: Path, failed: dict[str, str] | None = None) -> Reconciler:
+    """One pass of the standalone reconciler, as a running `lorafleet up` would make.
+
+    `failed`: adapter -> reason every replica reports it refused (what makes it Failed).
+    """
+    state = folder.parent / "up-state"
+    files = {r: state / r / "annotations" for r in REPLICAS}
+    rec = Reconciler(folder, files, state / "reconcile.json", say=lambda _m: None)
+    states = {r: ReplicaState(replica_id=r, failed_adapters=dict(failed or {})) for r in REPLICAS}
+    rec.reconcile(states)
+    return rec

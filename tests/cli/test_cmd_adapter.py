@@ -59,7 +59,7 @@ def test_push_uploads_and_writes_adapter(folder, tmp_path, capsys):
 )
 def test_push_refuses_what_the_pool_rejects(folder, tmp_path, capsys, kwargs, extra, expected):
     adapter = make_adapter(tmp_path / "ad", **kwargs)
-    assert _push(folder, adapter, tmp_path, *extra) == 2
+    assert _push(folder, adapter, tmp_path, *extra) == 1
     err = capsys.readouterr().err
     assert "pool 'main' would reject" in err
     assert expected in err
@@ -70,13 +70,13 @@ def test_push_refuses_what_the_pool_rejects(folder, tmp_path, capsys, kwargs, ex
 
 def test_push_refuses_a_folder_that_is_not_an_adapter(folder, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    assert _push(folder, tmp_path / "empty", tmp_path) == 2
+    assert _push(folder, tmp_path / "empty", tmp_path) == 1
     assert "missing adapter_config.json" in capsys.readouterr().err
 
 
 def test_push_refuses_to_change_an_existing_version(folder, tmp_path, capsys):
     assert _push(folder, make_adapter(tmp_path / "a1", seed=1), tmp_path) == 0
-    assert _push(folder, make_adapter(tmp_path / "a2", seed=2), tmp_path) == 2
+    assert _push(folder, make_adapter(tmp_path / "a2", seed=2), tmp_path) == 1
     assert "versions are immutable" in capsys.readouterr().err
 
 
@@ -86,7 +86,7 @@ def test_push_unknown_pool(folder, tmp_path, capsys):
         ["adapter", "push", str(adapter), "--tenant", "acme", "--name", "x", "--version", "v1",
          "--pool", "nope", "--manifests", str(folder), "--quiet"]
     )  # fmt: skip
-    assert rc == 2
+    assert rc == 1  # a failure, not a usage error
     assert "ReplicaPool 'nope' not found" in capsys.readouterr().err
 
 

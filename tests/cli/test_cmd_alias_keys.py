@@ -11,16 +11,14 @@ from pathlib import Path
 import yaml
 
 from lorafleet_cli.main import main
-from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_core.apikeys import KeyIndex, TenantKeys
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import AdapterAlias, AdapterAliasStatus
-from lorafleet_core.replica_state import ReplicaState
 from lorafleet_core.standalone_state import alias_status_path, load_alias_statuses
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 
-from .conftest import adapter_manifest, alias_manifest, find_body, pool_hash
+from .conftest import adapter_manifest, alias_manifest, find_body, pool_hash, reconcile_once
 
 
 def _adapters(folder: Path, *names: str, tenant: str = "acme") -> None:
@@ -30,22 +28,6 @@ def _adapters(folder: Path, *names: str, tenant: str = "acme") -> None:
 
 def _alias(folder: Path, name: str = "acme-support-prod") -> AdapterAlias:
     return AdapterAlias.model_validate(find_body(folder, "AdapterAlias", name))
-
-
-REPLICAS = ("main-0", "main-1")
-
-
-def _reconcile(folder: Path, failed: dict[str, str] | None = None) -> Reconciler:
-    """One pass of the standalone reconciler, as a running `lorafleet up` would make.
-
-    `failed`: adapter -> reason every replica reports it refused (what makes it Failed).
-    """
-    state = folder.parent / "up-state"
-    files = {r: state / r / "annotations" for r in REPLICAS}
-    rec = Reconciler(folder, files, state / "reconcile.json", say=lambda _m: None)
-    states = {r: ReplicaState(replica_id=r, failed_adapters=dict(failed or {})) for r in REPLICAS}
-    rec.reconcile(states)
-    return rec
 
 
 def _status(folder: Path, name: str = "acme-support-prod") -> AdapterAliasStatus:
@@ -68,12 +50,12 @@ def test_alias_set_then_deploy_then_rollback(folder, capsys):
     assert _alias(folder).spec.adapter == "acme-support-v1"
     # The CLI wrote only the manifest: no status until the reconciler has seen it.
     assert not alias_status_path(folder).exists()
-    _reconcile(folder)
+    reconcile_once(folder)
 
     assert main(["alias", "set", "acme/support:prod", "acme-support-v2", *m]) == 0
     assert _alias(folder).spec.adapter == "acme-support-v2"
     assert _status(folder).adapter == "acme-support-v1"  # not served before the reconciler runs
-    _reconcile(folder)
+    reconcile_once(folder)
     status = _status(folder)
     assert (status.adapter, status.previous_adapter) == ("acme-support-v2", "acme-support-v1")
     assert [h.adapter for h in status.history] == ["acme-support-v2", "acme-support-v1"]
@@ -87,7 +69,7 @@ def test_alias_set_then_deploy_then_rollback(folder, capsys):
     assert main(["alias", "rollback", "acme/support:prod", *m]) == 0
     assert _alias(folder).spec.adapter == "acme-support-v1"
     assert "acme-support-v2 -> acme-support-v1" in capsys.readouterr().out
-    _reconcile(folder)
+    reconcile_once(folder)
     # Rolling back twice toggles, like `cd -`.
     assert main(["alias", "rollback", "acme/support:prod", *m]) == 0
     assert _alias(folder).spec.adapter == "acme-support-v2"
@@ -100,9 +82,9 @@ def test_rollback_of_a_hand_written_alias_edited_by_the_cli(folder):
         yaml.safe_dump(alias_manifest("custom-name", "acme/a:prod", "acme-a-v1"))
     )
     m = ["--manifests", str(folder)]
-    _reconcile(folder)
+    reconcile_once(folder)
     assert main(["alias", "set", "acme/a:prod", "acme-a-v2", *m]) == 0
-    _reconcile(folder)
+    reconcile_once(folder)
     # Edited in place, in the user's file, not duplicated under another name.
     assert not (folder / "adapteralias-acme-a-prod.yaml").exists()
     assert _alias(folder, "custom-name").spec.adapter == "acme-a-v2"
@@ -111,23 +93,24 @@ def test_rollback_of_a_hand_written_alias_edited_by_the_cli(folder):
 
 
 def test_alias_refusals(folder, capsys):
+    """Refusals exit 1 (the command failed); a malformed model name exits 2 (usage)."""
     _adapters(folder, "acme-x-v1")
     _adapters(folder, "other-x-v1", tenant="other")
     m = ["--manifests", str(folder)]
-    assert main(["alias", "rollback", "acme/x:prod", *m]) == 2
+    assert main(["alias", "rollback", "acme/x:prod", *m]) == 1
     assert "no alias for 'acme/x:prod'" in capsys.readouterr().err
-    assert main(["alias", "set", "acme/x:prod", "missing-v9", *m]) == 2
+    assert main(["alias", "set", "acme/x:prod", "missing-v9", *m]) == 1
     assert "LoRAAdapter 'missing-v9' not found" in capsys.readouterr().err
-    assert main(["alias", "set", "acme/x:prod", "other-x-v1", *m]) == 2
+    assert main(["alias", "set", "acme/x:prod", "other-x-v1", *m]) == 1
     assert "belongs to tenant 'other'" in capsys.readouterr().err
-    assert main(["alias", "set", "not-a-model", "acme-x-v1", *m]) == 2
+    assert main(["alias", "set", "not-a-model", "acme-x-v1", *m]) == 2  # usage
     assert "invalid alias" in capsys.readouterr().err
     write_object(folder, adapter_manifest("acme-big-v1", "acme", pool_hash(folder), rank=64))
-    assert main(["alias", "set", "acme/x:prod", "acme-big-v1", *m]) == 2
+    assert main(["alias", "set", "acme/x:prod", "acme-big-v1", *m]) == 1
     assert "cannot be served (RankTooHigh)" in capsys.readouterr().err
     assert main(["alias", "set", "acme/x:prod", "acme-x-v1", *m]) == 0
-    _reconcile(folder)
-    assert main(["alias", "rollback", "acme/x:prod", *m]) == 2
+    reconcile_once(folder)
+    assert main(["alias", "rollback", "acme/x:prod", *m]) == 1
     assert "no previous adapter" in capsys.readouterr().err
 
 
@@ -137,15 +120,15 @@ def test_alias_set_to_a_failed_adapter_keeps_the_old_version_serving(folder):
     _adapters(folder, "acme-support-v1", "acme-support-v2")
     m = ["--manifests", str(folder)]
     assert main(["alias", "set", "acme/support:prod", "acme-support-v1", *m]) == 0
-    _reconcile(folder)
+    reconcile_once(folder)
     assert _served_by_gateway(folder, "acme/support:prod") == "acme-support-v1"
 
     # Every replica refuses v2 (e.g. its checksum does not match): the adapter is Failed.
     failed = {"acme-support-v2": "checksum mismatch"}
-    _reconcile(folder, failed)
+    reconcile_once(folder, failed)
     assert main(["alias", "set", "acme/support:prod", "acme-support-v2", *m]) == 0
     assert _alias(folder).spec.adapter == "acme-support-v2"
-    rec = _reconcile(folder, failed)
+    rec = reconcile_once(folder, failed)
 
     status = _status(folder)
     assert status.adapter == "acme-support-v1"
@@ -158,7 +141,7 @@ def test_alias_set_to_a_failed_adapter_keeps_the_old_version_serving(folder):
     assert _served_by_gateway(folder, "acme/support:prod") == "acme-support-v1"
 
     # Once the replicas accept it (fixed weights), the same spec deploys it.
-    _reconcile(folder)
+    reconcile_once(folder)
     assert _status(folder).adapter == "acme-support-v2"
     assert _served_by_gateway(folder, "acme/support:prod") == "acme-support-v2"
 
@@ -169,9 +152,9 @@ def test_alias_edited_to_a_rejected_adapter_keeps_the_old_version_serving(folder
     _adapters(folder, "acme-a-v1")
     write_object(folder, adapter_manifest("acme-a-v2", "acme", pool_hash(folder), rank=64))
     write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v1"))
-    _reconcile(folder)
+    reconcile_once(folder)
     write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))
-    _reconcile(folder)
+    reconcile_once(folder)
     status = _status(folder, "acme-a-prod")
     assert status.adapter == "acme-a-v1"
     deployed = next(c for c in status.conditions if c.type == "Deployed")

@@ -41,5 +41,5 @@ def test_replica_lines_show_load_tiers_and_failures() -> None:
 
 def test_status_without_standalone_state_or_cluster(tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
-    assert main(["status", "--state-dir", str(tmp_path)]) == 2
+    assert main(["status", "--state-dir", str(tmp_path)]) == 1
     assert "no standalone state" in capsys.readouterr().err

@@ -28,7 +28,7 @@ def _opts(state: Path, manifests: Path) -> UpOptions:
 
 def test_folder_without_a_pool_is_refused_clearly(tmp_path: Path, capsys) -> None:
     (tmp_path / "m").mkdir()
-    assert run_up(_opts(tmp_path / "s", tmp_path / "m")) == 2
+    assert run_up(_opts(tmp_path / "s", tmp_path / "m")) == 1
     out = capsys.readouterr().out
     assert "needs one valid ReplicaPool" in out
     assert "no ReplicaPool found" in out
@@ -40,7 +40,7 @@ def test_pool_whose_model_is_missing_is_refused(tmp_path: Path, base_model: Path
     body = pool_manifest("p", base_model)
     body["spec"]["baseModel"]["uri"] = f"file://{tmp_path / 'nowhere'}"
     write_object(folder, body)
-    assert run_up(_opts(tmp_path / "s", folder)) == 2
+    assert run_up(_opts(tmp_path / "s", folder)) == 1
     assert "config.json missing); pass --model DIR" in capsys.readouterr().out
 
 
@@ -50,7 +50,7 @@ def test_one_up_per_state_folder(tmp_path: Path, capsys) -> None:
     (tmp_path / "m").mkdir()
     with (state / "up.lock").open("a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert run_up(_opts(state, tmp_path / "m")) == 2
+        assert run_up(_opts(state, tmp_path / "m")) == 1
     assert "another `lorafleet up` is running" in capsys.readouterr().out
 
 

@@ -281,7 +281,7 @@ def run_up(opts: UpOptions) -> int:
         return 1
     except UpError as exc:
         _say(f"error: {exc}")
-        return 2
+        return 1  # exit 1: it could not start (2 is for a wrong command line)
     finally:
         sup.stop_all()
         if lock is not None:

@@ -40,6 +40,7 @@ from lorafleet_core.models.common import (
     ModuleName,
     ObjectMeta,
     ReplicaId,
+    immutable,
 )
 from lorafleet_core.models.pool import (
     AutoscalingSpec,
@@ -86,4 +87,5 @@ __all__ = [
     "ReplicaPool",
     "ReplicaPoolSpec",
     "ReplicaPoolStatus",
+    "immutable",
 ]

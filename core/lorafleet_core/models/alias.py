@@ -14,6 +14,7 @@ from lorafleet_core.models.common import (
     CamelModel,
     Condition,
     ObjectMeta,
+    immutable,
 )
 
 
@@ -36,9 +37,15 @@ class AdapterAliasSpec(CamelModel):
         description="Public model name clients send, tenant/name:tag, e.g. acme/support:prod.",
         pattern=ALIAS_MODEL,
         max_length=191,
+        json_schema_extra=immutable(
+            "model is immutable: create a new AdapterAlias for another model name"
+        ),
     )
     tenant: str = Field(
-        description="Tenant that owns the alias; a DNS label.", pattern=DNS_LABEL, max_length=63
+        description="Tenant that owns the alias; a DNS label.",
+        pattern=DNS_LABEL,
+        max_length=63,
+        json_schema_extra=immutable("tenant is immutable: create a new AdapterAlias"),
     )
     adapter: str = Field(
         description="Name of the LoRAAdapter (same namespace, same tenant) the alias serves.",

@@ -18,6 +18,13 @@ _NAME_PART = r"[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?"
 ALIAS_MODEL = rf"^[a-z0-9]([-a-z0-9]{{0,61}}[a-z0-9])?/{_NAME_PART}:{_NAME_PART}$"
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
+
+def immutable(what: str) -> dict[str, Any]:
+    """`json_schema_extra` of a field the API server refuses to change (a CEL transition rule);
+    `what` finishes the message: what to do instead."""
+    return {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": what}]}
+
+
 # Bounded item types: the API server estimates CEL cost from maxLength, so every string a rule
 # can reach carries one.
 ModuleName = Annotated[str, StringConstraints(pattern=MODULE_NAME, max_length=128)]

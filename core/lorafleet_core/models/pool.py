@@ -13,6 +13,7 @@ from lorafleet_core.models.common import (
     Condition,
     ModuleName,
     ObjectMeta,
+    immutable,
 )
 
 
@@ -23,6 +24,10 @@ class BaseModelRef(CamelModel):
     hash: str = Field(
         description="sha256 of the base model, sha256:<64 hex>; adapters must match.",
         pattern=SHA256_REF,
+        # Every adapter was validated against this hash: a new base model is a new pool.
+        json_schema_extra=immutable(
+            "baseModel.hash is immutable: a new base model is a new ReplicaPool"
+        ),
     )
     uri: str = Field(
         description="Where replicas load the base model from (s3://, file:// or a "

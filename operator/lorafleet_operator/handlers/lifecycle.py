@@ -18,6 +18,7 @@ from lorafleet_operator.settings import OperatorSettings
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     runtime.reset()
+    runtime.runtime().serve_metrics()
     # Our own finalizer and annotation prefix, and no `status.kopf`: the CRD schemas do not
     # declare it, so a real API server would prune it anyway.
     settings.persistence.finalizer = FINALIZER

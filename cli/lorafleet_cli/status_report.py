@@ -1,0 +1,253 @@
+"""What `lorafleet status` reports, as data (printed as text, or as JSON/YAML with `-o`).
+
+What an SRE asks first, fleet-wide and per replica: how many replicas answer, queue depth,
+tokens in flight, evictions per minute (thrash), adapters per tier and the GPU hit rate; per
+alias the version that serves (and the one asked for, when a deploy is refused); the tenants
+with the largest share of requests over the TTFT target (from the gateway's rolling-window
+gauges). Standalone reads `<state>/up.json` and asks each process; a cluster gives the custom
+resources' status, and the gateway's metrics when `--gateway-metrics URL` reaches them (e.g.
+through `kubectl port-forward`); replica internals are not reachable from outside a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from lorafleet_cli.targets import Target
+from lorafleet_core import names
+from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
+from lorafleet_core.replica_state import ReplicaState
+
+REQUESTS_BY_TIER = "lorafleet_agent_requests"  # the agent's counter, label `tier`
+TENANT_MISSES = "lorafleet_gateway_tenant_ttft_misses"
+TENANT_REQUESTS = "lorafleet_gateway_tenant_requests"
+TIERS = ("gpu", "ram", "disk", "remote")
+WORST_TENANTS = 5
+
+Report = dict[str, Any]
+
+
+def _families(metrics_text: str) -> Any:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return text_string_to_metric_families(metrics_text)
+
+
+def tier_hits(metrics_text: str) -> dict[str, float]:
+    """Requests served per tier, from the agent's request counter.
+
+    The agent counts each request by the tier it found the adapter in; a gpu share close to 1
+    means the hot set fits the GPU slots.
+    """
+    out: dict[str, float] = {}
+    for family in _families(metrics_text):
+        if family.name != REQUESTS_BY_TIER:
+            continue
+        for sample in family.samples:
+            tier = sample.labels.get("tier")
+            if tier and sample.name.endswith("_total"):
+                out[tier] = out.get(tier, 0.0) + float(sample.value)
+    return out
+
+
+def hit_rate(hits: Mapping[str, float]) -> str:
+    total = sum(hits.values())
+    if not total:
+        return "-"
+    return ", ".join(f"{t} {100 * hits.get(t, 0) / total:.0f}%" for t in TIERS)
+
+
+def gpu_share(hits: Mapping[str, float]) -> float | None:
+    total = sum(hits.values())
+    return hits.get("gpu", 0.0) / total if total else None
+
+
+def worst_tenants(metrics_text: str, n: int = WORST_TENANTS) -> list[dict[str, Any]]:
+    """Tenants by share of requests over the TTFT target in the gateway's window, worst first
+    (only tenants the gateway exports: its top-N by misses and by requests)."""
+    misses: dict[str, float] = {}
+    requests: dict[str, float] = {}
+    for family in _families(metrics_text):
+        into = {TENANT_MISSES: misses, TENANT_REQUESTS: requests}.get(family.name)
+        if into is None:
+            continue
+        for sample in family.samples:
+            tenant = sample.labels.get("tenant")
+            if tenant:
+                into[tenant] = into.get(tenant, 0.0) + float(sample.value)
+    ranked = sorted(
+        ((m / r, int(m), int(r), t) for t, r in requests.items() if r and (m := misses.get(t, 0))),
+        key=lambda row: (-row[0], -row[1], row[3]),
+    )
+    return [
+        {"tenant": t, "requests": r, "overTarget": m, "share": share}
+        for share, m, r, t in ranked[:n]
+    ]
+
+
+def replica_report(state: ReplicaState, hits: Mapping[str, float]) -> Report:
+    return {
+        "id": state.replica_id,
+        "reachable": True,
+        "queueDepth": state.queue_depth,
+        "runningRequests": state.running_requests,
+        "tokensInFlight": state.tokens_in_flight,
+        "loadsPerMin": state.loads_per_min,
+        "evictionsPerMin": state.evictions_per_min,
+        "adapters": {
+            "gpu": len(state.gpu_adapters),
+            "ram": len(state.ram_adapters),
+            "disk": len(state.disk_adapters),
+            "failed": len(state.failed_adapters),
+        },
+        "requestsByTier": dict(hits),
+        "gpuHitRate": gpu_share(hits),
+        "failed": dict(sorted(state.failed_adapters.items())),
+    }
+
+
+def fleet_totals(replicas: list[Report]) -> Report:
+    up = [r for r in replicas if r.get("reachable")]
+    hits: dict[str, float] = {}
+    for r in up:
+        for tier, n in r["requestsByTier"].items():
+            hits[tier] = hits.get(tier, 0.0) + n
+    return {
+        "replicas": len(replicas),
+        "reachable": len(up),
+        "queueDepth": sum(r["queueDepth"] for r in up),
+        "tokensInFlight": sum(r["tokensInFlight"] for r in up),
+        "evictionsPerMin": round(sum(r["evictionsPerMin"] for r in up), 2),
+        "adapters": {t: sum(r["adapters"][t] for r in up) for t in ("gpu", "ram", "disk")},
+        "requestsByTier": hits,
+        "gpuHitRate": gpu_share(hits),
+    }
+
+
+def _get(client: httpx.Client, url: str) -> httpx.Response:
+    resp = client.get(url)
+    resp.raise_for_status()
+    return resp
+
+
+def _replica(client: httpx.Client, replica: Mapping[str, Any]) -> Report:
+    rid, base = replica["id"], replica["internalUrl"]
+    try:
+        state = fetch_state_sync(client, base, rid)
+    except StateUnavailable as exc:
+        return {"id": rid, "reachable": False, "error": str(exc)}
+    try:
+        hits = tier_hits(_get(client, f"{base}/metrics").text)
+    except (httpx.HTTPError, ValueError):
+        hits = {}
+    return replica_report(state, hits)
+
+
+def gateway_tenants(client: httpx.Client, metrics_url: str | None) -> list[dict[str, Any]] | None:
+    """Worst tenants from the gateway's /metrics; None when it cannot be read."""
+    if not metrics_url:
+        return None
+    try:
+        return worst_tenants(_get(client, metrics_url).text)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def standalone(state_dir: Path) -> Report | None:
+    """The report of a running `lorafleet up` in `state_dir`; None when there is none."""
+    up_file = state_dir / "up.json"
+    if not up_file.is_file():
+        return None
+    up = json.loads(up_file.read_text())
+    report: Report = {
+        "mode": "standalone",
+        "phase": up.get("phase"),
+        "manifests": up.get("manifests"),
+        "gateway": up["gateway"]["url"],
+        "processes": {
+            name: {
+                "pid": p["pid"],
+                "running": bool(p.get("running")),
+                "restarts": p.get("restarts", 0),
+                "failed": p.get("failed"),
+            }
+            for name, p in sorted(up.get("processes", {}).items())
+        },
+    }
+    with httpx.Client(timeout=3.0) as client:
+        replicas = [_replica(client, r) for r in up.get("replicas", [])]
+        internal = up["gateway"].get("internalUrl")
+        tenants = gateway_tenants(client, f"{internal}/metrics" if internal else None)
+    report["fleet"] = fleet_totals(replicas)
+    report["replicas"] = replicas
+    report["worstTenants"] = tenants
+    rec_file = state_dir / "reconcile.json"
+    if rec_file.is_file():
+        rec = json.loads(rec_file.read_text())
+        report["aliases"] = [{"model": m, "serving": a} for m, a in rec.get("models", {}).items()]
+        report["adapters"] = [
+            {"name": a, "phase": v.get("phase"), "owners": v.get("owners", [])}
+            for a, v in rec.get("adapters", {}).items()
+        ]
+        report["problems"] = [p["text"] for p in rec.get("problems", [])]
+    return report
+
+
+def _deployed(alias: Mapping[str, Any]) -> str | None:
+    for c in (alias.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Deployed":
+            return str(c.get("status"))
+    return None
+
+
+def cluster(target: Target, namespace: str, gateway_metrics: str | None = None) -> Report:
+    def st(o: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(o.get("status") or {})
+
+    pools = target.list(names.KIND_POOL)
+    adapters = target.list(names.KIND_ADAPTER)
+    aliases = target.list(names.KIND_ALIAS)
+    phases: dict[str, int] = {}
+    for a in adapters:
+        phase = st(a).get("phase") or "Pending"
+        phases[phase] = phases.get(phase, 0) + 1
+    with httpx.Client(timeout=3.0) as client:
+        tenants = gateway_tenants(client, gateway_metrics)
+    return {
+        "mode": "cluster",
+        "namespace": namespace,
+        "pools": [
+            {
+                "name": p["metadata"]["name"],
+                "replicas": st(p).get("replicas"),
+                "readyReplicas": st(p).get("readyReplicas"),
+                "desiredReplicas": st(p).get("desiredReplicas"),
+            }
+            for p in pools
+        ],
+        "adaptersByPhase": dict(sorted(phases.items())),
+        "adapters": [
+            {
+                "name": a["metadata"]["name"],
+                "phase": st(a).get("phase"),
+                "owners": st(a).get("owners", []),
+            }
+            for a in adapters
+        ],
+        "aliases": [
+            {
+                "model": a["spec"]["model"],
+                "serving": st(a).get("adapter"),
+                "wanted": a["spec"]["adapter"],
+                "previous": st(a).get("previousAdapter"),
+                "deployed": _deployed(a),
+            }
+            for a in aliases
+        ],
+        "worstTenants": tenants,
+    }

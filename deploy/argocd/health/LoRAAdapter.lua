@@ -1,0 +1,50 @@
+-- Argo CD health check for lorafleet.dev/LoRAAdapter (Lua 5.1, as Argo CD runs it).
+-- Healthy: phase Ready. Degraded: Rejected (final: the spec can never be served; publish a new
+-- version) or Failed (every owner refused it). Progressing: no status yet, a status older than
+-- the spec, or Pending (validating, or waiting for ready replicas).
+local hs = {}
+
+local function condition(kind)
+  if obj.status == nil or obj.status.conditions == nil then return nil end
+  for _, c in ipairs(obj.status.conditions) do
+    if c.type == kind then return c end
+  end
+  return nil
+end
+
+local function message(kind, fallback)
+  local c = condition(kind)
+  if c ~= nil and c.message ~= nil and c.message ~= "" then
+    return c.reason .. ": " .. c.message
+  end
+  return fallback
+end
+
+local generation = obj.metadata ~= nil and obj.metadata.generation or nil
+if obj.status == nil or obj.status.phase == nil then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to validate the adapter"
+  return hs
+end
+local observed = obj.status.observedGeneration
+if generation ~= nil and observed ~= nil and observed < generation then
+  hs.status = "Progressing"
+  hs.message = "Waiting for the operator to observe generation " .. generation
+  return hs
+end
+
+local phase = obj.status.phase
+if phase == "Ready" then
+  hs.status = "Healthy"
+  hs.message = message("Placed", "Ready")
+elseif phase == "Rejected" then
+  hs.status = "Degraded"
+  hs.message = message("Validated", message("Ready", "Rejected"))
+elseif phase == "Failed" then
+  hs.status = "Degraded"
+  hs.message = message("Ready", "Failed")
+else
+  hs.status = "Progressing"
+  hs.message = message("Ready", "Pending")
+end
+return hs
