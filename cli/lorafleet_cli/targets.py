@@ -164,7 +164,7 @@ class ClusterTarget:
         loop = asyncio.new_event_loop()
         try:
             configuration = loop.run_until_complete(
-                load_configuration(kubeconfig=kubeconfig, context=context)
+                load_configuration(kubeconfig=kubeconfig, context=context, kubeconfig_first=True)
             )
         except KubeConfigError as exc:
             raise TargetError(f"cannot load kubeconfig: {exc}") from exc

@@ -48,8 +48,14 @@ async def load_configuration(
     insecure: bool = False,
     kubeconfig: str | None = None,
     context: str | None = None,
+    kubeconfig_first: bool = False,
 ) -> client.Configuration:
-    """Connection settings: explicit server, else in-cluster, else kubeconfig."""
+    """Connection settings: explicit server, else in-cluster, else kubeconfig.
+
+    Services (operator, gateway) run in pods, so the service account comes first; the CLI
+    passes `kubeconfig_first`, as kubectl prefers your kubeconfig and falls back to the pod's
+    account. Naming a kubeconfig or a context means the kubeconfig, always.
+    """
     cfg = client.Configuration()
     if api_server:
         cfg.host = api_server.rstrip("/")
@@ -58,27 +64,47 @@ async def load_configuration(
             cfg.api_key = {"BearerToken": token}
             cfg.api_key_prefix = {"BearerToken": "Bearer"}
         return cfg
-    if kubeconfig is None and context is None:
+    explicit = kubeconfig is not None or context is not None
+    attempts = (
+        [_from_kubeconfig, _in_cluster] if kubeconfig_first else [_in_cluster, _from_kubeconfig]
+    )
+    if explicit:
+        attempts = [_from_kubeconfig]
+    problems = []
+    for attempt in attempts:
         try:
-            config.load_incluster_config(client_configuration=cfg)
+            await attempt(cfg, kubeconfig, context)
             return cfg
-        except config.ConfigException:
-            pass  # not in a pod: fall back to the kubeconfig
-    try:
-        await config.load_kube_config(
-            config_file=kubeconfig, context=context, client_configuration=cfg
-        )
-    except (config.ConfigException, OSError, TypeError) as exc:
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
-        msg = f"no service account and no usable kubeconfig ({where}): {exc}"
-        raise KubeConfigError(msg) from exc
-    return cfg
+        except (config.ConfigException, OSError, TypeError) as exc:
+            problems.append(str(exc))
+    where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    msg = f"no service account and no usable kubeconfig ({where}): {'; '.join(problems)}"
+    raise KubeConfigError(msg)
+
+
+async def _in_cluster(cfg: client.Configuration, _kubeconfig: str | None, _ctx: str | None) -> None:
+    config.load_incluster_config(client_configuration=cfg)
+
+
+async def _from_kubeconfig(
+    cfg: client.Configuration, kubeconfig: str | None, context: str | None
+) -> None:
+    await config.load_kube_config(
+        config_file=_kubeconfig_path(kubeconfig), context=context, client_configuration=cfg
+    )
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> str | None:
+    # Read $KUBECONFIG now: the library reads it once, at import.
+    return kubeconfig or os.environ.get("KUBECONFIG") or None
 
 
 def kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str:
     """The namespace of the kubeconfig's (or `context`'s) context; "default" when it has none."""
     try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, active = config.list_kube_config_contexts(
+            config_file=_kubeconfig_path(kubeconfig)
+        )
     except (config.ConfigException, OSError, TypeError):
         return "default"
     chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
