@@ -224,23 +224,19 @@ def check_files(paths: list[str]) -> list[str]:
     """`file: Kind/name: problem` for every lorafleet object in the YAML files; others skipped."""
     from pathlib import Path
 
-    import yaml
-
     from lorafleet_core.crds import RESOURCES
+    from lorafleet_core.manifests import load_file  # the one manifest reader
 
     kinds = {r.kind for r in RESOURCES}
     problems: list[str] = []
     for name in paths:
-        try:
-            docs = [d for d in yaml.safe_load_all(Path(name).read_text()) if d]
-        except (OSError, yaml.YAMLError) as exc:
-            problems.append(f"{name}: cannot read: {exc}")
-            continue
-        for doc in docs:
-            if not isinstance(doc, dict) or doc.get("kind") not in kinds:
+        loaded = load_file(Path(name))
+        problems += [f"{name}: cannot read: {e.message}" for e in loaded.errors]
+        for obj in loaded.objects:
+            if obj.kind not in kinds:
                 continue
-            label = f"{doc['kind']}/{(doc.get('metadata') or {}).get('name', '?')}"
-            problems += [f"{name}: {label}: {e}" for e in validate(schema_of(doc["kind"]), doc)]
+            label = f"{obj.kind}/{obj.name or '?'}"
+            problems += [f"{name}: {label}: {e}" for e in validate(schema_of(obj.kind), obj.body)]
     return problems
 
 

@@ -101,28 +101,37 @@ def _documents(path: Path) -> list[Any]:
     return list(yaml.load_all(text, Loader=_Loader))
 
 
+def load_file(path: Path) -> ManifestSet:
+    """Every object in one manifest file; a document that does not parse becomes an error."""
+    result = ManifestSet()
+    try:
+        docs = _documents(path)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        result.errors.append(FileError(path, f"cannot parse: {exc}"))
+        return result
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict) or "kind" not in doc:
+            result.errors.append(FileError(path, f"document {i} is not a Kubernetes object"))
+            continue
+        # A List (kubectl get -o yaml) holds its objects under items.
+        if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+            for item in doc["items"]:
+                if isinstance(item, dict):
+                    result.objects.append(LoadedObject(path, i, item))
+            continue
+        result.objects.append(LoadedObject(path, i, doc))
+    return result
+
+
 def load_folder(folder: Path) -> ManifestSet:
     """Every object in the folder; a file that does not parse becomes an error, not an abort."""
     result = ManifestSet()
     for path in manifest_files(folder):
-        try:
-            docs = _documents(path)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
-            result.errors.append(FileError(path, f"cannot parse: {exc}"))
-            continue
-        for i, doc in enumerate(docs):
-            if doc is None:
-                continue
-            if not isinstance(doc, dict) or "kind" not in doc:
-                result.errors.append(FileError(path, f"document {i} is not a Kubernetes object"))
-                continue
-            # A List (kubectl get -o yaml) holds its objects under items.
-            if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
-                for item in doc["items"]:
-                    if isinstance(item, dict):
-                        result.objects.append(LoadedObject(path, i, item))
-                continue
-            result.objects.append(LoadedObject(path, i, doc))
+        one = load_file(path)
+        result.objects.extend(one.objects)
+        result.errors.extend(one.errors)
     return result
 
 
