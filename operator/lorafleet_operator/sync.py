@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from lorafleet_core import reasons
 from lorafleet_core.kube_client import is_not_found
 from lorafleet_core.models import (
     AdapterAlias,
@@ -377,6 +378,6 @@ class FleetSync:
                 "AdapterAlias",
                 name,
                 self.uids.get(("AdapterAlias", name)),
-                "Deployed",
+                reasons.DEPLOYED,
                 f"{alias.spec.model} now serves {deployed} (was {previous})",
             )
