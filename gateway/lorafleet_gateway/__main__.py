@@ -20,6 +20,7 @@ def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
     return {
         "http": edge_protocol(settings.max_header_bytes, settings.header_timeout_s),
         "timeout_keep_alive": settings.keep_alive_timeout_s,
+        "ws": "none",  # the OpenAI API has no WebSocket route: refuse upgrades outright
     }
 
 

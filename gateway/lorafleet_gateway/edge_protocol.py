@@ -104,6 +104,10 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self._stop_header_clock()
         super().on_headers_complete()
 
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn's answer to bytes that are not HTTP is text/plain; ours is OpenAI's shape.
+        self._refuse(400, "The request is not valid HTTP/1.1.", "invalid_http_request")
+
     def _start_header_clock(self) -> None:
         self._reading_headers = True
         self._header_bytes = 0

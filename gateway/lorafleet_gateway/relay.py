@@ -21,6 +21,7 @@ import httpx
 
 from lorafleet_core.sse import SseFramer, event_json
 from lorafleet_gateway.errors import sse_error_event
+from lorafleet_gateway.replica_errors import drop_connection
 from lorafleet_gateway.upstream import Opened
 
 log = logging.getLogger("lorafleet.gateway.relay")
@@ -133,6 +134,8 @@ async def relay_stream(
     except (httpx.HTTPError, _BadStream) as exc:
         # Bytes already reached the client: the status line is sent, so the error goes in-band.
         log.warning("replica %s failed mid-stream: %r", opened.replica_id, exc)
+        if isinstance(exc, _BadStream):  # a replica that garbles its stream: not its socket
+            await drop_connection(opened.response)
         result.error = "upstream_error"
         yield sse_error_event(
             502, "The replica serving this request failed mid-stream.", "upstream_error"

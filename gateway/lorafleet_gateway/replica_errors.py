@@ -121,8 +121,13 @@ async def read_and_drop(response: httpx.Response) -> bytes:
     except httpx.HTTPError:
         pass  # whatever arrived is all there is
     finally:
-        stream = response.extensions.get("network_stream")
-        if stream is not None:
-            await stream.aclose()
-        await response.aclose()
+        await drop_connection(response)
     return b"".join(chunks)[:MAX_ERROR_BODY]
+
+
+async def drop_connection(response: httpx.Response) -> None:
+    """Close `response` and the connection it came on, which is then never reused."""
+    stream = response.extensions.get("network_stream")
+    if stream is not None:
+        await stream.aclose()
+    await response.aclose()

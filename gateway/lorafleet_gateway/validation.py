@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,14 +144,24 @@ def _invalid_unicode() -> APIError:
     )
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def _may_hold_surrogates(raw: bytes) -> bool:
-    return b"\\ud" in raw or b"\\uD" in raw
+    # A one-byte search first (memchr: ~0.2 us over 3 KB; a two-byte needle takes ~2.4 us):
+    # many bodies hold no escape at all.
+    return b"\\" in raw and _SURROGATE_ESCAPE.search(raw) is not None
+
+
+# Built once: json.loads with any hook builds a new decoder (and C scanner) per call, which
+# cost twice the parse itself.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def parse_json_body(raw: bytes, bounds: Bounds) -> Any:
     """`json.loads` that refuses what no engine may see; raises a 400 APIError."""
     try:
-        body = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
+        body = _DECODER.decode(raw.decode("utf-8"))
     except _NonFinite:
         raise _bad(
             "Numbers must be finite: NaN, Infinity and out-of-range literals are not valid JSON.",

@@ -80,6 +80,13 @@ def test_headers_never_finished_are_answered_408_and_closed(env: GatewayEnv):
     )
 
 
+def test_bytes_that_are_not_http_get_an_openai_400(env: GatewayEnv):
+    with _connect(env) as sock:
+        sock.sendall(b"\x16\x03\x01 hello, this is not HTTP\r\n\r\n")
+        status, error = _status_and_error(_read_all(sock))
+    assert (status, error["code"]) == (400, "invalid_http_request")
+
+
 def test_connection_that_sends_nothing_is_closed_after_the_header_timeout(env: GatewayEnv):
     with _connect(env) as sock:
         status, _ = _status_and_error(_read_all(sock))

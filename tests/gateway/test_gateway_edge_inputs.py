@@ -70,6 +70,7 @@ def test_non_finite_numbers_are_400(env: GatewayEnv, extra: str):
         '{"model":"acme/support:prod","messages":[{"role":"user","content":"x"}],"user":"\\udfff"}',
         '{"model":"acme/support:prod","messages":[{"role":"user","content":"x"}],'
         '"metadata":{"\\ud83d":1}}',
+        '{"model":"acme/support:prod","messages":[{"role":"user","content":"\\n\\uDBFF"}]}',
     ],
 )
 def test_lone_surrogates_are_400(env: GatewayEnv, body: str):
