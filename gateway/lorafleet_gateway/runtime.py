@@ -48,7 +48,7 @@ class Gateway:
         self.settings = settings
         self.holder = source.holder if source is not None else CatalogHolder()
         self.source = source or source_from_settings(settings, self.holder)
-        self.metrics = GatewayMetrics(settings.top_tenants, settings.tenant_window_s)
+        self.metrics = GatewayMetrics(settings.tenant_window_s)
         self.limiter = RateLimiter(
             Limits(settings.requests_per_second, settings.tokens_per_minute),
             max_tenants=settings.rate_limit_tenants_max,
