@@ -64,8 +64,8 @@ def parse(path: Path) -> Dockerfile:
         elif keyword == "FROM":
             parts = rest.split()
             base = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], parts[0])
-            name = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
-            stages.append(Stage(base, name))
+            alias = parts[2] if len(parts) == 3 and parts[1].upper() == "AS" else None
+            stages.append(Stage(base, alias))
         else:
             stages[-1].instructions.append((keyword, rest))
     return Dockerfile(args, stages)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,12 +21,12 @@ CONTROL = parse(ROOT / "Dockerfile")
 ENTRYPOINT_SH = (ROOT / "replica-image" / "entrypoint.sh").read_text()
 
 
-def replica_containers() -> dict[str, dict]:
+def replica_containers() -> dict[str, dict[str, Any]]:
     sts = pool_plan.plan_pool_objects(pool("p"), "ns", 1).statefulset
     return {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}
 
 
-def chart_deployments() -> dict[str, dict]:
+def chart_deployments() -> dict[str, dict[str, Any]]:
     import helm_python
 
     rendered = helm_python.Chart.load(ROOT / "charts" / "lorafleet").render({}, name="lf")
