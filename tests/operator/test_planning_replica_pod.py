@@ -178,3 +178,30 @@ def test_crd_refuses_malformed_pod_fields(path, value):
 
 def test_crd_accepts_the_gpu_example():
     assert validate(POOL_SCHEMA, GPU_DOC) == []
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch, as the API server applies the operator's update."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def test_taking_a_field_out_of_the_template_removes_it_from_the_statefulset():
+    before = plan_pool_objects(GPU_POOL, "ns", 2).statefulset
+    bare = GPU_POOL.model_copy(deep=True)
+    bare.spec.template = type(bare.spec.template)()
+    after = merge_patch(before, plan_pool_objects(bare, "ns", 2).statefulset)
+    pod = after["spec"]["template"]
+    for field in ("nodeSelector", "tolerations", "affinity", "serviceAccountName"):
+        assert field not in pod["spec"], field
+    assert "annotations" not in pod["metadata"]
+    # Lists are replaced whole; a null field inside one decodes as unset.
+    assert all(c.get("envFrom") is None for c in pod["spec"]["containers"])
+    assert not any(v["name"] == "models" for v in pod["spec"]["volumes"])

@@ -129,7 +129,8 @@ def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolO
     template = pool.spec.template
     drain = {"lifecycle": replica_pod.drain_hook(pool, INTERNAL_PORT)}
     shared_mounts = [{"name": "cache", "mountPath": CACHE_DIR}, *template.volume_mounts]
-    env_from = {"envFrom": list(template.env_from)} if template.env_from else {}
+    # Null when unset (not absent), so a merge patch removes what the template no longer has.
+    env_from = {"envFrom": list(template.env_from) or None}
     vllm = {
         "name": "vllm",
         "image": engine.image,
@@ -169,10 +170,9 @@ def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolO
         ],
     }
     pod_meta: dict[str, Any] = {
-        "labels": replica_pod.merged_labels(labels, template.metadata.labels)
+        "labels": replica_pod.merged_labels(labels, template.metadata.labels),
+        "annotations": dict(template.metadata.annotations) or None,
     }
-    if template.metadata.annotations:
-        pod_meta["annotations"] = dict(template.metadata.annotations)
     statefulset = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",

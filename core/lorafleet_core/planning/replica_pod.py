@@ -130,7 +130,9 @@ def merged_labels(ours: dict[str, str], extra: dict[str, str]) -> dict[str, str]
 
 
 def template_pod_fields(pool: ReplicaPool) -> dict[str, Any]:
-    """PodSpec fields taken as they are from spec.template (unset ones left out)."""
+    """PodSpec fields taken as they are from spec.template; unset ones are null, not absent:
+    the operator merge-patches the StatefulSet, and only a null removes a field a user took
+    out of the template (an absent key would leave the old tolerations in place)."""
     t = pool.spec.template
     fields: dict[str, Any] = {
         "nodeSelector": dict(t.node_selector),
@@ -142,4 +144,4 @@ def template_pod_fields(pool: ReplicaPool) -> dict[str, Any]:
         "runtimeClassName": t.runtime_class_name,
         "imagePullSecrets": list(t.image_pull_secrets),
     }
-    return {k: v for k, v in fields.items() if v}
+    return {k: v or None for k, v in fields.items()}
