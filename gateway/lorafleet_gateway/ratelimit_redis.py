@@ -38,20 +38,21 @@ log = logging.getLogger("lorafleet.gateway.ratelimit")
 
 # KEYS[1] tenant hash; ARGV: request rate, request burst, token rate (per s), token burst,
 # estimated tokens. Returns {status, wait_s as string, limit}: 1 admitted, 0 refused, 2 too
-# large. Fields: r/t bucket levels, ts last update (s), tr/tc token rate and capacity (settle
-# needs them).
+# large. Fields: r/t the two bucket levels, rts/tts when each was last refilled (s; settle
+# refills only the token bucket, so each keeps its own clock), tr/tc the token rate and
+# capacity (settle needs them).
 ACQUIRE = """
 local rps, rcap = tonumber(ARGV[1]), tonumber(ARGV[2])
 local trate, tcap = tonumber(ARGV[3]), tonumber(ARGV[4])
 local cost = tonumber(ARGV[5])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-local s = redis.call('HMGET', KEYS[1], 'r', 't', 'ts')
+local s = redis.call('HMGET', KEYS[1], 'r', 'rts', 't', 'tts')
+-- No state: a full bucket (what an idle tenant's state would have refilled to).
 local r = tonumber(s[1]) or rcap
-local t = tonumber(s[2]) or tcap
-local dt = math.max(0, now - (tonumber(s[3]) or now))
-r = math.min(rcap, r + dt * rps)
-t = math.min(tcap, t + dt * trate)
+local t = tonumber(s[3]) or tcap
+r = math.min(rcap, r + math.max(0, now - (tonumber(s[2]) or now)) * rps)
+t = math.min(tcap, t + math.max(0, now - (tonumber(s[4]) or now)) * trate)
 local status, wait, limit = 1, 0, ''
 if cost > tcap then
   status, wait, limit = 2, 60, 'tokens'
@@ -65,23 +66,25 @@ else
     r, t = r - 1, t - cost
   end
 end
-redis.call('HSET', KEYS[1], 'r', tostring(r), 't', tostring(t), 'ts', tostring(now),
-           'tr', tostring(trate), 'tc', tostring(tcap))
+redis.call('HSET', KEYS[1], 'r', string.format('%.17g', r), 't', string.format('%.17g', t),
+           'rts', string.format('%.17g', now), 'tts', string.format('%.17g', now),
+           'tr', string.format('%.17g', trate), 'tc', string.format('%.17g', tcap))
 redis.call('EXPIRE', KEYS[1], math.ceil(math.max(rcap / rps, tcap / trate)) + 1)
-return {status, tostring(wait), limit}
+return {status, string.format('%.17g', wait), limit}
 """
 
 # KEYS[1] tenant hash; ARGV[1] tokens to give back (negative: charge). No state: nothing to do
-# (an expired hash is a full bucket already).
+# (an expired hash is a full bucket already). Refills the token bucket to now first, as the
+# in-memory limiter does, and leaves the request bucket and its clock alone.
 SETTLE = """
-local s = redis.call('HMGET', KEYS[1], 't', 'ts', 'tr', 'tc')
+local s = redis.call('HMGET', KEYS[1], 't', 'tts', 'tr', 'tc')
 if not s[1] then return 0 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 local trate, tcap = tonumber(s[3]), tonumber(s[4])
 local t = math.min(tcap, tonumber(s[1]) + math.max(0, now - tonumber(s[2])) * trate)
 t = math.min(tcap, t + tonumber(ARGV[1]))
-redis.call('HSET', KEYS[1], 't', tostring(t), 'ts', tostring(now))
+redis.call('HSET', KEYS[1], 't', string.format('%.17g', t), 'tts', string.format('%.17g', now))
 return 1
 """
 

@@ -62,6 +62,25 @@ async def test_settle_refunds_what_a_request_did_not_use(redis_server):
         await shared.aclose()
 
 
+async def test_settling_finished_requests_does_not_hold_back_the_request_bucket(redis_server):
+    """Each bucket refills on its own clock: a request finishing (settle) while the tenant
+    waits for its next request slot must not restart that slot's refill."""
+    shared, t = limiter(redis_server.url), tenant()
+    try:
+        for _ in range(5):
+            assert (await shared.acquire(t, 10)).allowed
+        state = await shared.client.hgetall(shared.key(t))
+        await shared.settle(t, 10, 5)
+        after = await shared.client.hgetall(shared.key(t))
+        token_fields = {b"t", b"tts"}
+        assert {k: v for k, v in after.items() if k not in token_fields} == {
+            k: v for k, v in state.items() if k not in token_fields
+        }
+        assert float(after[b"t"]) > float(state[b"t"])  # the refund landed
+    finally:
+        await shared.aclose()
+
+
 async def test_tenant_state_expires_once_the_buckets_would_be_full(redis_server):
     shared, t = limiter(redis_server.url), tenant()
     try:
