@@ -12,6 +12,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -19,7 +20,14 @@ import pytest
 
 from tests.conftest import free_port
 from tests.gateway import manifests as m
-from tests.gateway.conftest import KEYS, default_aliases, start_env, stop_env, wait_for
+from tests.gateway.conftest import (
+    KEYS,
+    MSG_DEFAULT,
+    default_aliases,
+    start_env,
+    stop_env,
+    wait_for,
+)
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.redis_server import RedisServer
 from tests.gateway.servers import ServerThread
@@ -29,7 +37,8 @@ LIMIT_RPS = 20.0
 BODY = {"model": "acme/support:prod", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _ready(url: str) -> bool:
+def _alive_and_ready(proc: subprocess.Popen[bytes], url: str) -> bool:
+    assert proc.poll() is None, "gateway exited"
     try:
         return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
     except httpx.HTTPError:
@@ -76,7 +85,7 @@ def two_gateways(tmp_path: Path, redis_server: RedisServer) -> Iterator[list[str
             urls.append((f"http://127.0.0.1:{port}", f"http://127.0.0.1:{internal}"))
         try:
             for (_, internal_url), proc in zip(urls, procs, strict=True):
-                wait_for(lambda u=internal_url, p=proc: p.poll() is None and _ready(u), 60)
+                wait_for(partial(_alive_and_ready, proc, internal_url), 60, "gateway ready")
             yield [public for public, _ in urls]
         finally:
             for proc in procs:
@@ -143,12 +152,12 @@ def test_redis_down_fails_open_and_counts_it(tmp_path: Path):
     )
     try:
         client = env.client()
-        client.chat.completions.create(model="acme/support:prod", messages=BODY["messages"])
+        client.chat.completions.create(model="acme/support:prod", messages=MSG_DEFAULT)
         assert _metric(env, "lorafleet_gateway_rate_limit_backend_up") == 1
         redis.stop()
         # Far above 2/s, all admitted: the stated choice is to fail open.
         for _ in range(10):
-            client.chat.completions.create(model="acme/support:prod", messages=BODY["messages"])
+            client.chat.completions.create(model="acme/support:prod", messages=MSG_DEFAULT)
         assert _metric(env, "lorafleet_gateway_rate_limit_backend_up") == 0
         errors = _metric(
             env, "lorafleet_gateway_rate_limit_backend_errors_total", operation="acquire"
