@@ -32,7 +32,7 @@ async def test_burst_then_refusal_match_the_in_memory_limiter(redis_server):
     shared, local, t = limiter(redis_server.url), RateLimiter(Limits(5, 1000)), tenant()
     try:
         remote = [await shared.acquire(t, 10) for _ in range(7)]
-        memory = [await _maybe_await(local.acquire(t, 10)) for _ in range(7)]
+        memory = [await local.acquire(t, 10) for _ in range(7)]
         assert (
             [d.allowed for d in remote] == [d.allowed for d in memory] == [True] * 5 + [False] * 2
         )
@@ -43,11 +43,6 @@ async def test_burst_then_refusal_match_the_in_memory_limiter(redis_server):
         assert (too_big.allowed, too_big.too_large, too_big.limit) == (False, True, "tokens")
     finally:
         await shared.aclose()
-
-
-async def _maybe_await(value):
-    # The in-memory limiter's methods are plain on some versions, coroutines on others.
-    return await value if hasattr(value, "__await__") else value
 
 
 async def test_settle_refunds_what_a_request_did_not_use(redis_server):
