@@ -6,11 +6,12 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+
+from tests.waiting import eventually
 
 
 def redis_server_binary() -> str:
@@ -44,16 +45,15 @@ class RedisServer:
         argv += ["--save", "", "--appendonly", "no", "--dir", str(self.folder)]
         log = (self.folder / "redis.log").open("ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        proc = self.proc
         client = redis.Redis(port=self.port, socket_timeout=1)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                if client.ping():
-                    break
-            except redis.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not start: {argv}") from None
-            time.sleep(0.02)
+        eventually(
+            client.ping,
+            within_s=timeout_s,
+            what=f"redis-server on port {self.port}",
+            ignore=(redis.ConnectionError,),
+            abort=lambda: None if proc.poll() is None else f"exited: {argv}",
+        )
         client.close()
         return self
 

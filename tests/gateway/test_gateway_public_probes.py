@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.gateway.conftest import GatewayEnv, wait_for
+from tests.gateway.conftest import GatewayEnv
+from tests.waiting import eventually
 
 
 def test_public_health_paths_answer_without_a_key_and_reveal_nothing(env: GatewayEnv):
@@ -24,7 +25,7 @@ def test_without_healthy_replicas_readyz_is_503_but_healthz_keeps_the_gateway_in
 ):
     for r in env.replicas.values():
         r.state_mode = "error"
-    wait_for(lambda: httpx.get(f"{env.server.url}/readyz").status_code == 503)
+    eventually(lambda: httpx.get(f"{env.server.url}/readyz").status_code == 503, what="503")
     body = httpx.get(f"{env.server.url}/readyz").json()
     assert body["error"]["code"] == "not_ready"
     assert set(body["error"]) == {"message", "type", "param", "code"}

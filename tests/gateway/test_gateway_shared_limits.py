@@ -26,23 +26,23 @@ from tests.gateway.conftest import (
     default_aliases,
     start_env,
     stop_env,
-    wait_for,
 )
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.redis_server import RedisServer
 from tests.gateway.servers import ServerThread
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 LIMIT_RPS = 20.0
 BODY = {"model": "acme/support:prod", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _alive_and_ready(proc: subprocess.Popen[bytes], url: str) -> bool:
-    assert proc.poll() is None, "gateway exited"
-    try:
-        return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+def _ready(url: str) -> bool:
+    return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> str | None:
+    return None if proc.poll() is None else f"gateway exited with {proc.returncode}"
 
 
 @pytest.fixture
@@ -85,7 +85,13 @@ def two_gateways(tmp_path: Path, redis_server: RedisServer) -> Iterator[list[str
             urls.append((f"http://127.0.0.1:{port}", f"http://127.0.0.1:{internal}"))
         try:
             for (_, internal_url), proc in zip(urls, procs, strict=True):
-                wait_for(partial(_alive_and_ready, proc, internal_url), 60, "gateway ready")
+                eventually(
+                    partial(_ready, internal_url),
+                    within_s=60,
+                    what="gateway ready",
+                    ignore=(httpx.HTTPError,),
+                    abort=partial(_exited, proc),
+                )
             yield [public for public, _ in urls]
         finally:
             for proc in procs:
