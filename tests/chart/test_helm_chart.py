@@ -285,15 +285,16 @@ def test_every_chart_pod_runs_restricted_with_runtime_default_seccomp():
 def test_monitoring_labels_reach_every_monitoring_object():
     docs = render(ci_values("gpu-cluster-values.yaml"))
     for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
-        (obj,) = by_kind(docs, kind)
-        assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
-        assert obj["metadata"]["labels"]["team"] == "ml-platform", kind  # commonLabels
+        assert by_kind(docs, kind), kind
+        for obj in by_kind(docs, kind):
+            assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
+            assert obj["metadata"]["labels"]["team"] == "ml-platform", kind  # commonLabels
     (rule,) = by_kind(docs, "PrometheusRule")
     assert rule["metadata"]["labels"]["role"] == "alert-rules"
     (dashboard,) = by_kind(docs, "ConfigMap")
     assert dashboard["metadata"]["labels"]["grafana_folder"] == "lorafleet"
-    (monitor,) = by_kind(docs, "ServiceMonitor")
-    assert monitor["spec"]["endpoints"][0]["interval"] == "30s"
+    monitors = {m["metadata"]["name"]: m for m in by_kind(docs, "ServiceMonitor")}
+    assert monitors["lf-lorafleet-gateway"]["spec"]["endpoints"][0]["interval"] == "30s"
 
 
 def test_network_policy_peers_take_namespace_selectors():
