@@ -61,14 +61,47 @@ kind: ReplicaPool
 metadata: {name: gpu}
 spec:
   baseModel: {name: tiny-llama, hash: "$HASH", uri: /models/tiny}
-  engine: {image: "${REPLICA_IMAGE:-ghcr.io/lorafleet/replica:0.1.0}", gpuSlots: 8, hostRamSlots: 32, maxRank: 16}
+  # kind has no GPU: gpus 0 and small requests, so the pods schedule on a laptop.
+  engine:
+    image: "${REPLICA_IMAGE:-ghcr.io/lorafleet/replica:0.1.0}"
+    gpuSlots: 8
+    hostRamSlots: 32
+    maxRank: 16
+    gpus: 0
+    startupSeconds: 600
+    drainSeconds: 20
+    resources: {requests: {cpu: 500m, memory: 2Gi}, limits: {memory: 4Gi}}
   replicas: {min: 2, max: 4}
   autoscaling: {pollIntervalSeconds: 2, scaleUpStabilizationSeconds: 0, scaleDownStabilizationSeconds: 30}
+  template:
+    metadata: {labels: {e2e: kind}}
+    tolerations: [{key: lorafleet.dev/e2e, operator: Exists, effect: NoSchedule}]
+    env: [{name: LORAFLEET_AGENT_S3_ENDPOINT_URL, value: "http://minio.invalid:9000"}]
 YAML
 wait_jsonpath statefulset gpu '{.spec.replicas}' 2
 wait_jsonpath statefulset gpu '{.metadata.ownerReferences[0].kind}' ReplicaPool
 kubectl -n "$NS" get statefulset gpu -o jsonpath='{.spec.template.spec.containers[0].args}' \
   | grep -q -- '--max-lora-rank' || fail "engine flags missing"
+sts_path() { kubectl -n "$NS" get statefulset gpu -o "jsonpath=$1"; }
+[[ "$(sts_path '{.spec.template.spec.tolerations[0].key}')" == lorafleet.dev/e2e ]] \
+  || fail "spec.template.tolerations not rendered"
+[[ "$(sts_path '{.spec.template.metadata.labels.e2e}')" == kind ]] || fail "template labels missing"
+[[ "$(sts_path '{.spec.template.spec.securityContext.runAsNonRoot}')" == true ]] \
+  || fail "replica pods not non-root"
+sts_path '{.spec.template.spec.containers[0].startupProbe.exec.command}' \
+  | grep -q lorafleet_agent.probe || fail "vLLM startupProbe missing"
+sts_path '{.spec.template.spec.containers[0].command[0]}' | grep -qx python3 \
+  || fail "containers must run the image's python3"
+if kubectl -n "$NS" apply --dry-run=server --validate=strict -f - >/dev/null 2>&1 <<YAML
+apiVersion: lorafleet.dev/v1alpha1
+kind: ReplicaPool
+metadata: {name: typo}
+spec:
+  baseModel: {name: tiny-llama, hash: "$HASH", uri: /models/tiny}
+  template: {tolerations: [{key: nvidia.com/gpu, operator: Exists, efect: NoSchedule}]}
+YAML
+then fail "a misspelt toleration field was accepted"
+else echo "ok: the CRD's core/v1 schema refuses tolerations[0].efect"; fi
 kubectl -n "$NS" get service gpu >/dev/null
 kubectl -n "$NS" get poddisruptionbudget gpu >/dev/null
 wait_jsonpath replicapool gpu '{.status.selector}' 'lorafleet.dev/component=replica,lorafleet.dev/pool=gpu'

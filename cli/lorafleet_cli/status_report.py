@@ -24,7 +24,8 @@ from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.replica_state import ReplicaState
 
 REQUESTS_BY_TIER = "lorafleet_agent_requests"  # the agent's counter, label `tier`
-TENANT_MISSES = "lorafleet_gateway_tenant_ttft_misses"
+# The gateway's per-tenant SLO counters (family names; the samples end in _total).
+TENANT_MISSES = "lorafleet_gateway_tenant_ttft_over_target"
 TENANT_REQUESTS = "lorafleet_gateway_tenant_requests"
 TIERS = ("gpu", "ram", "disk", "remote")
 WORST_TENANTS = 5
@@ -68,8 +69,8 @@ def gpu_share(hits: Mapping[str, float]) -> float | None:
 
 
 def worst_tenants(metrics_text: str, n: int = WORST_TENANTS) -> list[dict[str, Any]]:
-    """Tenants by share of requests over the TTFT target in the gateway's window, worst first
-    (only tenants the gateway exports: its top-N by misses and by requests)."""
+    """Tenants by share of requests over the TTFT target, worst first, from one gateway's
+    per-tenant counters (tenants active in its window; counts since the tenant appeared)."""
     misses: dict[str, float] = {}
     requests: dict[str, float] = {}
     for family in _families(metrics_text):

@@ -19,6 +19,8 @@ pydantic emits. The conversion below:
   every `x-kubernetes-*` extension (list types, CEL validations). Defaults made by a
   `default_factory` (lists, nested objects) are not in the schema, so the API server stores
   only what the user wrote; the models fill them in when a component reads the object;
+- inlines Kubernetes' own schema for fields that mirror a core/v1 Pod field (the replica pod
+  template: tolerations, affinity, env, volumes, ...; see `kube_schemas`);
 - refuses (ValueError) anything it cannot express structurally, instead of writing a CRD the
   API server would reject at install time.
 """
@@ -35,7 +37,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from lorafleet_core import names
+from lorafleet_core import kube_schemas, names
 from lorafleet_core.crd_resources import RESOURCES, PrinterColumn, ResourceKind
 
 Schema = dict[str, Any]
@@ -134,6 +136,9 @@ def _resolve(node: Schema, defs: dict[str, Schema]) -> Schema:
 
 def _structural(node: Schema, defs: dict[str, Schema], path: str) -> Schema:
     node = _resolve(node, defs)
+    if kube_schemas.KUBE_FIELD in node:
+        # A field that mirrors a core/v1 Pod field takes Kubernetes' own schema.
+        return kube_schemas.structural_field(node)
     out: Schema = {}
     for key, value in node.items():
         if key in _DROPPED_KEYS:

@@ -1,88 +1,103 @@
 """Prometheus metrics of the gateway, on a registry per gateway (tests run several).
 
-Per-tenant signals without per-tenant series: with 5,000 tenants a `tenant` label on every
-metric would multiply each metric by 5,000. Instead the gateway counts, per tenant and in
-memory (bounded by the tenants in the catalog), requests and requests whose TTFT missed the
-target over a rolling window, and exports only the top N tenants of each as gauges
-(`lorafleet_gateway_tenant_ttft_misses` / `lorafleet_gateway_tenant_requests`, at most
-2 * N series). "Which tenants are suffering right now" is answered from Prometheus; the full
-per-request detail (tenant, model, adapter, replica, tier, TTFT) is in the request log.
+Per-tenant SLO signals that add up across gateway pods: two counters per tenant,
+`lorafleet_gateway_tenant_requests_total` and `lorafleet_gateway_tenant_ttft_over_target_total`
+(requests whose time to first token exceeded `ttft_target_s`). Summed over pods,
+`increase(over_target) / increase(requests)` is each tenant's fraction over target, and a
+tenant's p95 TTFT is above the target exactly when that fraction exceeds 5%. Counters, unlike
+per-pod top-N gauges, neither rank per-pod series (a tenant appearing twice, the true worst
+missed) nor depend on which pod a tenant's requests landed on.
+
+Bounded: only tenants with a request in the last `window_s` are exported (and remembered); a
+tenant idle for longer drops out and, when it comes back, starts a new series from zero, which
+`rate()`/`increase()` read as a counter reset. With 5,000 tenants and a 5-minute window this is
+the tenants active in the last 5 minutes, not 5,000 series per metric. The full per-request
+detail (tenant, model, adapter, replica, tier, TTFT) is in the request log.
 """
 
 from __future__ import annotations
 
-import heapq
 import time
-from collections import Counter
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
+TENANT_REQUESTS = "lorafleet_gateway_tenant_requests"
+TENANT_OVER_TARGET = "lorafleet_gateway_tenant_ttft_over_target"
 
 
-class TenantWindow(Collector):
-    """Per-tenant request and TTFT-miss counts over a rolling window (two half-windows)."""
+@dataclass(slots=True)
+class _TenantCounts:
+    requests: int = 0
+    over_target: int = 0
+    last_seen: float = 0.0
 
-    def __init__(
-        self, top_n: int, window_s: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.top_n = top_n
-        self.half = window_s / 2
+
+class TenantSLO(Collector):
+    """Per-tenant request and over-TTFT-target counters, for tenants active in `window_s`."""
+
+    def __init__(self, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
         self.clock = clock
-        self._started = clock()
-        self._requests: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
-        self._misses: tuple[Counter[str], Counter[str]] = (Counter(), Counter())
+        # Least recently seen first, so forgetting idle tenants stops at the first active one.
+        self._tenants: OrderedDict[str, _TenantCounts] = OrderedDict()
 
-    def _rotate(self) -> None:
+    def __len__(self) -> int:
+        return len(self._tenants)
+
+    def observe(self, tenant: str, over_target: bool) -> None:
         now = self.clock()
-        if now - self._started >= self.half:
-            # Drop the older half; the window covers between one and two halves.
-            skipped = now - self._started >= 2 * self.half
-            old_r = Counter() if skipped else self._requests[1]
-            old_m = Counter() if skipped else self._misses[1]
-            self._requests = (old_r, Counter())
-            self._misses = (old_m, Counter())
-            self._started = now
+        counts = self._tenants.get(tenant)
+        if counts is None:
+            counts = self._tenants[tenant] = _TenantCounts()
+        else:
+            self._tenants.move_to_end(tenant)
+        counts.requests += 1
+        counts.over_target += over_target
+        counts.last_seen = now
+        self._forget(now)
 
-    def observe(self, tenant: str, missed_target: bool) -> None:
-        self._rotate()
-        self._requests[1][tenant] += 1
-        if missed_target:
-            self._misses[1][tenant] += 1
+    def _forget(self, now: float) -> None:
+        while self._tenants:
+            tenant, counts = next(iter(self._tenants.items()))
+            if now - counts.last_seen <= self.window_s:
+                return
+            del self._tenants[tenant]
 
-    def top(self, which: str) -> list[tuple[str, int]]:
-        self._rotate()
-        pair = self._misses if which == "misses" else self._requests
-        total = pair[0] + pair[1]
-        return heapq.nlargest(self.top_n, total.items(), key=lambda kv: (kv[1], kv[0]))
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """tenant -> (requests, over target), for the tenants still in the window."""
+        self._forget(self.clock())
+        return {t: (c.requests, c.over_target) for t, c in self._tenants.items()}
 
     def collect(self) -> Iterator[Metric]:
-        misses = GaugeMetricFamily(
-            "lorafleet_gateway_tenant_ttft_misses",
-            "Requests over the TTFT target in the rolling window, top-N tenants only",
+        requests = CounterMetricFamily(
+            TENANT_REQUESTS,
+            "Requests that got a first token, per tenant active in the window",
             labels=["tenant"],
         )
-        for tenant, n in self.top("misses"):
-            misses.add_metric([tenant], n)
-        requests = GaugeMetricFamily(
-            "lorafleet_gateway_tenant_requests",
-            "Requests in the rolling window, top-N tenants only",
+        over = CounterMetricFamily(
+            TENANT_OVER_TARGET,
+            "Requests whose time to first token exceeded the target, per tenant active in the "
+            "window",
             labels=["tenant"],
         )
-        for tenant, n in self.top("requests"):
+        for tenant, (n, missed) in sorted(self.counts().items()):
             requests.add_metric([tenant], n)
-        yield misses
+            over.add_metric([tenant], missed)
         yield requests
+        yield over
 
 
 class GatewayMetrics:
-    def __init__(self, top_n: int = 20, window_s: float = 300.0) -> None:
+    def __init__(self, window_s: float = 300.0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.ttft = Histogram(
@@ -127,7 +142,20 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             "lorafleet_gateway_requests_in_flight", "Requests being served", registry=r
         )
-        self.tenants = TenantWindow(top_n, window_s)
+        self.rate_limit_backend_errors = PromCounter(
+            "lorafleet_gateway_rate_limit_backend_errors",
+            "Rate-limit calls the shared backend (Redis) could not answer, by operation; each "
+            "was decided by the configured failure mode (open: admitted unchecked)",
+            ["operation"],
+            registry=r,
+        )
+        self.rate_limit_backend_up = Gauge(
+            "lorafleet_gateway_rate_limit_backend_up",
+            "1 while the shared rate-limit backend answers (always 1 for the in-memory limiter)",
+            registry=r,
+        )
+        self.rate_limit_backend_up.set(1)
+        self.tenants = TenantSLO(window_s)
         r.register(self.tenants)
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
 

@@ -24,6 +24,7 @@ from lorafleet_gateway.auth import authenticate
 from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.edge import EdgeMiddleware, edge_limits
 from lorafleet_gateway.errors import APIError, error_response, http_error_response, model_not_found
+from lorafleet_gateway.public_probes import probe_routes
 from lorafleet_gateway.relay import RelayResult, json_usage, relay_stream
 from lorafleet_gateway.reqlog import log_request
 from lorafleet_gateway.reservation import RateLimited, Reservation
@@ -280,6 +281,7 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
             Route("/v1/completions", CompletionEndpoint(gw, "completion"), methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+            *probe_routes(gw),
         ],
         exception_handlers={APIError: api_error, StarletteHTTPException: http_error},
         # Body size and time, unhandled errors, early-failure limits: see edge.py.

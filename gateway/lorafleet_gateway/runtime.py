@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 import httpx
 
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
 from lorafleet_gateway.metrics import GatewayMetrics
-from lorafleet_gateway.ratelimit import Limits, RateLimiter
+from lorafleet_gateway.ratelimit import Limiter, Limits, RateLimiter
 from lorafleet_gateway.replica_poller import ReplicaTracker
 from lorafleet_gateway.router import Thresholds
 from lorafleet_gateway.settings import GatewaySettings
@@ -43,16 +44,42 @@ def source_from_settings(settings: GatewaySettings, holder: CatalogHolder) -> Ca
     )
 
 
+async def _nothing_to_close() -> None:
+    return None
+
+
+def limiter_from_settings(
+    settings: GatewaySettings, metrics: GatewayMetrics
+) -> tuple[Limiter, Callable[[], Awaitable[None]]]:
+    """The limiter `rate_limit_backend` names, and how to close it: in-memory buckets
+    (standalone, one gateway) or Redis buckets shared by every gateway pod."""
+    defaults = Limits(settings.requests_per_second, settings.tokens_per_minute)
+    if settings.rate_limit_backend == "redis":
+        # Imported here: the in-memory default needs no Redis client installed.
+        from lorafleet_gateway.ratelimit_redis import RedisRateLimiter
+
+        shared = RedisRateLimiter.from_url(
+            settings.rate_limit_redis_url,
+            defaults,
+            password=settings.rate_limit_redis_password,
+            timeout_s=settings.rate_limit_redis_timeout_s,
+            prefix=settings.rate_limit_redis_prefix,
+            on_error=settings.rate_limit_on_backend_error,
+            retry_s=settings.rate_limit_backend_retry_s,
+            errors=metrics.rate_limit_backend_errors,
+            up=metrics.rate_limit_backend_up,
+        )
+        return shared, shared.aclose
+    return RateLimiter(defaults, max_tenants=settings.rate_limit_tenants_max), _nothing_to_close
+
+
 class Gateway:
     def __init__(self, settings: GatewaySettings, source: CatalogSource | None = None) -> None:
         self.settings = settings
         self.holder = source.holder if source is not None else CatalogHolder()
         self.source = source or source_from_settings(settings, self.holder)
-        self.metrics = GatewayMetrics(settings.top_tenants, settings.tenant_window_s)
-        self.limiter = RateLimiter(
-            Limits(settings.requests_per_second, settings.tokens_per_minute),
-            max_tenants=settings.rate_limit_tenants_max,
-        )
+        self.metrics = GatewayMetrics(settings.tenant_window_s)
+        self.limiter, self._close_limiter = limiter_from_settings(settings, self.metrics)
         self.thresholds = Thresholds(settings.max_tokens_in_flight, settings.max_queue_depth)
         self.bounds = Bounds(
             settings.max_body_bytes,
@@ -113,3 +140,4 @@ class Gateway:
         self._tasks = []
         await self.client.aclose()
         await self.poll_client.aclose()
+        await self._close_limiter()

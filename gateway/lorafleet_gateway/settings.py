@@ -48,6 +48,32 @@ class GatewaySettings(BaseSettings):
     requests_per_second: float = Field(default=20.0, gt=0)
     tokens_per_minute: int = Field(default=200_000, gt=0)
     rate_limit_tenants_max: int = Field(default=20_000, ge=1, description="bucket state kept")
+    rate_limit_backend: Literal["memory", "redis"] = Field(
+        default="memory",
+        description="memory: buckets in this process (standalone, one gateway); redis: buckets "
+        "shared by every gateway pod through `rate_limit_redis_url`",
+    )
+    rate_limit_redis_url: str = Field(
+        default="redis://127.0.0.1:6379/0",
+        description="redis:// or rediss:// URL (a password goes in the URL or "
+        "LORAFLEET_GATEWAY_RATE_LIMIT_REDIS_PASSWORD)",
+    )
+    rate_limit_redis_password: str | None = Field(default=None, repr=False)
+    rate_limit_redis_prefix: str = Field(default="lorafleet:ratelimit", min_length=1)
+    rate_limit_redis_timeout_s: float = Field(
+        default=0.05, gt=0, description="per call; a slower Redis counts as down"
+    )
+    rate_limit_on_backend_error: Literal["open", "closed"] = Field(
+        default="open",
+        description="Redis down: open admits requests unchecked (counted in "
+        "lorafleet_gateway_rate_limit_backend_errors_total), closed refuses them with 429",
+    )
+    rate_limit_backend_retry_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="after a Redis error, decide by the failure mode without asking Redis "
+        "for this long (no per-request timeout while it is down)",
+    )
 
     # Request bounds.
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
@@ -81,6 +107,9 @@ class GatewaySettings(BaseSettings):
 
     # Observability.
     ttft_target_s: float = Field(default=1.0, gt=0)
-    top_tenants: int = Field(default=20, ge=0, description="tenants exported per-tenant")
-    tenant_window_s: float = Field(default=300.0, gt=0)
+    tenant_window_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="per-tenant SLO counters are exported for tenants active this recently",
+    )
     log_level: str = "INFO"

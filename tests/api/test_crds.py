@@ -178,6 +178,11 @@ def test_schema_is_structural(name, schema):
     problems: list[str] = []
     for path, node in walk(schema):
         where = f"{name}:{path or '<root>'}"
+        if node.get("x-kubernetes-int-or-string"):
+            # The one untyped form a structural schema allows (Quantity, IntOrString).
+            if node.get("anyOf") != [{"type": "integer"}, {"type": "string"}] or "type" in node:
+                problems.append(f"{where}: int-or-string must be anyOf integer/string")
+            continue
         for key in ("$ref", "anyOf", "oneOf", "allOf", "not", "const", "title", "$defs"):
             if key in node:
                 problems.append(f"{where}: {key}")
@@ -223,9 +228,12 @@ def test_metadata_is_not_restricted(name, schema):
 
 @pytest.mark.parametrize(("name", "schema"), all_schemas())
 def test_every_field_has_a_description(name, schema):
-    """`kubectl explain <kind>.spec.<field>` prints these."""
+    """`kubectl explain <kind>.spec.<field>` prints these (map values and list items are not
+    fields: it prints the map's or list's description)."""
     missing = [
-        p for p, node in walk(schema) if p and not p.endswith("[]") and not node.get("description")
+        p
+        for p, node in walk(schema)
+        if p and not p.endswith(("[]", "{}")) and not node.get("description")
     ]
     assert missing == []
 
@@ -286,9 +294,36 @@ def test_constraints_survive_translation():
     assert status["phase"]["enum"] == ["Pending", "Ready", "Rejected", "Failed"]
     pool = dict(all_schemas())["lorafleet.dev_replicapools.yaml"]
     resources = pool["properties"]["spec"]["properties"]["engine"]["properties"]["resources"]
+    # core/v1 ResourceRequirements, not a free-form object: quantities are int-or-string with
+    # the API server's syntax.
     assert resources["type"] == "object"
-    assert resources["x-kubernetes-preserve-unknown-fields"] is True
-    assert "additionalProperties" not in resources
+    assert "x-kubernetes-preserve-unknown-fields" not in resources
+    limit = resources["properties"]["limits"]["additionalProperties"]
+    assert limit["x-kubernetes-int-or-string"] is True
+    assert limit["pattern"].startswith("^(\\+|-)?")
+
+
+def test_pod_template_fields_carry_the_core_v1_schemas():
+    """No free-form objects where Kubernetes has a schema: a typo in a toleration is refused."""
+    pool = dict(all_schemas())["lorafleet.dev_replicapools.yaml"]
+    template = pool["properties"]["spec"]["properties"]["template"]["properties"]
+    toleration = template["tolerations"]["items"]["properties"]
+    assert set(toleration) == {"effect", "key", "operator", "tolerationSeconds", "value"}
+    assert template["tolerations"]["maxItems"] == 64
+    env = template["env"]
+    assert env["x-kubernetes-list-type"] == "map"
+    assert env["items"]["required"] == ["name"]
+    assert "valueFrom" in env["items"]["properties"]
+    node_affinity = template["affinity"]["properties"]["nodeAffinity"]
+    assert "requiredDuringSchedulingIgnoredDuringExecution" in node_affinity["properties"]
+    assert template["imagePullSecrets"]["items"]["required"] == ["name"]
+    free_form = [
+        p
+        for p, node in walk(pool["properties"]["spec"])
+        if node.get("x-kubernetes-preserve-unknown-fields")
+    ]
+    # Only what Kubernetes itself leaves free-form (managedFields' FieldsV1) remains.
+    assert all("managedFields" in p for p in free_form), free_form
 
 
 # --- the generator refuses what Kubernetes cannot express ---------------------------------------

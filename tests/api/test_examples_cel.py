@@ -63,15 +63,15 @@ def test_example_is_valid(doc):
 
 
 def test_examples_hang_together():
-    """The alias names an example adapter of its tenant; adapters match the pool's base model."""
-    pool = examples_of_kind("ReplicaPool")[0]
+    """The alias names an example adapter of its tenant; adapters match every pool's base model."""
     adapters = {a["metadata"]["name"]: a for a in examples_of_kind("LoRAAdapter")}
     alias = examples_of_kind("AdapterAlias")[0]
     assert alias["spec"]["adapter"] in adapters
     assert adapters[alias["spec"]["adapter"]]["spec"]["tenant"] == alias["spec"]["tenant"]
-    for adapter in adapters.values():
-        assert adapter["spec"]["baseModelHash"] == pool["spec"]["baseModel"]["hash"]
-        assert adapter["spec"]["rank"] <= pool["spec"]["engine"]["maxRank"]
+    for pool in map(ReplicaPool.model_validate, examples_of_kind("ReplicaPool")):
+        for adapter in adapters.values():
+            assert adapter["spec"]["baseModelHash"] == pool.spec.base_model.hash
+            assert adapter["spec"]["rank"] <= pool.spec.engine.max_rank
 
 
 def test_secret_example_holds_no_plaintext_key():

@@ -36,9 +36,36 @@ def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     chart = helm_python.Chart.load(CHART)
     rendered = chart.render(values or {}, name="lf", namespace="serving")
     docs: list[dict[str, Any]] = []
-    for text in rendered.values():
-        docs.extend(d for d in yaml.safe_load_all(text) if d)
+    for path, text in rendered.items():
+        if not path.endswith("NOTES.txt"):
+            docs.extend(d for d in yaml.safe_load_all(text) if d)
     return docs
+
+
+def notes(values: dict[str, Any] | None = None) -> str:
+    rendered = helm_python.Chart.load(CHART).render(values or {}, name="lf", namespace="serving")
+    text: str = next(t for path, t in rendered.items() if path.endswith("NOTES.txt"))
+    return text
+
+
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+
+
+def ci_values(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "ci" / name).read_text())
+    return loaded
+
+
+def validate_builtin(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """kubernetes-validate (strict) every built-in kind; returns the others."""
+    others = []
+    for doc in docs:
+        group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
+        if group in ("", "apps", "rbac.authorization.k8s.io", "networking.k8s.io", "policy"):
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        else:
+            others.append(doc)
+    return others
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -97,8 +124,20 @@ def test_gateway_role_is_read_only():
 
 
 def test_replicas_only_reachable_from_the_release():
-    (policy,) = by_kind(render(), "NetworkPolicy")
-    ports = {p["port"] for p in policy["spec"]["ingress"][0]["ports"]}
+    policies = {p["metadata"]["name"]: p for p in by_kind(render(), "NetworkPolicy")}
+    policy = policies["lf-lorafleet-replicas"]
+    release = policy["spec"]["ingress"][0]
+    assert release["from"] == [
+        {
+            "podSelector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "lorafleet",
+                    "app.kubernetes.io/instance": "lf",
+                }
+            }
+        }
+    ]
+    ports = {p["port"] for p in release["ports"]}
     assert ports == {8100, 8101}
     assert policy["spec"]["policyTypes"] == ["Ingress"]
 
@@ -151,7 +190,7 @@ def test_chart_crds_match_generated_crds():
 def test_operator_runs_standalone_in_the_release_namespace():
     (op,) = [d for d in by_kind(render(), "Deployment") if "operator" in d["metadata"]["name"]]
     container = op["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"] == ["python", "-m", "lorafleet_operator"]
+    assert container["command"] == ["python3", "-m", "lorafleet_operator"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["LORAFLEET_OPERATOR_NAMESPACES"] == "serving"
     assert env["LORAFLEET_OPERATOR_LIVENESS_ENDPOINT"].endswith(":8080/healthz")
@@ -208,3 +247,158 @@ def test_dashboard_and_alerts_only_query_metrics_that_exist():
     queried = set(re.findall(r"lorafleet_[a-z_]+", " ".join(exprs) + dashboard))
     assert queried, "no lorafleet metric found in the dashboard or alerts"
     assert queried - _exported_metric_names() == set()
+
+
+# --- production values (ci/*-values.yaml) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", CI_VALUES, ids=lambda p: p.name)
+def test_ci_values_render_and_validate(path):
+    values = yaml.safe_load(path.read_text())
+    helm_python.Chart.load(CHART).validate_schema(values)
+    report = helm_python.lint(str(CHART), values, strict=True)
+    assert [m for m in report["messages"] if m["severity"] >= 2] + report["errors"] == []
+    others = validate_builtin(render(values))
+    for doc in others:
+        if doc["kind"] == "ReplicaPool":
+            assert crd_validation.validate(crd_validation.schema_of("ReplicaPool"), doc) == []
+        elif doc["kind"] == "HTTPRoute":
+            rule = doc["spec"]["rules"][0]
+            assert rule["backendRefs"] == [{"name": "lf-lorafleet-gateway", "port": 80}]
+            assert doc["spec"]["parentRefs"][0]["name"] == "public"
+        else:
+            assert doc["apiVersion"].startswith("monitoring.coreos.com/"), doc["kind"]
+
+
+def test_every_chart_pod_runs_restricted_with_runtime_default_seccomp():
+    for values in [{}, *map(yaml.safe_load, (p.read_text() for p in CI_VALUES))]:
+        for deploy in by_kind(render(values), "Deployment"):
+            pod = deploy["spec"]["template"]["spec"]
+            assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            for c in pod["containers"]:
+                assert c["securityContext"]["allowPrivilegeEscalation"] is False
+                assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+                assert c["command"][0] == "python3"
+
+
+def test_monitoring_labels_reach_every_monitoring_object():
+    docs = render(ci_values("gpu-cluster-values.yaml"))
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
+        assert by_kind(docs, kind), kind
+        for obj in by_kind(docs, kind):
+            assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
+            assert obj["metadata"]["labels"]["team"] == "ml-platform", kind  # commonLabels
+    (rule,) = by_kind(docs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["role"] == "alert-rules"
+    (dashboard,) = by_kind(docs, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_folder"] == "lorafleet"
+    monitors = {m["metadata"]["name"]: m for m in by_kind(docs, "ServiceMonitor")}
+    assert monitors["lf-lorafleet-gateway"]["spec"]["endpoints"][0]["interval"] == "30s"
+
+
+def test_network_policy_peers_take_namespace_selectors():
+    docs = render(ci_values("gpu-cluster-values.yaml"))
+    policies = {p["metadata"]["name"]: p for p in by_kind(docs, "NetworkPolicy")}
+    replicas = policies["lf-lorafleet-replicas"]["spec"]["ingress"]
+    monitoring = replicas[1]
+    assert monitoring["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "monitoring"
+    }
+    assert [p["port"] for p in monitoring["ports"]] == [8101]  # metrics only, not the data port
+    gateway = policies["lf-lorafleet-gateway"]["spec"]["ingress"]
+    assert gateway[0]["from"][0]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "ingress-nginx"
+    }
+    assert [p["port"] for p in gateway[1]["ports"]] == [9090]
+    # Defaults: Prometheus in any namespace may scrape.
+    default = {p["metadata"]["name"]: p for p in by_kind(render(), "NetworkPolicy")}
+    peer = default["lf-lorafleet-replicas"]["spec"]["ingress"][1]["from"][0]
+    assert peer["namespaceSelector"] == {}
+
+
+def test_placement_env_annotations_and_pull_secrets_are_rendered_not_dropped():
+    values = ci_values("gpu-cluster-values.yaml")
+    docs = render(values)
+    deployments = {d["metadata"]["name"]: d for d in by_kind(docs, "Deployment")}
+    gw = deployments["lf-lorafleet-gateway"]["spec"]["template"]
+    spec, g = gw["spec"], values["gateway"]
+    assert spec["imagePullSecrets"] == [{"name": "ghcr-pull"}]
+    assert spec["nodeSelector"] == g["nodeSelector"]
+    assert spec["tolerations"] == g["tolerations"]
+    assert spec["topologySpreadConstraints"] == g["topologySpreadConstraints"]
+    assert spec["priorityClassName"] == "lorafleet-gateway"
+    assert gw["metadata"]["annotations"] == g["podAnnotations"]
+    assert gw["metadata"]["labels"]["tier"] == "edge"
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["LORAFLEET_GATEWAY_RATE_LIMIT_BACKEND"]["value"] == "redis"
+    assert env["LORAFLEET_GATEWAY_RATE_LIMIT_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+        "name": "lorafleet-redis",
+        "key": "redis-password",
+    }
+    services = {s["metadata"]["name"]: s for s in by_kind(docs, "Service")}
+    public = services["lf-lorafleet-gateway"]
+    assert public["metadata"]["annotations"] == g["service"]["annotations"]
+    assert public["metadata"]["labels"]["exposure"] == "public"
+    assert services["lf-lorafleet-gateway-internal"]["metadata"]["annotations"] == {
+        "example.com/owner": "sre"
+    }
+    (ingress,) = by_kind(docs, "Ingress")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    op = deployments["lf-lorafleet-operator"]["spec"]["template"]["spec"]
+    assert op["tolerations"] == values["operator"]["tolerations"]
+    assert op["priorityClassName"] == "system-cluster-critical"
+
+
+def test_gateway_survives_disruptions_and_drains_on_shutdown():
+    docs = render()
+    (pdb,) = [p for p in by_kind(docs, "PodDisruptionBudget") if "gateway" in p["metadata"]["name"]]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    (gw,) = [d for d in by_kind(docs, "Deployment") if "gateway" in d["metadata"]["name"]]
+    pod = gw["spec"]["template"]["spec"]
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    container = pod["containers"][0]
+    assert container["lifecycle"]["preStop"] == {"sleep": {"seconds": 10}}
+    assert pod["terminationGracePeriodSeconds"] == 130
+    # Readiness = can answer (lorafleet's JSON 503 when no replica), on the public port.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+
+
+def test_notes_warn_about_per_pod_limits_and_unselected_monitors():
+    text = notes({"monitoring": {"serviceMonitor": True}})
+    assert "up to 2x its limit" in text
+    assert "monitoring.labels is empty" in text
+    quiet = notes(ci_values("gpu-cluster-values.yaml"))
+    assert "WARNING" not in quiet
+    assert "monitoring.labels is empty" not in quiet
+
+
+def test_chart_names_its_maintainers():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["maintainers"][0]["name"]
+    assert chart["kubeVersion"].startswith(">=1.30")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"gateway": {"rateLimit": {}}},
+        {"gateway": {"rateLimits": {"redis": {"uri": "redis://x"}}}},
+        {"gateway": {"service": {"anotations": {}}}},
+        {"gateway": {"ingress": {"hosts": [{"hots": "x"}]}}},
+        {"gateway": {"tolerations": [{"efect": "NoSchedule"}]}},
+        {"gateway": {"resources": {"request": {"cpu": "1"}}}},
+        {"gateway": {"affinity": {"nodeAfinity": {}}}},
+        {"operator": {"extraEnv": [{"value": "no name"}]}},
+        {"networkPolicy": {"monitoringPeer": []}},
+        {"networkPolicy": {"monitoringPeers": [{"namespaceSelecter": {}}]}},
+        {"monitoring": {"label": {"release": "x"}}},
+        {"imagePullSecrets": [{"nam": "x"}]},
+        {"replicaPool": {"creat": True}},
+    ],
+)
+def test_values_schema_refuses_typos_at_every_level(values):
+    with pytest.raises(helm_python.HelmError):
+        helm_python.Chart.load(CHART).validate_schema(values)

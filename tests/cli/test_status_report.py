@@ -23,10 +23,10 @@ from lorafleet_gateway.metrics import GatewayMetrics
 
 
 def gateway_metrics_text() -> str:
-    metrics = GatewayMetrics(top_n=10)
+    metrics = GatewayMetrics()
     for tenant, n, missed in (("acme", 100, 30), ("globex", 50, 1), ("initech", 40, 0)):
         for i in range(n):
-            metrics.tenants.observe(tenant, missed_target=i < missed)
+            metrics.tenants.observe(tenant, over_target=i < missed)
     return generate_latest(metrics.registry).decode()
 
 

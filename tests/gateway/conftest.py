@@ -17,8 +17,10 @@ from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
+from tests.conftest import free_port
 from tests.gateway import manifests as m
 from tests.gateway.fake_replica import FakeReplica
+from tests.gateway.redis_server import RedisServer
 from tests.gateway.servers import ServerThread
 from tests.waiting import eventually
 
@@ -119,3 +121,13 @@ def env(tmp_path: Path) -> Iterator[GatewayEnv]:
         yield e
     finally:
         stop_env(e)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One real redis-server for the session (tests use their own tenants or flush it)."""
+    server = RedisServer(free_port(), tmp_path_factory.mktemp("redis")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -15,7 +15,7 @@ from types import FrameType
 import httpx
 import openai
 
-from lorafleet_gateway.metrics import TenantWindow
+from lorafleet_gateway.metrics import TENANT_OVER_TARGET, TENANT_REQUESTS, TenantSLO
 from lorafleet_gateway.reqlog import BatchingHandler
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, default_aliases
@@ -134,19 +134,22 @@ def test_batching_handler_keeps_a_line_added_while_the_writer_drains():
     assert stream.getvalue().splitlines() == ["before", "racing"]
 
 
-def test_tenant_window_exports_only_top_n_and_forgets_old_windows():
+def test_tenant_slo_counters_are_bounded_to_tenants_active_in_the_window():
     now = [0.0]
-    window = TenantWindow(top_n=3, window_s=10.0, clock=lambda: now[0])
+    slo = TenantSLO(window_s=10.0, clock=lambda: now[0])
     for i in range(5000):
-        window.observe(f"t{i}", missed_target=False)
+        slo.observe(f"t{i}", over_target=False)
+    now[0] = 6.0
     for _ in range(5):
-        window.observe("loud", missed_target=True)
-    window.observe("slow", missed_target=True)
-    families = {f.name: f for f in window.collect()}
-    requests = families["lorafleet_gateway_tenant_requests"].samples
-    misses = families["lorafleet_gateway_tenant_ttft_misses"].samples
-    assert len(requests) == 3
-    assert requests[0].labels == {"tenant": "loud"}
-    assert [s.labels["tenant"] for s in misses] == ["loud", "slow"]
-    now[0] = 25.0  # two half-windows later everything has aged out
-    assert window.top("requests") == []
+        slo.observe("loud", over_target=True)
+    slo.observe("slow", over_target=False)
+    families = {f.name: f for f in slo.collect()}
+    requests = {s.labels["tenant"]: s.value for s in families[TENANT_REQUESTS].samples}
+    over = {s.labels["tenant"]: s.value for s in families[TENANT_OVER_TARGET].samples}
+    assert len(requests) == 5002
+    assert (requests["loud"], over["loud"], over["slow"]) == (5, 5, 0)
+    now[0] = 12.0  # the 5,000 one-off tenants are idle for longer than the window
+    assert set(slo.counts()) == {"loud", "slow"}
+    assert len(slo) == 2
+    now[0] = 30.0
+    assert slo.counts() == {}

@@ -251,7 +251,7 @@ def test_metrics_health_and_readiness(env: GatewayEnv):
     text = httpx.get(f"{env.internal_url}/metrics").text
     for le in ("0.5", "1.0", "2.0"):
         assert f'lorafleet_gateway_ttft_seconds_bucket{{le="{le}",tier="disk"}} 1.0' in text
-    assert 'lorafleet_gateway_tenant_requests{tenant="acme"} 1.0' in text
+    assert 'lorafleet_gateway_tenant_requests_total{tenant="acme"} 1.0' in text
     assert "lorafleet_gateway_time_per_output_token_seconds_count 1.0" in text
     assert _metric(env, "lorafleet_gateway_healthy_replicas") == 3
     assert httpx.get(f"{env.internal_url}/healthz").status_code == 200

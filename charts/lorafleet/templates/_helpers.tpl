@@ -13,6 +13,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "lorafleet.selector" -}}
@@ -22,4 +25,48 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{- define "lorafleet.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+
+{{/* Labels of a monitoring object: the shared monitoring.labels plus its own extras. */}}
+{{- define "lorafleet.monitoringLabels" -}}
+{{- include "lorafleet.labels" .root }}
+{{- with .root.Values.monitoring.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod security shared by the control-plane pods (the image's non-root user, "restricted"). */}}
+{{- define "lorafleet.podSecurity" -}}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 10001
+  runAsGroup: 10001
+  seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{- define "lorafleet.containerSecurity" -}}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  runAsNonRoot: true
+  capabilities: {drop: [ALL]}
+{{- end -}}
+
+{{/* Scheduling and pull secrets of a component's pods; `.c` is its values (operator/gateway). */}}
+{{- define "lorafleet.podPlacement" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .c.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
 {{- end -}}

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
+from lorafleet_core.kube_schemas import kube_field
 from lorafleet_core.models.common import (
     ALL_TARGET_MODULES,
     SHA256_REF,
@@ -70,10 +71,144 @@ class EngineSpec(CamelModel):
         default_factory=list, max_length=64, description="Extra vLLM command-line arguments."
     )
     resources: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Container resources (requests/limits), as in a Pod spec.",
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        default_factory=lambda: {
+            "requests": {"cpu": "4", "memory": "32Gi"},
+            "limits": {"memory": "32Gi"},
+        },
+        description="The vLLM container's resources (core/v1 ResourceRequirements). Default: "
+        "requests cpu 4, memory 32Gi; limits memory 32Gi. The GPU is added from `gpus` and "
+        "`gpuResource` unless the limits already name that resource.",
+        json_schema_extra=kube_field("Container", "resources"),
     )
+    gpus: int = Field(
+        default=1,
+        ge=0,
+        le=16,
+        description="GPUs per replica (limits[gpuResource]; 0 for a CPU-only pool). More than "
+        "one also sets vLLM --tensor-parallel-size unless extraArgs does.",
+    )
+    gpu_resource: str = Field(
+        default="nvidia.com/gpu",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$",
+        description="Extended resource name of the GPU (nvidia.com/gpu, amd.com/gpu, ...).",
+    )
+    startup_seconds: int = Field(
+        default=1200,
+        ge=30,
+        le=7200,
+        description="Longest a replica may take to load the base model before the kubelet "
+        "restarts it (vLLM startupProbe budget: download, weights, CUDA graphs).",
+    )
+    drain_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=3600,
+        description="On pod shutdown, how long running streams may finish before the "
+        "containers are stopped (preStop drain; the grace period adds 30 s).",
+    )
+
+
+# Names and paths the planner uses itself; a template entry may not take them.
+RESERVED_VOLUMES = frozenset({"podinfo", "cache", "dshm", "tmp"})
+RESERVED_MOUNT_PATHS = frozenset(
+    {"/etc/lorafleet/podinfo", "/var/cache/lorafleet", "/dev/shm", "/tmp"}  # noqa: S108
+)
+
+
+class PodMetadata(CamelModel):
+    """Extra labels and annotations of the replica pods (lorafleet's own keys win)."""
+
+    labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+
+
+def _items(max_items: int, description: str, kind: str, field: str) -> Any:
+    return Field(
+        default_factory=list,
+        max_length=max_items,
+        description=description,
+        json_schema_extra=kube_field(kind, field),
+    )
+
+
+class ReplicaPodTemplate(CamelModel):
+    """What the replica pods carry besides the engine: scheduling, identity, credentials and
+    extra volumes. Each field has the schema of the core/v1 Pod field of the same name; env,
+    envFrom and volumeMounts go to both containers (vLLM and the agent)."""
+
+    metadata: PodMetadata = Field(
+        default_factory=PodMetadata, description="Pod labels/annotations."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node labels the replica pods require (e.g. a GPU node pool).",
+        json_schema_extra=kube_field("PodSpec", "nodeSelector"),
+    )
+    tolerations: list[dict[str, Any]] = _items(
+        64, "Taints the pods tolerate (e.g. nvidia.com/gpu:NoSchedule).", "PodSpec", "tolerations"
+    )
+    affinity: dict[str, Any] | None = Field(
+        default=None,
+        description="Node and pod (anti-)affinity of the replica pods.",
+        json_schema_extra=kube_field("PodSpec", "affinity"),
+    )
+    topology_spread_constraints: list[dict[str, Any]] = _items(
+        16,
+        "How replicas spread over zones/nodes.",
+        "PodSpec",
+        "topologySpreadConstraints",
+    )
+    priority_class_name: str | None = Field(
+        default=None, max_length=253, description="PriorityClass of the replica pods."
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="ServiceAccount of the pods (IRSA / workload identity for the object store).",
+    )
+    runtime_class_name: str | None = Field(
+        default=None, max_length=253, description="RuntimeClass (e.g. nvidia)."
+    )
+    image_pull_secrets: list[dict[str, Any]] = _items(
+        16, "Secrets for pulling the engine image.", "PodSpec", "imagePullSecrets"
+    )
+    env: list[dict[str, Any]] = _items(
+        128,
+        "Extra environment of both containers (e.g. LORAFLEET_AGENT_S3_ENDPOINT_URL); the "
+        "variables lorafleet sets itself win.",
+        "Container",
+        "env",
+    )
+    env_from: list[dict[str, Any]] = _items(
+        16, "ConfigMaps/Secrets exported into both containers.", "Container", "envFrom"
+    )
+    volumes: list[dict[str, Any]] = _items(
+        32, "Extra volumes (e.g. a shared model cache).", "PodSpec", "volumes"
+    )
+    volume_mounts: list[dict[str, Any]] = _items(
+        32, "Mounts of the extra volumes, in both containers.", "Container", "volumeMounts"
+    )
+    agent_resources: dict[str, Any] = Field(
+        default_factory=lambda: {
+            "requests": {"cpu": "500m", "memory": "512Mi"},
+            "limits": {"memory": "2Gi"},
+        },
+        description="The agent container's resources (default: requests cpu 500m, memory "
+        "512Mi; limits memory 2Gi).",
+        json_schema_extra=kube_field("Container", "resources"),
+    )
+
+    @model_validator(mode="after")
+    def _no_reserved_names(self) -> ReplicaPodTemplate:
+        taken = {v.get("name") for v in self.volumes} & RESERVED_VOLUMES
+        paths = {m.get("mountPath") for m in self.volume_mounts} & RESERVED_MOUNT_PATHS
+        if taken or paths:
+            raise ValueError(
+                f"template uses names/paths lorafleet reserves: {sorted(map(str, taken | paths))}"
+            )
+        return self
 
 
 class ReplicaBounds(CamelModel):
@@ -162,6 +297,10 @@ class ReplicaPoolSpec(CamelModel):
         default_factory=AutoscalingSpec, description="Autoscaler targets and windows."
     )
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Cache budgets.")
+    template: ReplicaPodTemplate = Field(
+        default_factory=ReplicaPodTemplate,
+        description="Scheduling, identity, credentials and extra volumes of the replica pods.",
+    )
 
 
 class ReplicaPoolStatus(CamelModel):

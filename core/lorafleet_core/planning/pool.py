@@ -6,6 +6,8 @@ under the same id finds the same owned adapters. Each pod runs two containers fr
 image: vLLM bound to 127.0.0.1:8000 (only the agent talks to it) and the lorafleet agent on
 8100 (data) and 8101 (internal). The pod's annotations are projected by the downward API to
 `/etc/lorafleet/podinfo/annotations`, which the agent watches to pre-warm owned adapters.
+Probes, resources, security contexts, the drain and the pool's `spec.template` are applied by
+`planning.replica_pod`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from lorafleet_core.models import ReplicaPool
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.planning import replica_pod
 from lorafleet_core.planning.replica_config import agent_env, lora_flags
 from lorafleet_core.pods import COMPONENT_REPLICA
 
@@ -61,6 +64,7 @@ def engine_args(pool: ReplicaPool) -> list[str]:
         "--port",
         str(VLLM_PORT),
         *lora_flags(pool.spec),
+        *replica_pod.tensor_parallel_args(pool),
     ]
     return args + list(pool.spec.engine.extra_args)
 
@@ -122,39 +126,52 @@ def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolO
     name = pool.metadata.name
     labels = replica_labels(name)
     engine = pool.spec.engine
-    http_get = {"port": INTERNAL_PORT_NAME}
+    template = pool.spec.template
+    drain = {"lifecycle": replica_pod.drain_hook(pool, INTERNAL_PORT)}
+    shared_mounts = [{"name": "cache", "mountPath": CACHE_DIR}, *template.volume_mounts]
+    # Null when unset (not absent), so a merge patch removes what the template no longer has.
+    env_from = {"envFrom": list(template.env_from) or None}
     vllm = {
         "name": "vllm",
         "image": engine.image,
-        "command": ["python", "-m", "vllm.entrypoints.openai.api_server"],
+        "command": [replica_pod.PYTHON, "-m", "vllm.entrypoints.openai.api_server"],
         "args": engine_args(pool),
-        "env": [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}],
-        "resources": engine.resources,
+        "env": replica_pod.merged_env(
+            [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}], pool
+        ),
+        **env_from,
+        "resources": replica_pod.engine_resources(pool),
+        **replica_pod.engine_probes(pool),
+        **drain,
+        "securityContext": replica_pod.container_security(read_only_root=False),
         "volumeMounts": [
-            {"name": "cache", "mountPath": CACHE_DIR},
+            *shared_mounts,
             {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 (vLLM's shared memory)
         ],
     }
     agent = {
         "name": "agent",
         "image": engine.image,
-        "command": ["python", "-m", "lorafleet_agent"],
-        "env": _agent_env(pool),
+        "command": [replica_pod.PYTHON, "-m", "lorafleet_agent"],
+        "env": replica_pod.merged_env(_agent_env(pool), pool),
+        **env_from,
         "ports": [
             {"name": "data", "containerPort": DATA_PORT},
             {"name": INTERNAL_PORT_NAME, "containerPort": INTERNAL_PORT},
         ],
-        # Ready only when vLLM answers behind the agent (the agent's /readyz checks it).
-        "readinessProbe": {"httpGet": {**http_get, "path": "/readyz"}, "periodSeconds": 5},
-        "livenessProbe": {
-            "httpGet": {**http_get, "path": "/healthz"},
-            "periodSeconds": 10,
-            "failureThreshold": 6,
-        },
+        "resources": {k: dict(v) for k, v in template.agent_resources.items()},
+        **replica_pod.agent_probes(INTERNAL_PORT_NAME),
+        **drain,
+        "securityContext": replica_pod.container_security(read_only_root=True),
         "volumeMounts": [
             {"name": "podinfo", "mountPath": PODINFO_DIR, "readOnly": True},
-            {"name": "cache", "mountPath": CACHE_DIR},
+            *shared_mounts,
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 (read-only root: a scratch dir)
         ],
+    }
+    pod_meta: dict[str, Any] = {
+        "labels": replica_pod.merged_labels(labels, template.metadata.labels),
+        "annotations": dict(template.metadata.annotations) or None,
     }
     statefulset = {
         "apiVersion": "apps/v1",
@@ -167,10 +184,12 @@ def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolO
             "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": labels},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": pod_meta,
                 "spec": {
                     "containers": [vllm, agent],
-                    "terminationGracePeriodSeconds": 60,
+                    **replica_pod.template_pod_fields(pool),
+                    "securityContext": replica_pod.pod_security(),
+                    "terminationGracePeriodSeconds": replica_pod.grace_period_seconds(pool),
                     "volumes": [
                         {
                             "name": "podinfo",
@@ -188,6 +207,8 @@ def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolO
                             "emptyDir": {"sizeLimit": str(pool.spec.cache.disk_bytes)},
                         },
                         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                        *template.volumes,
                     ],
                 },
             },

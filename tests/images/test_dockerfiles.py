@@ -1,0 +1,119 @@
+"""The Dockerfiles agree with what the pods run: interpreter, modules, entrypoint, user, paths,
+ports. No Docker engine runs here, so nothing is built: these read the files (CI builds them)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from lorafleet_core.planning import pool as pool_plan
+from lorafleet_core.planning.replica_pod import REPLICA_UID
+from tests.images.dockerfile import Dockerfile, parse
+from tests.operator.factories import pool
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLICA = parse(ROOT / "replica-image" / "Dockerfile")
+CONTROL = parse(ROOT / "Dockerfile")
+ENTRYPOINT_SH = (ROOT / "replica-image" / "entrypoint.sh").read_text()
+
+
+def replica_containers() -> dict[str, dict[str, Any]]:
+    sts = pool_plan.plan_pool_objects(pool("p"), "ns", 1).statefulset
+    return {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}
+
+
+def chart_deployments() -> dict[str, dict[str, Any]]:
+    import helm_python
+
+    rendered = helm_python.Chart.load(ROOT / "charts" / "lorafleet").render({}, name="lf")
+    docs = [d for p, t in rendered.items() if p.endswith(".yaml") for d in yaml.safe_load_all(t)]
+    return {d["metadata"]["name"]: d for d in docs if d and d["kind"] == "Deployment"}
+
+
+def module_file(module: str) -> Path:
+    """Where a lorafleet module lives in the source roots the Dockerfiles copy."""
+    top, *rest = module.split(".")
+    for root in ("core", "operator", "gateway", "replica-image", "cli"):
+        package = ROOT / root / top
+        if package.is_dir():
+            target = package.joinpath(*rest)
+            return target / "__main__.py" if target.is_dir() else target.with_suffix(".py")
+    raise AssertionError(f"{module} is in no source root")
+
+
+@pytest.mark.parametrize("dockerfile", [REPLICA, CONTROL], ids=["replica", "control-plane"])
+def test_images_are_multi_stage_with_pinned_bases(dockerfile: Dockerfile):
+    assert len(dockerfile.stages) >= 2
+    for stage in dockerfile.stages:
+        tag = stage.base.partition(":")[2]
+        assert "@sha256:" in stage.base or re.match(r"^v?\d+\.\d+\.\d+", tag), stage.base
+    # The runtime stage copies what it needs from the build stage, not the sources.
+    final = dockerfile.final
+    assert any("--from=" in c for c in final.all("COPY"))
+    assert not any(c.split()[0] in ("core", "cli") for c in final.all("COPY"))
+
+
+@pytest.mark.parametrize("dockerfile", [REPLICA, CONTROL], ids=["replica", "control-plane"])
+def test_images_run_as_the_non_root_user_the_pods_declare(dockerfile: Dockerfile):
+    user = dockerfile.final.last("USER")
+    assert user == f"{REPLICA_UID}:{REPLICA_UID}"
+    created = " ".join(dockerfile.final.all("RUN"))
+    assert f"useradd --uid {REPLICA_UID}" in created
+
+
+def test_replica_pods_run_the_images_interpreter_and_modules():
+    containers = replica_containers()
+    assert "python3 -m vllm.entrypoints.openai.api_server" in ENTRYPOINT_SH
+    assert re.search(r"^\s*python\s", ENTRYPOINT_SH, re.MULTILINE) is None
+    for c in containers.values():
+        assert c["command"][0] == "python3"
+        hooks = [c["lifecycle"]["preStop"]["exec"]["command"]]
+        hooks += [p["exec"]["command"] for k, p in c.items() if k.endswith("Probe") and "exec" in p]
+        for command in [c["command"], *hooks]:
+            assert command[0] == "python3"
+            module = command[command.index("-m") + 1]
+            if module.startswith("lorafleet_"):
+                assert module_file(module).is_file(), module
+    assert containers["vllm"]["command"][2] == "vllm.entrypoints.openai.api_server"
+    # Both containers run this image, which installs the agent (the wheel built from the
+    # source roots) on top of the vLLM base.
+    assert {c["image"] for c in containers.values()} == {pool("p").spec.engine.image}
+    install = " ".join(REPLICA.final.all("RUN"))
+    assert "lorafleet-*.whl)[agent]" in install
+
+
+def test_replica_image_paths_and_ports_match_the_statefulset():
+    env = REPLICA.final.env()
+    assert env["LORAFLEET_AGENT_CACHE_DIR"] == f"{pool_plan.CACHE_DIR}/adapters"
+    assert env["LORAFLEET_AGENT_VLLM_URL"] == f"http://127.0.0.1:{pool_plan.VLLM_PORT}"
+    assert f"chown -R {REPLICA_UID}:{REPLICA_UID} {pool_plan.CACHE_DIR}" in " ".join(
+        REPLICA.final.all("RUN")
+    )
+    exposed = {int(p) for args in REPLICA.final.all("EXPOSE") for p in args.split()}
+    assert exposed == {pool_plan.DATA_PORT, pool_plan.INTERNAL_PORT}
+    assert f"--port {pool_plan.VLLM_PORT}" in ENTRYPOINT_SH
+    entry = REPLICA.final.exec_form("ENTRYPOINT")
+    assert entry is not None
+    assert any(c.endswith(entry[0]) and "entrypoint.sh" in c for c in REPLICA.final.all("COPY"))
+    # The agent's read-only root: writable paths are volumes the planner mounts.
+    agent = replica_containers()["agent"]
+    mounts = {m["mountPath"] for m in agent["volumeMounts"]}
+    assert {pool_plan.CACHE_DIR, "/tmp"} <= mounts
+
+
+def test_control_plane_deployments_run_the_images_interpreter_modules_and_user():
+    env = CONTROL.final.env()
+    assert env["PATH"].startswith("/opt/lorafleet/bin:")
+    assert "python3 -m venv /opt/lorafleet" in " ".join(CONTROL.stages[0].all("RUN"))
+    assert "'.[operator,gateway,cli]'" in " ".join(CONTROL.stages[0].all("RUN"))
+    for name, deployment in chart_deployments().items():
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsUser"] == REPLICA_UID, name
+        (container,) = pod["containers"]
+        command = container["command"]
+        assert command[:2] == ["python3", "-m"], name
+        assert module_file(command[2]).is_file(), name

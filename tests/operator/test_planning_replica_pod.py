@@ -1,0 +1,207 @@
+"""The replica pods a pool asks for: its spec.template, probes, resources, security, drain."""
+
+from __future__ import annotations
+
+import copy
+
+import kubernetes_validate
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from lorafleet_core.crd_validation import schema_in_crd, validate
+from lorafleet_core.models import ReplicaPool
+from lorafleet_core.planning.pool import plan_pool_objects
+from lorafleet_core.planning.replica_pod import REPLICA_UID
+from tests.api.conftest import CRDS, EXAMPLES, load_yaml_docs
+from tests.operator.factories import pool
+
+GPU_DOC = load_yaml_docs(EXAMPLES / "replicapool-gpu.yaml")[0]
+GPU_POOL = ReplicaPool.model_validate(GPU_DOC)
+POOL_SCHEMA = schema_in_crd(load_yaml_docs(CRDS / "lorafleet.dev_replicapools.yaml")[0])
+
+
+def pod_spec(p: ReplicaPool):
+    return plan_pool_objects(p, "ns", 2).statefulset["spec"]["template"]["spec"]
+
+
+def containers(p: ReplicaPool):
+    return {c["name"]: c for c in pod_spec(p)["containers"]}
+
+
+def test_statefulset_of_a_pool_with_every_template_field_passes_the_kubernetes_schema():
+    sts = plan_pool_objects(GPU_POOL, "lorafleet", 2).statefulset
+    kubernetes_validate.validate(sts, "1.30", strict=True)
+    # Round trip through YAML, as `kubectl apply` would send it.
+    kubernetes_validate.validate(yaml.safe_load(yaml.safe_dump(sts)), "1.30", strict=True)
+
+
+def test_gpu_taint_toleration_and_node_selector_render_into_the_statefulset():
+    spec = pod_spec(GPU_POOL)
+    template = GPU_DOC["spec"]["template"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    for field in (
+        "affinity",
+        "topologySpreadConstraints",
+        "priorityClassName",
+        "serviceAccountName",
+        "runtimeClassName",
+        "imagePullSecrets",
+    ):
+        assert spec[field] == template[field], field
+    assert {
+        "name": "models",
+        "persistentVolumeClaim": {"claimName": "shared-models", "readOnly": True},
+    } in spec["volumes"]
+    for c in spec["containers"]:
+        assert {"name": "models", "mountPath": "/models", "readOnly": True} in c["volumeMounts"]
+        assert c["envFrom"] == template["envFrom"]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["LORAFLEET_AGENT_S3_ENDPOINT_URL"] == "http://minio.storage:9000"
+    meta = plan_pool_objects(GPU_POOL, "ns", 2).statefulset["spec"]["template"]["metadata"]
+    assert meta["labels"]["team"] == "ml-platform"
+    assert meta["annotations"] == template["metadata"]["annotations"]
+
+
+def test_engine_gets_one_gpu_by_default_and_none_on_a_cpu_pool():
+    default = containers(pool("p"))["vllm"]["resources"]
+    assert default["limits"]["nvidia.com/gpu"] == "1"
+    assert default["requests"]["cpu"] == "4"
+    cpu = containers(pool("p", engine={"gpus": 0}))["vllm"]["resources"]
+    assert not any(k.endswith("/gpu") for k in cpu.get("limits", {}))
+    amd = containers(pool("p", engine={"gpus": 2, "gpuResource": "amd.com/gpu"}))["vllm"]
+    assert amd["resources"]["limits"]["amd.com/gpu"] == "2"
+    assert amd["args"][amd["args"].index("--tensor-parallel-size") + 1] == "2"
+    own = pool("p", engine={"resources": {"limits": {"nvidia.com/gpu": 4}}})
+    assert containers(own)["vllm"]["resources"]["limits"]["nvidia.com/gpu"] == 4
+
+
+def test_every_container_has_resources_and_a_restricted_security_context():
+    spec = pod_spec(GPU_POOL)
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == REPLICA_UID
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in spec["containers"]:
+        assert set(c["resources"]) == {"requests", "limits"}, c["name"]
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+    by_name = {c["name"]: c for c in spec["containers"]}
+    assert by_name["agent"]["securityContext"]["readOnlyRootFilesystem"] is True
+    # vLLM writes JIT caches (torch.compile, Triton) under $HOME at run time.
+    assert by_name["vllm"]["securityContext"]["readOnlyRootFilesystem"] is False
+
+
+def test_startup_probe_covers_the_model_load_and_liveness_checks_vllm_itself():
+    slow = pool("p", engine={"startupSeconds": 1800})
+    vllm = containers(slow)["vllm"]
+    startup = vllm["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
+    assert startup["exec"]["command"] == ["python3", "-m", "lorafleet_agent.probe", "engine"]
+    # After start-up a hung engine is restarted within 30 s, not never.
+    live = vllm["livenessProbe"]
+    assert live["exec"] == startup["exec"]
+    assert live["periodSeconds"] * live["failureThreshold"] <= 30
+    agent = containers(slow)["agent"]
+    assert agent["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert agent["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_commands_use_the_images_python3():
+    for c in containers(GPU_POOL).values():
+        assert c["command"][0] == "python3"
+        assert c["lifecycle"]["preStop"]["exec"]["command"][0] == "python3"
+
+
+def test_pre_stop_drains_for_the_pools_drain_time_within_the_grace_period():
+    p = pool("p", engine={"drainSeconds": 300})
+    spec = pod_spec(p)
+    for c in spec["containers"]:
+        cmd = c["lifecycle"]["preStop"]["exec"]["command"]
+        assert cmd[:4] == ["python3", "-m", "lorafleet_agent.probe", "drain"]
+        assert cmd[cmd.index("--timeout") + 1] == "300"
+    assert spec["terminationGracePeriodSeconds"] > 300
+
+
+def test_lorafleet_env_and_labels_win_over_the_template():
+    p = pool(
+        "p",
+        template={
+            "env": [
+                {"name": "LORAFLEET_AGENT_MAX_RANK", "value": "256"},
+                {"name": "X", "value": "1"},
+            ],
+            "metadata": {"labels": {"lorafleet.dev/pool": "other"}},
+        },
+    )
+    agent = containers(p)["agent"]
+    ranks = [e for e in agent["env"] if e["name"] == "LORAFLEET_AGENT_MAX_RANK"]
+    assert ranks == [{"name": "LORAFLEET_AGENT_MAX_RANK", "value": "16"}]
+    assert {"name": "X", "value": "1"} in agent["env"]
+    labels = plan_pool_objects(p, "ns", 1).statefulset["spec"]["template"]["metadata"]["labels"]
+    assert labels["lorafleet.dev/pool"] == "p"
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        {"volumes": [{"name": "cache", "emptyDir": {}}]},
+        {"volumeMounts": [{"name": "x", "mountPath": "/var/cache/lorafleet"}]},
+    ],
+)
+def test_template_may_not_take_lorafleets_volume_names_or_paths(template):
+    with pytest.raises(ValidationError, match="reserves"):
+        pool("p", template=template)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("engine.resources", {"limits": {"nvidia.com/gpu": "1 GPU"}}),
+        ("template.tolerations", [{"key": "k", "tolerationSeconds": "soon"}]),
+        ("template.env", [{"value": "no name"}]),
+        (
+            "template.affinity",
+            {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+        ),
+    ],
+)
+def test_crd_refuses_malformed_pod_fields(path, value):
+    doc = copy.deepcopy(GPU_DOC)
+    section, field = path.split(".")
+    doc["spec"][section][field] = value
+    assert validate(POOL_SCHEMA, doc) != []
+
+
+def test_crd_accepts_the_gpu_example():
+    assert validate(POOL_SCHEMA, GPU_DOC) == []
+
+
+def merge_patch(target, patch):
+    """RFC 7386 JSON merge patch, as the API server applies the operator's update."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+def test_taking_a_field_out_of_the_template_removes_it_from_the_statefulset():
+    before = plan_pool_objects(GPU_POOL, "ns", 2).statefulset
+    bare = GPU_POOL.model_copy(deep=True)
+    bare.spec.template = type(bare.spec.template)()
+    after = merge_patch(before, plan_pool_objects(bare, "ns", 2).statefulset)
+    pod = after["spec"]["template"]
+    for field in ("nodeSelector", "tolerations", "affinity", "serviceAccountName"):
+        assert field not in pod["spec"], field
+    assert "annotations" not in pod["metadata"]
+    # Lists are replaced whole; a null field inside one decodes as unset.
+    assert all(c.get("envFrom") is None for c in pod["spec"]["containers"])
+    assert not any(v["name"] == "models" for v in pod["spec"]["volumes"])
