@@ -10,10 +10,10 @@ EXTRAS := operator,gateway,agent,cli,demo,cpu,dev
 
 .PHONY: install tools test lint typecheck pytest demo crds clean
 
-install: $(STAMP) tools
+install: $(STAMP)
 
 # promtool (Debian's `prometheus` package) runs the alert rule tests; installed here when this
-# runs as root with apt (CI), else the tests say how to get it.
+# runs as root with apt (CI), else the tests say how to get it. Only the tests need it, not `demo`.
 tools:
 	@command -v promtool >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -38,7 +38,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy $(SRC) tests benchmarks e2e
 
-pytest: install
+pytest: install tools
 	$(BIN)/pytest
 
 demo: install
