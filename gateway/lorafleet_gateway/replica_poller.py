@@ -22,7 +22,7 @@ import httpx
 from lorafleet_core.replica_client import StateUnavailable, fetch_state
 from lorafleet_core.replica_state import ReplicaState
 from lorafleet_gateway.catalog import ReplicaEndpoint
-from lorafleet_gateway.router import ReplicaView
+from lorafleet_gateway.router import ReplicaView, blended_tokens
 
 log = logging.getLogger("lorafleet.gateway.replicas")
 
@@ -115,8 +115,7 @@ class ReplicaTracker:
         for rid, e in self._entries.items():
             if not self.healthy(e, now) or e.state is None:
                 continue
-            since_poll = e.local_tokens - e.local_at_poll
-            tokens = max(e.local_tokens, e.state.tokens_in_flight + since_poll)
+            tokens = blended_tokens(e.state.tokens_in_flight, e.local_tokens, e.local_at_poll)
             out[rid] = ReplicaView(tokens, e.state.queue_depth, e.gpu)
         return out
 

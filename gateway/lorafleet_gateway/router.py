@@ -34,6 +34,16 @@ class ReplicaView:
     gpu_adapters: frozenset[str] = field(default_factory=frozenset)
 
 
+def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:
+    """Tokens in flight on a replica between polls, as one gateway estimates them.
+
+    The polled figure plus what this gateway started (minus what finished) since that poll,
+    and never less than this gateway's own requests there now: a burst must not pile onto the
+    replica that looked idlest a second ago.
+    """
+    return max(local_now, polled + local_now - local_at_poll)
+
+
 @dataclass(frozen=True, slots=True)
 class Thresholds:
     max_tokens_in_flight: int = 16384

@@ -1,6 +1,7 @@
 """The disk tier: verified adapter folders under a byte budget, evicted least recently used.
 
-`LruBytes` is pure bookkeeping (unit-tested alone); `DiskCache` does the file operations.
+`LruBytes` (the shared core's cache policy, `lorafleet_core.cache_policy`) is the pure
+bookkeeping; `DiskCache` does the file operations.
 Layout: `<cache_dir>/<adapter id>/{adapter_config.json,adapter_model.safetensors}` plus
 `<cache_dir>/.incoming/` for downloads in progress. A folder appears under its adapter id only
 by an atomic rename after verification, so whatever sits there was verified once; the record's
@@ -12,58 +13,10 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections import OrderedDict
-from collections.abc import Iterable
 from pathlib import Path
 
 from lorafleet_core.adapter_files import ADAPTER_FILES
-
-
-class LruBytes:
-    """Entries with sizes in least-recently-used order; says what to evict to fit a budget."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self._sizes: OrderedDict[str, int] = OrderedDict()
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._sizes
-
-    def order(self) -> list[str]:
-        """Least recently used first."""
-        return list(self._sizes)
-
-    @property
-    def used(self) -> int:
-        return sum(self._sizes.values())
-
-    def touch(self, key: str) -> None:
-        if key in self._sizes:
-            self._sizes.move_to_end(key)
-
-    def put(self, key: str, size: int) -> None:
-        self._sizes[key] = size
-        self._sizes.move_to_end(key)
-
-    def remove(self, key: str) -> None:
-        self._sizes.pop(key, None)
-
-    def victims(self, incoming: int, pinned: Iterable[str] = ()) -> list[str] | None:
-        """Keys to evict (LRU first, skipping pinned) so `incoming` more bytes fit.
-
-        None when even evicting every unpinned entry would not make room.
-        """
-        keep = set(pinned)
-        free = self.budget - self.used
-        out: list[str] = []
-        for key, size in self._sizes.items():
-            if free >= incoming:
-                break
-            if key in keep:
-                continue
-            out.append(key)
-            free += size
-        return out if free >= incoming else None
+from lorafleet_core.cache_policy import LruBytes
 
 
 class DiskCache:
@@ -112,3 +65,6 @@ class DiskCache:
 
 def _size(folder: Path) -> int:
     return sum((folder / n).stat().st_size for n in ADAPTER_FILES if (folder / n).is_file())
+
+
+__all__ = ["DiskCache", "LruBytes"]

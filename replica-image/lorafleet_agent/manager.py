@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 
 from lorafleet_agent.disk_cache import DiskCache
@@ -23,6 +23,7 @@ from lorafleet_agent.object_store import FetchError, ObjectStore
 from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
 from lorafleet_agent.vllm_client import VllmClient
+from lorafleet_core.cache_policy import CachePolicy
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier, slowest
 
@@ -62,13 +63,15 @@ class AdapterManager:
         self.metrics = metrics
         self.records: dict[str, AdapterRecord] = {}
         self.failed: dict[str, str] = {}
-        self.refs: Counter[str] = Counter()
+        # The eviction decisions are the shared core's (the fleet simulator drives the same).
+        self.cache = CachePolicy(slots, disk.lru)
+        self.refs = self.cache.refs
         self.loads = RateWindow()
         self.evictions = RateWindow()
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # Guards the registered set: registration, eviction and unload decisions happen under it.
         self._slots_cond = asyncio.Condition()
-        self._loading: set[str] = set()
+        self._loading = self.cache.loading
         self._verified: set[str] = set()  # disk folders checked against their record this life
         # Adapters being brought to vLLM right now -> the tier they come from. Read by a call
         # as it arrives (its own wait), never handed from one request to a later one.
@@ -128,21 +131,18 @@ class AdapterManager:
         that and where it finds the adapter now. It travels with the request, never in a table
         keyed by adapter, so concurrent requests each report their own tier.
         """
-        self.refs[adapter_id] += 1  # before any await: from here on it cannot be evicted
+        self.cache.acquire(adapter_id)  # before any await: from here on it cannot be evicted
         try:
             tier = slowest(await self.ensure_registered(adapter_id), loaded_from)
         except BaseException:
             await self.release(adapter_id)
             raise
-        self.slots.use(adapter_id)
-        self.disk.lru.touch(adapter_id)
+        self.cache.use(adapter_id)
         self.metrics.requests.labels(tier.value).inc()
         return Lease(adapter_id, tier)
 
     async def release(self, adapter_id: str) -> None:
-        self.refs[adapter_id] -= 1
-        if self.refs[adapter_id] <= 0:
-            del self.refs[adapter_id]
+        if self.cache.release(adapter_id):
             async with self._slots_cond:
                 self._slots_cond.notify_all()
 
@@ -222,8 +222,7 @@ class AdapterManager:
             self.disk.discard(staging)  # no-op after a commit renamed it away
 
     def _make_disk_room(self, size: int) -> None:
-        pinned = set(self.refs) | set(self.slots.registered()) | self._loading
-        victims = self.disk.lru.victims(size, pinned)
+        victims = self.cache.disk_victims(size)
         if victims is None:
             raise CacheFull(f"disk cache budget {self.disk.lru.budget} B cannot fit {size} B")
         for victim in victims:
@@ -234,11 +233,8 @@ class AdapterManager:
 
     async def _register(self, adapter_id: str) -> None:
         async with self._slots_cond:
-            while len(self.slots.registered()) >= self.slots.cpu_slots:
-                victim = next(
-                    (a for a in self.slots.registered() if self.refs[a] <= 0 and a != adapter_id),
-                    None,
-                )
+            while self.cache.needs_ram_room():
+                victim = self.cache.ram_victim(adapter_id)
                 if victim is None:
                     # Every registered adapter has running requests: wait for one to finish.
                     await self._slots_cond.wait()
@@ -268,7 +264,7 @@ class AdapterManager:
 
     async def warm_gpu(self, adapter_id: str) -> Tier:
         """Pull an adapter into a GPU slot with a one-token request; returns where it was."""
-        self.refs[adapter_id] += 1  # pinned while warming, like a request
+        self.cache.acquire(adapter_id)  # pinned while warming, like a request
         try:
             tier = await self.ensure_registered(adapter_id)
             self.slots.use(adapter_id)
