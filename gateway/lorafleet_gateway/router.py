@@ -1,19 +1,28 @@
 """Where a request goes: pure choice of replicas from a load snapshot.
 
 Owners are the k rendezvous winners among healthy replicas (lorafleet_core.placement, the same
-function the operator uses to pre-warm them). Among the owners that are not overloaded:
+function the operator uses to pre-warm them). A replica is overloaded when its queue is over
+`max_queue_depth`, or when its tokens in flight are over both `max_tokens_in_flight` and
+`balance` times the mean over healthy replicas (bounded-load hashing: a fixed token threshold
+is either too low for long prompts, so every replica looks overloaded and routing degrades to
+least-loaded-of-all, or too high, so residency piles a hot adapter on one owner). Among the
+owners that are not overloaded:
 
 1. residency first: an owner whose state lists the adapter in a GPU slot (least loaded of
    those). Choosing purely by load would split a tail adapter's few requests across both
    owners, so both must hold it in a slot and each evicts something else; sticking to the
-   resident owner keeps one copy hot (~94% -> ~98% GPU hits in a model of the target workload);
+   resident owner keeps one copy hot;
 2. otherwise the owner with the fewest tokens in flight;
-3. when every owner is overloaded, spill to the least-loaded replica that is not; when all
-   replicas are overloaded, the least-loaded of all (the replica queues it).
+3. when every owner is overloaded, spill to a replica that is not: with `spill="rendezvous"`
+   one that holds the adapter in a GPU slot, else the first in the adapter's rendezvous order,
+   so an adapter's spills keep landing on the same replica and find it cached there (the
+   least-loaded replica, `spill="least_loaded"`, is a different one each time and usually
+   has to fetch the adapter); when all replicas are overloaded, the least-loaded of all.
 
-The returned candidate list is also the retry order: the rest of the owners, then the other
-replicas, each group least loaded first, overloaded replicas last. Ties break in rendezvous
-order so every gateway makes the same choice from the same state.
+The simulator (`lorafleet sim --scenario routing-ab`, docs/performance.md) measured each rule
+before it shipped. The returned candidate list is also the retry order: the rest of the owners
+(least loaded first), then the other replicas (in spill order), overloaded replicas last by
+load. Ties break in rendezvous order so every gateway makes the same choice from the same state.
 """
 
 from __future__ import annotations
@@ -48,12 +57,20 @@ def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:
 class Thresholds:
     max_tokens_in_flight: int = 16384
     max_queue_depth: int = 32
+    balance: float = 1.25  # bounded load vs the fleet mean; 0 = the absolute thresholds only
+    spill: str = "rendezvous"  # or "least_loaded"
 
-    def overloaded(self, view: ReplicaView) -> bool:
-        return (
-            view.tokens_in_flight > self.max_tokens_in_flight
-            or view.queue_depth > self.max_queue_depth
-        )
+    def overloaded(self, view: ReplicaView, token_cap: int | None = None) -> bool:
+        """Over the queue threshold, or over `token_cap` (default: the absolute threshold)."""
+        cap = self.max_tokens_in_flight if token_cap is None else token_cap
+        return view.tokens_in_flight > cap or view.queue_depth > self.max_queue_depth
+
+    def token_cap(self, replicas: Mapping[str, ReplicaView]) -> int:
+        """Tokens in flight above which a replica counts as overloaded in this snapshot."""
+        if self.balance <= 0 or not replicas:
+            return self.max_tokens_in_flight
+        mean = sum(v.tokens_in_flight for v in replicas.values()) / len(replicas)
+        return max(self.max_tokens_in_flight, int(self.balance * mean))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +93,8 @@ def plan_route(
     n_owners = min(max(1, k), len(order))
     owners = order[:n_owners]
 
+    cap = thresholds.token_cap(replicas)
+    max_queue = thresholds.max_queue_depth
     # One pass in rendezvous order; a stable sort by load then keeps rendezvous order on ties.
     ok_owners: list[tuple[int, str]] = []
     ok_others: list[tuple[int, str]] = []
@@ -83,14 +102,20 @@ def plan_route(
     for i, r in enumerate(order):
         view = replicas[r]
         entry = (view.tokens_in_flight, r)
-        if thresholds.overloaded(view):
+        if view.tokens_in_flight > cap or view.queue_depth > max_queue:
             over.append(entry)
         elif i < n_owners:
             ok_owners.append(entry)
         else:
             ok_others.append(entry)
     ok_owners.sort(key=_load)
-    ok_others.sort(key=_load)
+    if thresholds.spill == "rendezvous":
+        # Spill order is rendezvous order, a replica already holding the adapter first.
+        resident = [e for e in ok_others if adapter_id in replicas[e[1]].gpu_adapters]
+        if resident:
+            ok_others = [*resident, *(e for e in ok_others if e not in resident)]
+    else:
+        ok_others.sort(key=_load)
     over.sort(key=_load)
     return _plan(adapter_id, replicas, owners, ok_owners, ok_others, over)
 

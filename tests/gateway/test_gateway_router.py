@@ -46,24 +46,55 @@ def test_resident_owner_over_threshold_is_skipped():
     assert plan_route(A, v, 2, T).candidates[0] == own[0]
 
 
-def test_all_owners_overloaded_spills_to_least_loaded_non_owner():
-    own = owners(A, R, 2)
-    others = [r for r in R if r not in own]
-    v = views(**{own[0]: 5000, own[1]: 5000, others[0]: 300, others[1]: 200})
+def test_all_owners_overloaded_spill_to_next_replica_in_rendezvous_order():
+    order = ranked(A, R)
+    own, others = order[:2], order[2:]
+    # the first non-owner in rendezvous order is busier than the last, and still chosen: the
+    # adapter's spills keep landing on one replica, which then has it cached
+    v = views(**{own[0]: 5000, own[1]: 5000, others[0]: 300, others[-1]: 0})
     plan = plan_route(A, v, 2, T)
-    assert plan.outcome == "spill"
-    idle = [r for r in others if r not in others[:2]]
-    assert plan.candidates[0] in idle  # 0 tokens
-    # retry order: other non-overloaded replicas by load, overloaded owners last
-    assert list(plan.candidates[-2:]) == sorted(own, key=lambda r: ranked(A, R).index(r))
+    assert (plan.candidates[0], plan.outcome) == (others[0], "spill")
+    # retry order: other non-overloaded replicas in spill order, overloaded owners last
+    assert list(plan.candidates[: len(others)]) == others
+    assert list(plan.candidates[-2:]) == own
     assert len(plan.candidates) == len(R)
 
 
-def test_everything_overloaded_is_saturated_least_loaded():
-    v = {r: ReplicaView(2000 + i) for i, r in enumerate(R)}
+def test_spill_prefers_a_non_owner_holding_the_adapter_in_a_gpu_slot():
+    order = ranked(A, R)
+    own, others = order[:2], order[2:]
+    v = views(**{own[0]: 5000, own[1]: 5000})
+    v[others[2]] = ReplicaView(100, 0, frozenset({A}))
+    assert plan_route(A, v, 2, T).candidates[0] == others[2]
+
+
+def test_least_loaded_spill_rule_is_still_available():
+    t = Thresholds(max_tokens_in_flight=1000, max_queue_depth=10, spill="least_loaded")
+    order = ranked(A, R)
+    own, others = order[:2], order[2:]
+    v = views(**{own[0]: 5000, own[1]: 5000, **dict.fromkeys(others, 300)})
+    v[others[-1]] = ReplicaView(0)
+    assert plan_route(A, v, 2, t).candidates[0] == others[-1]
+
+
+def test_long_prompts_over_the_fixed_threshold_everywhere_still_route_to_owners():
+    # every replica above max_tokens_in_flight (trace prompts are long): bounded load compares
+    # with the fleet mean, so the owner is chosen instead of least-loaded-of-all
+    own = owners(A, R, 2)
+    v = {r: ReplicaView(3000 + 10 * i) for i, r in enumerate(R)}
     plan = plan_route(A, v, 2, T)
-    assert plan.outcome == "saturated"
-    assert plan.candidates[0] == "r0"
+    assert plan.outcome in ("owner", "owner_resident")
+    assert plan.candidates[0] in own
+    absolute = Thresholds(max_tokens_in_flight=1000, max_queue_depth=10, balance=0)
+    assert plan_route(A, v, 2, absolute).outcome == "saturated"
+
+
+def test_resident_owner_far_above_the_fleet_mean_yields_to_the_other_owner():
+    own = owners(A, R, 2)
+    v = {r: ReplicaView(2000) for r in R}
+    v[own[0]] = ReplicaView(9000, 0, frozenset({A}))  # 9000 > 1.25 x mean (3167)
+    plan = plan_route(A, v, 2, T)
+    assert (plan.candidates[0], plan.outcome) == (own[1], "owner")
 
 
 def test_owner_count_from_status():
@@ -92,12 +123,14 @@ def test_properties(loads, k, resident):
     # every replica appears exactly once
     assert sorted(plan.candidates) == sorted(reps)
     own = owners(A, reps, k)
-    ok_owners = [r for r in own if not T.overloaded(v[r])]
+    cap = T.token_cap(v)
+    assert cap >= T.max_tokens_in_flight
+    ok_owners = [r for r in own if not T.overloaded(v[r], cap)]
     if ok_owners:
         assert plan.candidates[0] in own
-    elif any(not T.overloaded(x) for x in v.values()):
+    elif any(not T.overloaded(x, cap) for x in v.values()):
         assert plan.outcome == "spill"
-        assert not T.overloaded(v[plan.candidates[0]])
+        assert not T.overloaded(v[plan.candidates[0]], cap)
     else:
         assert plan.outcome == "saturated"
         assert v[plan.candidates[0]].tokens_in_flight == min(loads)

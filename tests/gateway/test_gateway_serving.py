@@ -57,7 +57,7 @@ def test_requests_go_to_owners_and_stick_to_the_resident_one(env: GatewayEnv):
     assert _metric(env, "lorafleet_gateway_routing_total", outcome="owner_resident") >= 5
 
 
-def test_overloaded_owners_spill_to_least_loaded(env: GatewayEnv):
+def test_overloaded_owners_spill_to_another_replica(env: GatewayEnv):
     own = _owners(env, "acme-support-v1")
     other = next(r for r in env.replicas if r not in own)
     for rid in own:
