@@ -43,6 +43,7 @@ _COMMANDS = (
     "lorafleet_cli.cmd_alias",
     "lorafleet_cli.cmd_keys",
     "lorafleet_cli.cmd_status",
+    "lorafleet_cli.cmd_sim",
 )
 _OPTIONAL_COMMANDS = ("lorafleet_operator.cli",)
 

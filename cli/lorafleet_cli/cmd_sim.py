@@ -1,0 +1,204 @@
+"""`lorafleet sim`: run a scenario of the fleet digital twin and print its figures.
+
+Examples (docs/performance.md has the figures they give):
+    lorafleet sim                                  # steady peak: 1 h at 40 req/s, 26 replicas
+    lorafleet sim --scenario routing-ab --duration 900
+    lorafleet sim --scenario thrash --set gpu_slots=8
+    lorafleet sim --capacity --duration 900        # fewest replicas that meet the SLO
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from lorafleet_cli.sim import capacity, params, report
+from lorafleet_cli.sim.engine import ROUTERS, Engine
+from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "sim",
+        help="simulate the fleet with the shipped router, planners and cache policy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="steady")
+    p.add_argument("--rate", type=float, default=40.0, help="requests/s (default 40)")
+    p.add_argument("--duration", type=float, default=3600.0, help="simulated seconds")
+    p.add_argument(
+        "--warmup", type=float, default=600.0, help="simulated first, left out of the figures"
+    )
+    p.add_argument("--adapters", type=int, default=5000)
+    p.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of popularity")
+    p.add_argument(
+        "--mix", type=Path, default=None, help="tenant mix CSV: tenant,share[,tokens_per_s]"
+    )
+    p.add_argument("--trace", type=Path, default=None, help="trace CSV (default ../shared/traces)")
+    p.add_argument("--poisson", action="store_true", help="Poisson arrivals, trace lengths")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--router", choices=ROUTERS, default="shipped")
+    p.add_argument("--replicas", type=int, default=None, help="replica count (default 26)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a model parameter (see lorafleet_cli/sim/params.py)",
+    )
+    p.add_argument(
+        "--capacity", action="store_true", help="search the fewest replicas meeting the SLO"
+    )
+    p.add_argument("--low", type=int, default=10, help="capacity search lower bound")
+    p.add_argument("--high", type=int, default=40, help="capacity search upper bound")
+    p.add_argument("--out", type=Path, default=Path("bench-results/sim"), help="JSON/PNG/markdown")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _inputs(args: argparse.Namespace) -> Inputs:
+    bad = params.unknown_settings(args.set)
+    if bad:
+        raise SystemExit(f"unknown parameter(s): {', '.join(bad)}")
+    rp = params.with_overrides(params.ReplicaParams(), args.set)
+    fp = params.with_overrides(params.FleetParams(), args.set)
+    if args.replicas is not None:
+        fp = replace(fp, replicas=args.replicas)
+    return Inputs(
+        rate=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        adapters=args.adapters,
+        zipf_s=args.zipf,
+        seed=args.seed,
+        trace=args.trace,
+        poisson=args.poisson,
+        mix_file=args.mix,
+        router=args.router,
+        replica=rp,
+        fleet=fp,
+    )
+
+
+def simulate(run_: Run, seed: int, progress: bool) -> report.Summary:
+    from tqdm import tqdm
+
+    with tqdm(
+        total=len(run_.workload), desc=run_.name, unit="req", disable=not progress, mininterval=0.5
+    ) as bar:
+        eng = Engine(
+            run_.workload,
+            run_.replica,
+            run_.fleet,
+            router=run_.router,
+            seed=seed,
+            events=run_.events,
+            duration_s=run_.workload.at[-1] if len(run_.workload) else 0.0,
+            progress=bar.update,
+        ).run()
+    return report.summarize(run_.name, eng, run_.measure_from)
+
+
+def run(args: argparse.Namespace) -> int:
+    inputs = _inputs(args)
+    started = time.perf_counter()
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.capacity:
+        return _capacity(args, inputs, progress, started)
+    runs = SCENARIOS[args.scenario](inputs)
+    summaries = [simulate(r, inputs.seed, progress) for r in runs]
+    elapsed = time.perf_counter() - started
+    title = f"lorafleet sim --scenario {args.scenario}: {runs[0].workload.label}"
+    md = [f"## {title}", "", report.table(summaries), ""]
+    md += [report.detail(s) for s in summaries]
+    md.append(f"model parameters: {json.dumps(params.describe(runs[0].replica, runs[0].fleet))}")
+    md.append(
+        f"\nsimulated in {elapsed:.1f} s wall; command: lorafleet sim {' '.join(_argv(args))}"
+    )
+    text = "\n".join(md)
+    print(text)
+    stem = args.out / f"sim-{args.scenario}"
+    meta = {
+        "scenario": args.scenario,
+        "workload": runs[0].workload.label,
+        "seed": inputs.seed,
+        "params": params.describe(runs[0].replica, runs[0].fleet),
+        "wall_s": elapsed,
+    }
+    report.write_json(stem.with_suffix(".json"), meta, summaries)
+    stem.with_suffix(".md").write_text(text + "\n")
+    report.plot(stem.with_suffix(".png"), summaries, title)
+    print(f"wrote {stem}.md, .json, .png")
+    return 0
+
+
+def _capacity(args: argparse.Namespace, inputs: Inputs, progress: bool, started: float) -> int:
+    workload = inputs.workload()
+    rows: list[str] = []
+    summaries: list[report.Summary] = []
+    for prefill in sorted({inputs.replica.prefill_tps, 2 * inputs.replica.prefill_tps}):
+        rp = replace(inputs.replica, prefill_tps=prefill)
+
+        def show(n: int, s: report.Summary, prefill: float = prefill) -> None:
+            if progress:
+                print(
+                    f"  prefill {prefill:g}: {n} replicas -> worst p95 "
+                    f"{s['worst_adapter_p95_ms']:.0f} ms, gpu {s['gpu_hit_pct']:.1f}%",
+                    file=sys.stderr,
+                )
+
+        best, tried = capacity.search(
+            workload,
+            rp,
+            inputs.fleet,
+            router=inputs.router,
+            seed=inputs.seed,
+            low=args.low,
+            high=args.high,
+            measure_from=inputs.warmup_s,
+            on_run=show,
+        )
+        pure = capacity.pure_work_replicas(workload, rp)
+        rows.append(
+            f"| {prefill:g} | {best if best is not None else f'> {args.high}'} | {pure:.1f} | "
+            + ", ".join(
+                f"{n}: {s['worst_adapter_p95_ms']:.0f} ms / {s['gpu_hit_pct']:.1f}%"
+                for n, s in sorted(tried.items())
+            )
+            + " |"
+        )
+        for n, s in sorted(tried.items()):
+            s.name = f"prefill {prefill:g}, {n} replicas"
+            summaries.append(s)
+    elapsed = time.perf_counter() - started
+    text = "\n".join(
+        [
+            f"## Capacity search: {workload.label}, router {inputs.router}",
+            "",
+            "meets = worst-adapter p95 TTFT < 1 s and GPU hits >= 95% "
+            "(design: 26 replicas; pure work below)",
+            "",
+            "| prefill tokens/s | fewest replicas meeting | pure work (replicas) "
+            "| tried: worst p95 / GPU hits |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            report.table(summaries),
+            "",
+            f"searched in {elapsed:.1f} s wall; command: lorafleet sim {' '.join(_argv(args))}",
+        ]
+    )
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "sim-capacity.md").write_text(text + "\n")
+    return 0
+
+
+def _argv(args: argparse.Namespace) -> list[str]:
+    return sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "sim" else []

@@ -1,0 +1,368 @@
+"""The event loop: arrivals, the gateway's routing, replica steps, the operator's planners.
+
+Shipped decision code called here: `plan_route` (per request, per gateway pod),
+`placement.owners` (pre-warm sets), `plan_owner_count` (owner counts from measured tokens/s,
+every `operator_interval_s`), `autoscale.recommend` + `stabilize` (when autoscaling is on).
+Everything is deterministic for a seed: one random generator, events ordered by (time, seq).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lorafleet_cli.sim.gateway import GatewayView
+from lorafleet_cli.sim.params import FleetParams, ReplicaParams
+from lorafleet_cli.sim.replica import Replica
+from lorafleet_cli.sim.workload import Workload
+from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
+from lorafleet_core.placement import owners as rendezvous_owners
+from lorafleet_core.planning.adapters import plan_owner_count
+from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
+from lorafleet_core.replica_state import ReplicaState
+from lorafleet_gateway.router import Thresholds, plan_route
+
+ROUTERS = ("shipped", "least-loaded-owner", "random")
+OUTCOMES = ("owner_resident", "owner", "spill", "saturated", "random", "failed")
+_OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """A scripted change: `fail` / `remove` replica `index`, or `add` one, at time `at`."""
+
+    at: float
+    kind: str
+    index: int = -1
+
+
+class Engine:
+    def __init__(
+        self,
+        workload: Workload,
+        rp: ReplicaParams,
+        fp: FleetParams,
+        *,
+        router: str = "shipped",
+        seed: int = 0,
+        events: Sequence[FleetEvent] = (),
+        duration_s: float | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        if router not in ROUTERS:
+            raise ValueError(f"router must be one of {ROUTERS}")
+        n = len(workload)
+        self.rp, self.fp, self.router = rp, fp, router
+        self.names = workload.names
+        self.adapter_of, self.prompt, self.output = (
+            workload.adapter,
+            workload.prompt,
+            workload.output,
+        )
+        self.arrival = workload.at
+        self.duration = duration_s if duration_s is not None else (workload.at[-1] if n else 0.0)
+        self.tier = [-1] * n
+        self.first_token = [math.nan] * n
+        self.finish_time = [math.nan] * n
+        self.outcome = [0] * n
+        self.replica_of = [-1] * n
+        self._gateway_of = [0] * n
+        self.rng = random.Random(seed ^ 0x5EED)
+        self.thresholds = Thresholds(
+            fp.max_tokens_in_flight, fp.max_queue_depth, fp.balance, fp.spill
+        )
+        self.heap: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
+        self._seq = 0
+        self.now = 0.0
+        self.progress = progress
+        self.k: dict[str, int] = {}  # adapters with more owners than the default
+        self.replicas: list[Replica] = []
+        self.gateways = [
+            GatewayView(hide_residency=router == "least-loaded-owner")
+            for _ in range(max(1, fp.gateways))
+        ]
+        self.scale_state = ScaleState()
+        self.desired = fp.replicas
+        self.timeline: list[dict[str, Any]] = []
+        self.scale_events: list[tuple[float, int, str]] = []
+        self._members: tuple[str, ...] = ()
+        for _ in range(fp.replicas):
+            self._new_replica(0.0, ready_at=None)
+        self._membership_changed(0.0, initial=True)
+        for ev in events:
+            self.schedule(ev.at, self._fleet_event, ev)
+        self.schedule(0.0, self._poll, None)
+        self.schedule(fp.operator_interval_s, self._operator, None)
+        self.schedule(0.0, self._tick, None)
+        if fp.autoscale:
+            self.schedule(fp.autoscale_interval_s, self._autoscale, None)
+
+    # ------------------------------------------------------------------ events
+
+    def schedule(self, at: float, fn: Callable[[float, Any], None], arg: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self.heap, (at, self._seq, fn, arg))
+
+    def run(self) -> Engine:
+        heap, arrival = self.heap, self.arrival
+        n = len(arrival)
+        pop = heapq.heappop
+        route = self._route
+        i = 0
+        step = 2000
+        while True:
+            next_arrival = arrival[i] if i < n else math.inf
+            if heap and heap[0][0] <= next_arrival:
+                at, _, fn, arg = pop(heap)
+                self.now = at
+                fn(at, arg)
+            elif i < n:
+                self.now = next_arrival
+                route(i, next_arrival)
+                i += 1
+                if self.progress is not None and i % step == 0:
+                    self.progress(step)
+            else:
+                break
+        if self.progress is not None:
+            self.progress(n % step)
+        self.end_time = self.now
+        for r in self.replicas:
+            if r.stopped_at is None:
+                r.stopped_at = self.now
+        return self
+
+    # ------------------------------------------------------------------ gateway
+
+    def _route(self, req: int, now: float) -> None:
+        gw_index = req % len(self.gateways)
+        gw = self.gateways[gw_index]
+        views = gw.views
+        name = self.names[self.adapter_of[req]]
+        if self.router == "random":
+            live = list(views)
+            if not live:
+                self.outcome[req] = _OUTCOME_CODE["failed"]
+                return
+            first = live[self.rng.randrange(len(live))]
+            candidates: Sequence[str] = (first, *(r for r in live if r != first))
+            outcome = "random"
+        else:
+            plan = plan_route(
+                name, views, self.k.get(name, self.fp.owners_per_adapter), self.thresholds
+            )
+            candidates, outcome = plan.candidates, plan.outcome
+        by_id = self._by_id
+        for rid in candidates:
+            replica = by_id[rid]
+            if replica.alive and not replica.draining:
+                break
+            gw.mark_failed(rid)  # connection refused: retry the next candidate
+        else:
+            self.outcome[req] = _OUTCOME_CODE["failed"]
+            return
+        self.outcome[req] = _OUTCOME_CODE[outcome]
+        self.replica_of[req] = replica.index
+        self._gateway_of[req] = gw_index
+        gw.begin(rid, self.prompt[req] + self.output[req])
+        replica.arrive(req, now)
+
+    def on_finish(self, replica: Replica, req: int, tokens: int) -> None:
+        self.gateways[self._gateway_of[req]].end(replica.id, tokens)
+        if replica.draining and not replica.inflight:
+            self._stop(replica, self.now)
+
+    def _poll(self, now: float, _: Any) -> None:
+        states = []
+        residency = self.router == "shipped"
+        for r in self.replicas:
+            if r.alive and not r.draining:
+                gpu = frozenset(r.cache.slots.gpu()) if residency else frozenset()
+                states.append((r.id, r.tokens_in_flight, r.queue_depth, gpu))
+        for gw in self.gateways:
+            gw.poll(states)
+        if now < self.duration:
+            self.schedule(now + self.fp.poll_s, self._poll, None)
+
+    # ------------------------------------------------------------------ replicas
+
+    def _new_replica(self, now: float, ready_at: float | None) -> Replica:
+        index = len(self.replicas)
+        replica = Replica(f"replica-{index}", index, self.rp, self)
+        replica.started_at = now
+        self.replicas.append(replica)
+        self._by_id = {r.id: r for r in self.replicas}
+        if ready_at is None:
+            replica.start_serving(now)
+        else:
+            self.schedule(ready_at, self._ready, (replica, replica.epoch))
+        return replica
+
+    def _ready(self, now: float, arg: tuple[Replica, int]) -> None:
+        replica, epoch = arg
+        if epoch != replica.epoch or replica.draining:
+            return
+        replica.start_serving(now)
+        self._membership_changed(now)
+
+    def _start_delay(self) -> float:
+        return self.rp.base_start_s + self.rp.warmup_s
+
+    def _fleet_event(self, now: float, ev: FleetEvent) -> None:
+        if ev.kind == "add":
+            self.desired += 1
+            self._new_replica(now, ready_at=now + self._start_delay())
+            self.scale_events.append((now, self.desired, "add"))
+        elif ev.kind == "remove":
+            replica = self.replicas[ev.index]
+            self.desired -= 1
+            self._drain(replica, now)
+            self.scale_events.append((now, self.desired, "remove"))
+        elif ev.kind == "fail":
+            replica = self.replicas[ev.index]
+            for req in replica.fail(now):
+                self.outcome[req] = _OUTCOME_CODE["failed"]
+                self.gateways[self._gateway_of[req]].end(
+                    replica.id, self.prompt[req] + self.output[req]
+                )
+            self._membership_changed(now)
+            # The StatefulSet recreates the pod under the same id, cold.
+            self.schedule(now + self._start_delay(), self._ready, (replica, replica.epoch))
+            self.scale_events.append((now, self.desired, f"fail {replica.id}"))
+        else:
+            raise ValueError(f"unknown fleet event {ev.kind!r}")
+
+    def _drain(self, replica: Replica, now: float) -> None:
+        replica.draining = True
+        self._membership_changed(now)
+        if not replica.inflight:
+            self._stop(replica, now)
+
+    def _stop(self, replica: Replica, now: float) -> None:
+        replica.stop()
+        replica.stopped_at = now
+
+    def live_ids(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.replicas if r.alive and not r.draining)
+
+    def _membership_changed(self, now: float, initial: bool = False) -> None:
+        """The operator re-plans owners over the live replicas and pre-warms what moved."""
+        members = self.live_ids()
+        old = self._members
+        self._members = members
+        if not members:
+            return
+        base = self.fp.owners_per_adapter
+        owned: dict[str, list[str]] = {rid: [] for rid in members}
+        for name in self.names:
+            k = self.k.get(name, base)
+            new = rendezvous_owners(name, members, k)
+            before = set(rendezvous_owners(name, old, k)) if old and not initial else set()
+            for rid in new:
+                if rid not in before:
+                    owned[rid].append(name)
+        for rid, names in owned.items():
+            replica = self._by_id[rid]
+            names.sort()  # the annotation lists records by id; the agent takes them in order
+            if initial and self.fp.prewarm:
+                self._instant_prewarm(replica, names)
+            elif not initial:
+                replica.prewarm(names[: self.rp.ram_slots])
+
+    def _instant_prewarm(self, replica: Replica, names: list[str]) -> None:
+        cache = replica.cache
+        size = self.rp.adapter_bytes
+        for i, name in enumerate(names):
+            if cache.disk.used + size > cache.disk.budget:
+                break
+            cache.disk.put(name, size)
+            if i < self.rp.ram_slots:
+                cache.slots.register(name)
+
+    # ------------------------------------------------------------------ operator
+
+    def _operator(self, now: float, _: Any) -> None:
+        interval = self.fp.operator_interval_s
+        measured: Counter[str] = Counter()
+        for r in self.replicas:
+            measured.update(r.tokens_served)
+            r.tokens_served.clear()
+        members = self._members
+        base = self.fp.owners_per_adapter
+        for name in set(measured) | set(self.k):
+            current = self.k.get(name, base)
+            k = plan_owner_count(
+                measured[name] / interval,
+                current,
+                base,
+                self.fp.replica_capacity_tps,
+                len(members),
+            )
+            if k == current:
+                continue
+            if k == base:
+                del self.k[name]
+            else:
+                self.k[name] = k
+            if k > current and members:
+                had = set(rendezvous_owners(name, members, current))
+                for rid in rendezvous_owners(name, members, k):
+                    if rid not in had:
+                        self._by_id[rid].prewarm([name])
+        if now < self.duration:
+            self.schedule(now + interval, self._operator, None)
+
+    def _autoscale(self, now: float, _: Any) -> None:
+        fp = self.fp
+        states = [
+            ReplicaState(
+                replica_id=r.id, tokens_in_flight=r.tokens_in_flight, queue_depth=r.queue_depth
+            )
+            for r in self.replicas
+            if r.alive and not r.draining
+        ]
+        spec = AutoscalingSpec(
+            target_tokens_in_flight=fp.target_tokens_in_flight,
+            target_queue_depth=fp.target_queue_depth,
+        )
+        raw = recommend(
+            Load.of(states), spec, ReplicaBounds(min=fp.min_replicas, max=fp.max_replicas)
+        )
+        decision = stabilize(
+            self.scale_state, self.desired, raw, now, fp.scale_up_window_s, fp.scale_down_window_s
+        )
+        self.scale_state = decision.state
+        while self.desired < decision.desired:
+            self.desired += 1
+            self._new_replica(now, ready_at=now + self._start_delay())
+        if decision.desired < self.desired:
+            active = [r for r in self.replicas if not r.draining and r.stopped_at is None]
+            active = active[: self.desired]
+            for replica in reversed(active[decision.desired :]):
+                self._drain(replica, now)
+            self.desired = decision.desired
+        if decision.reason in ("ScaleUp", "ScaleDown"):
+            self.scale_events.append((now, self.desired, decision.reason))
+        if now < self.duration:
+            self.schedule(now + fp.autoscale_interval_s, self._autoscale, None)
+
+    def _tick(self, now: float, _: Any) -> None:
+        """A sample every 10 s for the plots (replicas, evictions, GPU slot swaps)."""
+        self.timeline.append(
+            {
+                "t": now,
+                "serving": sum(1 for r in self.replicas if r.alive and not r.draining),
+                "provisioned": sum(1 for r in self.replicas if r.stopped_at is None),
+                "evictions": sum(r.evictions for r in self.replicas),
+                "gpu_swaps": sum(r.gpu_swaps for r in self.replicas),
+                "per_replica": [r.evictions for r in self.replicas],
+                "busy_seq_s": sum(r.busy_seq_s for r in self.replicas),
+            }
+        )
+        if now < self.duration:
+            self.schedule(now + 10.0, self._tick, None)

@@ -1,0 +1,56 @@
+"""The gateway as the simulator runs it: 1 s-old polled state + its own in-flight counts.
+
+Each simulated gateway pod keeps what `lorafleet_gateway.replica_poller.ReplicaTracker` keeps:
+the last polled state of every healthy replica and the tokens of its own requests in flight,
+blended by the gateway's own rule (`lorafleet_gateway.router.blended_tokens`), and routes with
+the shipped `plan_route`. A replica that refuses a connection leaves its candidate set until the
+next poll, as `mark_failed` does.
+"""
+
+from __future__ import annotations
+
+from lorafleet_gateway.router import ReplicaView, blended_tokens
+
+EMPTY: frozenset[str] = frozenset()
+
+
+class GatewayView:
+    def __init__(self, hide_residency: bool) -> None:
+        self.hide_residency = hide_residency
+        self.polled: dict[str, tuple[int, int, frozenset[str]]] = {}
+        self.local: dict[str, int] = {}
+        self.local_at_poll: dict[str, int] = {}
+        self.views: dict[str, ReplicaView] = {}
+
+    def poll(self, states: list[tuple[str, int, int, frozenset[str]]]) -> None:
+        """A poll round answered by `states` (replica, tokens in flight, queue, GPU adapters)."""
+        local = self.local
+        self.polled = {}
+        self.views = {}
+        for rid, tokens, queue, gpu in states:
+            if self.hide_residency:
+                gpu = EMPTY
+            self.polled[rid] = (tokens, queue, gpu)
+            mine = local.get(rid, 0)
+            self.local_at_poll[rid] = mine
+            self.views[rid] = ReplicaView(blended_tokens(tokens, mine, mine), queue, gpu)
+
+    def _refresh(self, rid: str) -> None:
+        polled = self.polled.get(rid)
+        if polled is None or rid not in self.views:
+            return
+        tokens, queue, gpu = polled
+        self.views[rid] = ReplicaView(
+            blended_tokens(tokens, self.local[rid], self.local_at_poll[rid]), queue, gpu
+        )
+
+    def begin(self, rid: str, tokens: int) -> None:
+        self.local[rid] = self.local.get(rid, 0) + tokens
+        self._refresh(rid)
+
+    def end(self, rid: str, tokens: int) -> None:
+        self.local[rid] = max(0, self.local.get(rid, 0) - tokens)
+        self._refresh(rid)
+
+    def mark_failed(self, rid: str) -> None:
+        self.views.pop(rid, None)

@@ -1,0 +1,119 @@
+"""Every number of the simulated fleet in one place, with the design's defaults and their source.
+
+Times in seconds, sizes in bytes, rates per second. Defaults follow ../shared/DESIGN.md (a 7B
+base on one GPU, rank-16 adapters of ~80 MB) unless the comment names another source; change
+them with `lorafleet sim --set name=value` and state them with every result (the report does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+MB = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaParams:
+    """One replica: vLLM on one GPU plus its agent."""
+
+    # vLLM --max-num-seqs: sequences in one continuous batch; more wait in vLLM's queue.
+    max_seqs: int = 32
+    # Prefill throughput of the GPU (design: 8,000 tokens/s). A step that carries prompt
+    # chunks lasts batched_tokens / prefill_tps when that is longer than a decode step.
+    prefill_tps: float = 8000.0
+    # Time per output token (one decode step) with unmerged LoRA deltas (design: 50 ms; 40 ms
+    # merged, which lorafleet does not do because one batch mixes many adapters).
+    decode_s: float = 0.050
+    decode_s_merged: float = 0.040
+    # vLLM --max-num-batched-tokens: the per-step token budget shared by decodes (one token
+    # each) and prefill chunks (chunked prefill; vLLM v1 default for online serving is 2,048).
+    step_token_budget: int = 2048
+    # --max-loras (GPU slots, design 250) and --max-cpu-loras (host RAM, design ~385).
+    gpu_slots: int = 250
+    ram_slots: int = 385
+    # The agent's disk cache budget (ReplicaPool spec.cache.diskBytes default 50 GiB).
+    disk_bytes: int = 50 * 2**30
+    adapter_bytes: int = 80 * MB
+    # Load time by the tier the adapter was found in (design's tier table). The remote figure
+    # is at full bandwidth: concurrent fetches on one replica share its object-store link
+    # (remote_bandwidth = adapter_bytes / remote_s), so two at once take 0.8 s each.
+    ram_s: float = 0.008
+    disk_s: float = 0.040
+    remote_s: float = 0.400
+    # A new or restarted replica: base model start (design: 14 s), then the agent's warm-up
+    # (pre-warming the adapters it owns) before the gateway sees it healthy.
+    base_start_s: float = 14.0
+    warmup_s: float = 10.0
+
+    @property
+    def remote_bandwidth(self) -> float:
+        return self.adapter_bytes / self.remote_s
+
+
+@dataclass(frozen=True, slots=True)
+class FleetParams:
+    """The fleet around the replicas: gateway, operator, autoscaler, prices."""
+
+    replicas: int = 26
+    owners_per_adapter: int = 2  # ReplicaPool spec.ownersPerAdapter default
+    # Gateway: pods splitting traffic (each keeps its own in-flight counts), state poll
+    # interval, overload thresholds (gateway settings defaults).
+    gateways: int = 2
+    poll_s: float = 1.0
+    max_tokens_in_flight: int = 16384
+    max_queue_depth: int = 32
+    # Router knobs (lorafleet_gateway.router.Thresholds): bounded-load factor over the fleet
+    # mean (0 = absolute thresholds only, the router before the simulator's routing study) and
+    # spill order ("rendezvous" or "least_loaded", the earlier rule).
+    balance: float = 1.25
+    spill: str = "rendezvous"
+    # Operator: how often owner counts are re-planned from measured tokens/s, and the
+    # per-replica token capacity plan_owner_count divides by (hot_share 0.5 of it per owner).
+    operator_interval_s: float = 30.0
+    replica_capacity_tps: float = 4000.0
+    # Pre-warm owners' disk and RAM tiers at start (the operator's annotations, applied).
+    prewarm: bool = True
+    # Autoscaler (ReplicaPool spec.autoscaling defaults); off unless a scenario enables it.
+    autoscale: bool = False
+    min_replicas: int = 1
+    max_replicas: int = 64
+    target_tokens_in_flight: int = 4096
+    target_queue_depth: int = 8
+    autoscale_interval_s: float = 5.0
+    scale_up_window_s: float = 30.0
+    scale_down_window_s: float = 300.0
+    # Reporting: per-GPU price, SLO, the evictions/min alert (charts' monitoring.yaml).
+    gpu_hour_usd: float = 2.5
+    slo_ttft_s: float = 1.0
+    min_requests_per_adapter: int = 20
+    evictions_alert_per_min: float = 30.0
+
+
+def with_overrides(obj: Any, settings: list[str]) -> Any:
+    """`obj` with `name=value` settings applied (unknown names are an error)."""
+    names = {f.name: f for f in fields(obj)}
+    changes: dict[str, Any] = {}
+    for item in settings:
+        name, _, value = item.partition("=")
+        if name not in names:
+            continue  # belongs to the other parameter class (unknown_settings checks both)
+        current = getattr(obj, name)
+        if isinstance(current, str):
+            changes[name] = value
+        elif isinstance(current, bool):
+            changes[name] = value.lower() in ("1", "true", "yes", "on")
+        else:
+            changes[name] = (
+                type(current)(float(value)) if isinstance(current, int) else float(value)
+            )
+    return replace(obj, **changes)
+
+
+def unknown_settings(settings: list[str]) -> list[str]:
+    known = {f.name for f in fields(ReplicaParams)} | {f.name for f in fields(FleetParams)}
+    return [s for s in settings if s.partition("=")[0] not in known]
+
+
+def describe(replica: ReplicaParams, fleet: FleetParams) -> dict[str, Any]:
+    return {"replica": asdict(replica), "fleet": asdict(fleet)}

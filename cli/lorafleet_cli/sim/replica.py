@@ -1,0 +1,289 @@
+"""One simulated replica: the agent's cache policy in front of a continuously batching vLLM.
+
+The cache decisions are the agent's own object (`lorafleet_core.cache_policy.CachePolicy`):
+a request takes a reference on arrival, so its adapter is never evicted while it waits or runs;
+an adapter not registered with vLLM is loaded once (later requests for it wait on that load)
+from disk or from the object store, whose bandwidth concurrent fetches on this replica share;
+registering needs an idle RAM slot, and when every registered adapter is in use the load waits
+for a release. Other sequences keep decoding meanwhile.
+
+vLLM is modelled step by step (continuous batching with chunked prefill): a step carries one
+token for every decoding sequence plus prompt chunks, first come first served, up to
+`step_token_budget` tokens; it lasts `decode_s`, or `batched tokens / prefill_tps` when that is
+longer (prefill is compute bound, decode memory bound). At most `max_seqs` sequences are in the
+batch; more wait in vLLM's queue. The first token comes at the end of the step that finishes
+the prompt, so TTFT = queueing + adapter load + prefill (chunked, sharing steps with decodes).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from lorafleet_cli.sim.params import ReplicaParams
+from lorafleet_core.cache_policy import CachePolicy, LruBytes, SlotTracker
+from lorafleet_core.tiers import Tier
+
+if TYPE_CHECKING:
+    from lorafleet_cli.sim.engine import Engine
+
+TIER_CODE = {Tier.GPU: 0, Tier.RAM: 1, Tier.DISK: 2, Tier.REMOTE: 3}
+
+
+class Replica:
+    def __init__(self, rid: str, index: int, p: ReplicaParams, eng: Engine) -> None:
+        self.id = rid
+        self.index = index
+        self.p = p
+        self.eng = eng
+        self.alive = False  # serving (base model up); False while starting or after a failure
+        self.epoch = 0  # bumped on failure: events of an earlier life are ignored
+        self.gpu_seconds = 0.0  # GPU time paid so far (starting, serving), for cost
+        self.alive_since = 0.0
+        self.draining = False  # scaled down: no new requests, stops when the last one ends
+        self.started_at = 0.0  # pod created (GPU paid from here)
+        self.stopped_at: float | None = None
+        self.evictions = 0  # the agent's evictions (unregister from RAM, delete from disk)
+        self.gpu_swaps = 0  # vLLM GPU-slot replacements (LRU) the agent's tracker replays
+        self.loads = 0
+        self.tokens_served: Counter[str] = Counter()  # adapter -> tokens since operator read
+        self.busy_seq_s = 0.0  # integral of running sequences over time
+        self._reset()
+
+    def _reset(self) -> None:
+        p = self.p
+        self.cache = CachePolicy(SlotTracker(p.gpu_slots, p.ram_slots), LruBytes(p.disk_bytes))
+        self.waiting: deque[int] = deque()  # requests ready for vLLM, no sequence free yet
+        self.prefill: deque[list[int]] = deque()  # [request, prompt tokens left], FIFO
+        self.decoding: list[tuple[int, int]] = []  # heap of (last step, request)
+        self.done_prefill: list[int] = []  # requests whose prompt ends with the current step
+        self.running = 0
+        self.step = 0
+        self.stepping = False
+        self.tokens_in_flight = 0  # prompt + output of admitted, unfinished requests
+        self.queue_depth = 0  # admitted, not yet streaming (agent's definition)
+        self.inflight: set[int] = set()
+        self.pending: dict[str, list[int]] = {}  # adapter being loaded -> requests waiting
+        self.pending_tier: dict[str, int] = {}
+        self.ram_waiters: deque[str] = deque()  # loaded to disk, waiting for an idle RAM slot
+        self.remote_active = 0
+        self.prewarm_queue: deque[str] = deque()
+        self.prewarming: str | None = None  # the adapter the pre-warm pass is loading
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start_serving(self, now: float) -> None:
+        self.alive = True
+        self.alive_since = now
+
+    def fail(self, now: float) -> list[int]:
+        """The pod dies: every request on it is lost; caches go with it."""
+        lost = sorted(self.inflight)
+        self.alive = False
+        self.epoch += 1
+        self._reset()
+        return lost
+
+    def stop(self) -> None:
+        self.alive = False
+        self.epoch += 1
+
+    # ------------------------------------------------------------------ requests
+
+    def arrive(self, req: int, now: float) -> None:
+        eng = self.eng
+        name = eng.names[eng.adapter_of[req]]
+        tokens = eng.prompt[req] + eng.output[req]
+        self.tokens_in_flight += tokens
+        self.queue_depth += 1
+        self.inflight.add(req)
+        cache = self.cache
+        cache.acquire(name)
+        waiting = self.pending.get(name)
+        if waiting is not None:
+            waiting.append(req)
+            eng.tier[req] = self.pending_tier[name]
+            return
+        tier = cache.tier(name)
+        if tier is Tier.GPU:
+            eng.tier[req] = 0
+            self._enqueue(req, now)
+        elif tier is Tier.RAM:
+            eng.tier[req] = 1
+            eng.schedule(now + self.p.ram_s, self._ram_ready, (self.epoch, req))
+        else:
+            eng.tier[req] = TIER_CODE[tier]
+            self._start_load(name, tier, now, [req])
+
+    def _ram_ready(self, now: float, arg: tuple[int, int]) -> None:
+        if arg[0] == self.epoch:
+            self._enqueue(arg[1], now)
+
+    def _enqueue(self, req: int, now: float) -> None:
+        self.waiting.append(req)
+        if not self.stepping:
+            self._next_step(now)
+
+    # ------------------------------------------------------------------ loading
+
+    def prewarm(self, names: list[str]) -> None:
+        """The agent's pre-warm pass: owned adapters, one load at a time, in the given order."""
+        self.prewarm_queue.extend(names)
+        if self.prewarming is None:
+            self._prewarm_next(self.eng.now)
+
+    def _prewarm_next(self, now: float) -> None:
+        cache = self.cache
+        while self.prewarm_queue:
+            name = self.prewarm_queue.popleft()
+            registered = cache.slots.is_registered(name)
+            if registered or name in self.pending:
+                continue
+            if cache.needs_ram_room() and cache.ram_victim(name) is None:
+                continue  # every slot busy: leave it to its first request
+            self.prewarming = name
+            self._start_load(name, cache.tier(name), now, [])
+            return
+        self.prewarming = None
+
+    def _start_load(self, name: str, tier: Tier, now: float, reqs: list[int]) -> None:
+        self.pending[name] = reqs
+        self.pending_tier[name] = TIER_CODE[tier]
+        self.cache.loading.add(name)
+        self.loads += 1
+        if tier is Tier.REMOTE:
+            self.remote_active += 1
+            # Processor sharing, approximated at the start: this fetch gets 1/n of the link.
+            duration = self.p.remote_s * self.remote_active
+            self.eng.schedule(now + duration, self._fetched, (self.epoch, name))
+        else:
+            self.eng.schedule(now + self.p.disk_s, self._loaded, (self.epoch, name))
+
+    def _fetched(self, now: float, arg: tuple[int, str]) -> None:
+        if arg[0] != self.epoch:
+            return
+        name = arg[1]
+        self.remote_active -= 1
+        cache = self.cache
+        victims = cache.disk_victims(self.p.adapter_bytes)
+        if victims is not None:
+            for victim in victims:
+                cache.disk.remove(victim)
+                self.evictions += 1
+            cache.disk.put(name, self.p.adapter_bytes)
+        self._loaded(now, arg)
+
+    def _loaded(self, now: float, arg: tuple[int, str]) -> None:
+        if arg[0] != self.epoch:
+            return
+        name = arg[1]
+        if not self._register(name):
+            self.ram_waiters.append(name)
+            return
+        self._after_register(name, now)
+
+    def _register(self, name: str) -> bool:
+        cache = self.cache
+        while cache.needs_ram_room():
+            victim = cache.ram_victim(name)
+            if victim is None:
+                return False  # every registered adapter has running requests: wait
+            cache.slots.unregister(victim)
+            self.evictions += 1
+        cache.slots.register(name)
+        return True
+
+    def _after_register(self, name: str, now: float) -> None:
+        self.cache.loading.discard(name)
+        self.pending_tier.pop(name, None)
+        reqs = self.pending.pop(name)
+        for req in reqs:
+            self._enqueue(req, now)
+        if name == self.prewarming:
+            self._prewarm_next(now)
+
+    def _retry_waiters(self, now: float) -> None:
+        while self.ram_waiters:
+            name = self.ram_waiters[0]
+            if not self._register(name):
+                return
+            self.ram_waiters.popleft()
+            self._after_register(name, now)
+
+    # ------------------------------------------------------------------ batching
+
+    def _next_step(self, now: float) -> None:
+        """Admit waiting requests into free sequences and start the next step, if any work."""
+        eng = self.eng
+        waiting = self.waiting
+        if waiting and self.running < self.p.max_seqs:
+            use = self.cache.use
+            names, adapter_of, prompt = eng.names, eng.adapter_of, eng.prompt
+            while waiting and self.running < self.p.max_seqs:
+                req = waiting.popleft()
+                if use(names[adapter_of[req]]) is not None:
+                    self.gpu_swaps += 1
+                self.prefill.append([req, prompt[req]])
+                self.running += 1
+        if not self.running:
+            self.stepping = False
+            return
+        n_dec = len(self.decoding)
+        budget = self.p.step_token_budget - n_dec
+        taken = 0
+        done: list[int] = []
+        prefill = self.prefill
+        for entry in prefill:
+            if taken >= budget:
+                break
+            take = min(entry[1], budget - taken)
+            entry[1] -= take
+            taken += take
+            if entry[1] == 0:
+                done.append(entry[0])
+        for _ in done:
+            prefill.popleft()
+        self.done_prefill = done
+        duration = (n_dec + taken) / self.p.prefill_tps
+        if duration < self.p.decode_s:
+            duration = self.p.decode_s
+        self.busy_seq_s += self.running * duration
+        self.stepping = True
+        eng.schedule(now + duration, self._step_end, self.epoch)
+
+    def _step_end(self, now: float, epoch: int) -> None:
+        if epoch != self.epoch:
+            return
+        self.step += 1
+        step = self.step
+        eng = self.eng
+        finish: Callable[[int, float], None] = self._finish
+        decoding = self.decoding
+        output = eng.output
+        first = eng.first_token
+        for req in self.done_prefill:
+            first[req] = now
+            self.queue_depth -= 1
+            out = output[req]
+            if out <= 1:
+                finish(req, now)
+            else:
+                heapq.heappush(decoding, (step + out - 1, req))
+        while decoding and decoding[0][0] <= step:
+            finish(heapq.heappop(decoding)[1], now)
+        self._next_step(now)
+
+    def _finish(self, req: int, now: float) -> None:
+        eng = self.eng
+        name = eng.names[eng.adapter_of[req]]
+        tokens = eng.prompt[req] + eng.output[req]
+        self.running -= 1
+        self.tokens_in_flight -= tokens
+        self.tokens_served[name] += tokens
+        self.inflight.discard(req)
+        eng.finish_time[req] = now
+        eng.on_finish(self, req, tokens)
+        if self.cache.release(name) and self.ram_waiters:
+            self._retry_waiters(now)

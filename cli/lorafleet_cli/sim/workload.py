@@ -1,0 +1,198 @@
+"""Arrivals, lengths and adapters of simulated requests, deterministic per seed.
+
+Arrivals: a trace CSV with the columns of ../shared/traces (`TIMESTAMP, ContextTokens,
+GeneratedTokens`) time-compressed so its mean rate becomes `rate`, repeated end to end until
+`duration_s` (each pass draws fresh adapters); or Poisson arrivals at `rate` with lengths drawn
+from the trace's rows. The trace carries no tenant, so adapters come from a popularity mix:
+Zipf(s) over N adapters, or a tenant mix file (CSV `tenant,share[,tokens_per_s]`; a row with
+tokens/s gets that share of tokens instead of its share of requests).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import accumulate
+from pathlib import Path
+
+
+def default_trace() -> Path:
+    """../shared/traces next to the checkout (or LORAFLEET_TRACES), as the README says."""
+    import os
+
+    env = os.environ.get("LORAFLEET_TRACE")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "shared/traces/azure-llm-2023-conv.csv"
+        if candidate.is_file():
+            return candidate
+        candidate = parent.parent / "shared/traces/azure-llm-2023-conv.csv"
+        if candidate.is_file():
+            return candidate
+    return Path("/work/shared/traces/azure-llm-2023-conv.csv")
+
+
+def adapter_name(rank: int) -> str:
+    return f"adapter-{rank:05d}"
+
+
+@dataclass(frozen=True)
+class Mix:
+    """Adapter names and their request weights (any positive scale)."""
+
+    names: tuple[str, ...]
+    weights: tuple[float, ...]
+    label: str
+
+    @classmethod
+    def zipf(cls, n: int, s: float) -> Mix:
+        names = tuple(adapter_name(r) for r in range(1, n + 1))
+        return cls(names, tuple(1.0 / r**s for r in range(1, n + 1)), f"zipf(s={s:g}, n={n})")
+
+    def with_hot(self, name: str, tokens_per_s: float, rate: float, mean_tokens: float) -> Mix:
+        """Add (or replace) one adapter that sends `tokens_per_s` at the given request rate."""
+        share = min(0.95, tokens_per_s / max(rate * mean_tokens, 1e-9))
+        rest = [(n, w) for n, w in zip(self.names, self.weights, strict=True) if n != name]
+        total = sum(w for _, w in rest)
+        hot_w = share / (1 - share) * total
+        names = (name, *(n for n, _ in rest))
+        weights = (hot_w, *(w for _, w in rest))
+        label = f"{self.label} + {name} at {tokens_per_s:g} tokens/s"
+        return Mix(names, weights, label)
+
+
+def read_mix(path: Path, rate: float, mean_tokens: float) -> Mix:
+    """A tenant mix file: `tenant,share[,tokens_per_s]`, header optional."""
+    names: list[str] = []
+    weights: list[float] = []
+    hot: list[tuple[str, float]] = []
+    with path.open(newline="") as f:
+        for row in csv.reader(f):
+            if not row or row[0].strip().lower() in ("tenant", "") or row[0].startswith("#"):
+                continue
+            name, share = row[0].strip(), float(row[1]) if len(row) > 1 and row[1] else 0.0
+            if len(row) > 2 and row[2].strip():
+                hot.append((name, float(row[2])))
+            elif share > 0:
+                names.append(name)
+                weights.append(share)
+    mix = Mix(tuple(names), tuple(weights), f"mix {path.name}")
+    for name, tps in hot:
+        mix = mix.with_hot(name, tps, rate, mean_tokens)
+    return mix
+
+
+@dataclass
+class Workload:
+    """Requests in arrival order, one column per field (cheap to build and to walk)."""
+
+    at: list[float] = field(default_factory=list)
+    prompt: list[int] = field(default_factory=list)
+    output: list[int] = field(default_factory=list)
+    adapter: list[int] = field(default_factory=list)  # index into names
+    names: tuple[str, ...] = ()
+    label: str = ""
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+
+def read_trace(path: Path) -> tuple[list[float], list[int], list[int]]:
+    """(seconds since the first request, prompt tokens, output tokens) of a trace CSV."""
+    at: list[float] = []
+    prompt: list[int] = []
+    output: list[int] = []
+    t0: datetime | None = None
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            ts = datetime.fromisoformat(row["TIMESTAMP"][:26])
+            t0 = t0 or ts
+            at.append((ts - t0).total_seconds())
+            prompt.append(max(1, int(row["ContextTokens"])))
+            output.append(max(1, int(row["GeneratedTokens"])))
+    order = sorted(range(len(at)), key=at.__getitem__)
+    return [at[i] for i in order], [prompt[i] for i in order], [output[i] for i in order]
+
+
+_TRACE_CACHE: dict[Path, tuple[list[float], list[int], list[int]]] = {}
+
+
+def _trace(path: Path) -> tuple[list[float], list[int], list[int]]:
+    if path not in _TRACE_CACHE:
+        _TRACE_CACHE[path] = read_trace(path)
+    return _TRACE_CACHE[path]
+
+
+def mean_tokens(path: Path) -> float:
+    _, p, o = _trace(path)
+    return (sum(p) + sum(o)) / max(1, len(p))
+
+
+def build(
+    *,
+    mix: Mix,
+    rate: float,
+    duration_s: float,
+    seed: int,
+    trace: Path | None = None,
+    poisson: bool = False,
+    rate_at: list[tuple[float, float]] | None = None,
+) -> Workload:
+    """The requests of one run. `rate_at` [(time, factor)] scales the rate from each time on
+    (a ramp); arrivals are thinned/compressed accordingly."""
+    trace = trace or default_trace()
+    t_at, t_prompt, t_output = _trace(trace)
+    rng = random.Random(seed)
+    cumulative = list(accumulate(mix.weights))
+    total = cumulative[-1]
+    w = Workload(names=mix.names)
+    n_rows = len(t_at)
+    span = t_at[-1] - t_at[0] if n_rows > 1 else 1.0
+    trace_rate = n_rows / span
+    factors = sorted(rate_at or [])
+    t = 0.0
+    i = 0
+    base = 0.0  # trace time where this pass started
+    offset = 0.0  # simulated time where this pass started
+    while True:
+        r = rate * _factor(factors, t)
+        if poisson:
+            t += rng.expovariate(r)
+            j = rng.randrange(n_rows)
+        else:
+            if i >= n_rows:
+                i, base = 0, t_at[0]
+                offset = t
+            gap = (t_at[i] - (t_at[i - 1] if i > 0 else base)) if i > 0 else 0.0
+            t = (offset if i == 0 else t) + gap * trace_rate / r
+            j = i
+            i += 1
+        if t >= duration_s:
+            break
+        w.at.append(t)
+        w.prompt.append(t_prompt[j])
+        w.output.append(t_output[j])
+        w.adapter.append(bisect_left(cumulative, rng.random() * total))
+    source = "poisson" if poisson else f"trace {trace.name}"
+    w.label = f"{source} at {rate:g} req/s for {duration_s:g} s, {mix.label}, seed {seed}"
+    return w
+
+
+def _factor(factors: list[tuple[float, float]], t: float) -> float:
+    f = 1.0
+    for at, value in factors:
+        if t >= at:
+            f = value
+        else:
+            break
+    return max(f, 1e-6)
+
+
+def harmonic(n: int, s: float) -> float:
+    return math.fsum(1.0 / r**s for r in range(1, n + 1))

@@ -1,0 +1,65 @@
+"""The simulator runs the services' own decision code: a copy would make its figures fiction."""
+
+from __future__ import annotations
+
+import inspect
+import pkgutil
+from pathlib import Path
+
+import lorafleet_cli.sim as sim_pkg
+import lorafleet_core.cache_policy as cache_policy
+import lorafleet_core.placement as placement
+import lorafleet_core.planning.adapters as planning_adapters
+import lorafleet_core.planning.autoscale as autoscale
+import lorafleet_gateway.router as router
+from lorafleet_agent import manager as agent_manager
+from lorafleet_cli.sim import engine, gateway, replica
+from lorafleet_cli.sim.engine import Engine
+from lorafleet_cli.sim.params import FleetParams, ReplicaParams
+from lorafleet_cli.sim.workload import Mix, build
+
+
+def used(module: object, name: str) -> object:
+    """The object `module` refers to by `name` (what its code calls)."""
+    return vars(module)[name]
+
+
+def test_engine_calls_the_gateway_router_and_the_operator_planners():
+    assert used(engine, "plan_route") is router.plan_route
+    assert used(engine, "Thresholds") is router.Thresholds
+    assert used(engine, "rendezvous_owners") is placement.owners
+    assert used(engine, "plan_owner_count") is planning_adapters.plan_owner_count
+    assert used(engine, "recommend") is autoscale.recommend
+    assert used(engine, "stabilize") is autoscale.stabilize
+    assert used(gateway, "blended_tokens") is router.blended_tokens
+    assert used(gateway, "ReplicaView") is router.ReplicaView
+
+
+def test_replicas_hold_the_agents_cache_policy_object():
+    assert used(replica, "CachePolicy") is cache_policy.CachePolicy
+    assert used(agent_manager, "CachePolicy") is cache_policy.CachePolicy
+    eng = Engine(
+        build(mix=Mix.zipf(20, 1.0), rate=5, duration_s=20, seed=1),
+        ReplicaParams(),
+        FleetParams(replicas=2),
+    ).run()
+    assert all(type(r.cache) is cache_policy.CachePolicy for r in eng.replicas)
+    assert all(type(r.cache.slots) is cache_policy.SlotTracker for r in eng.replicas)
+
+
+def test_no_second_copy_of_routing_placement_or_cache_logic_in_the_simulator():
+    # Shipped names may be imported, never defined again; no private LRU either.
+    shipped = {"plan_route", "owners", "ranked", "plan_owner_count", "recommend", "stabilize"}
+    shipped |= {"SlotTracker", "LruBytes", "CachePolicy", "Thresholds", "ReplicaView"}
+    for info in pkgutil.iter_modules(sim_pkg.__path__):
+        module = __import__(f"lorafleet_cli.sim.{info.name}", fromlist=["_"])
+        source = Path(inspect.getfile(module)).read_text()
+        defined = {
+            name
+            for name, obj in vars(module).items()
+            if (inspect.isfunction(obj) or inspect.isclass(obj))
+            and obj.__module__ == module.__name__
+        }
+        assert not defined & shipped, (info.name, defined & shipped)
+        assert "OrderedDict" not in source, info.name
+        assert "blake2b" not in source, info.name

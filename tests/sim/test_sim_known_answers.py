@@ -1,0 +1,118 @@
+"""Small fleets whose answers can be worked out by hand, and determinism per seed."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from lorafleet_cli.sim.engine import Engine, FleetEvent
+from lorafleet_cli.sim.params import FleetParams, ReplicaParams
+from lorafleet_cli.sim.report import summarize
+from lorafleet_cli.sim.workload import Mix, Workload, build
+
+RP = ReplicaParams()
+ONE = FleetParams(replicas=1, owners_per_adapter=1, gateways=1, prewarm=False)
+
+
+def requests(*rows: tuple[float, int, int, int], names: tuple[str, ...] = ("a", "b")) -> Workload:
+    """(arrival, prompt tokens, output tokens, adapter index) rows."""
+    w = Workload(names=names, label="hand-made")
+    for at, p, o, a in rows:
+        w.at.append(at)
+        w.prompt.append(p)
+        w.output.append(o)
+        w.adapter.append(a)
+    return w
+
+
+def ttfts(eng: Engine) -> list[float]:
+    return [f - a for f, a in zip(eng.first_token, eng.arrival, strict=True)]
+
+
+def test_one_replica_one_adapter_ttft_is_load_plus_prefill():
+    # 1,000 prompt tokens fit one step: 1000 / 8000 = 0.125 s (> 50 ms decode step).
+    w = requests((0.0, 1000, 4, 0), (5.0, 1000, 4, 0))
+    eng = Engine(w, RP, ONE).run()
+    first, second = ttfts(eng)
+    assert first == pytest.approx(RP.remote_s + 0.125)  # cold: from the object store
+    assert second == pytest.approx(0.125)  # now in a GPU slot
+    assert eng.tier == [3, 0]
+    # 3 more tokens after the first, one decode step each
+    assert eng.finish_time[1] - eng.first_token[1] == pytest.approx(3 * RP.decode_s)
+
+
+def test_long_prompt_is_chunked_across_steps():
+    w = requests((0.0, 5000, 2, 0))
+    eng = Engine(w, RP, ONE).run()
+    # 2048 + 2048 + 904 tokens: two full steps of 0.256 s and one of 0.113 s
+    assert ttfts(eng)[0] == pytest.approx(RP.remote_s + 5000 / RP.prefill_tps)
+
+
+def test_requests_queue_when_every_sequence_is_busy():
+    rp = replace(RP, max_seqs=1)
+    w = requests((0.0, 400, 10, 0), (0.0, 400, 10, 0))
+    eng = Engine(w, rp, ONE).run()
+    a, b = ttfts(eng)
+    # the second waits for the first to finish: its 9 decode steps after the first token
+    assert b - a == pytest.approx(9 * RP.decode_s + RP.decode_s)
+
+
+def test_concurrent_remote_loads_share_the_object_store_link():
+    w = requests((0.0, 100, 1, 0), (0.0, 100, 1, 1))
+    eng = Engine(w, RP, ONE).run()
+    a, b = sorted(ttfts(eng))
+    assert a == pytest.approx(RP.remote_s + RP.decode_s)
+    assert b == pytest.approx(2 * RP.remote_s + RP.decode_s)
+
+
+def test_load_waits_for_a_ram_slot_while_every_registered_adapter_runs():
+    rp = replace(RP, ram_slots=1, gpu_slots=1)
+    w = requests((0.0, 100, 40, 0), (0.1, 100, 1, 1))
+    eng = Engine(w, rp, ONE).run()
+    # b's adapter is fetched by 0.5 s but can only be registered once a's request ends
+    assert eng.first_token[1] > eng.finish_time[0]
+    assert eng.replicas[0].evictions == 1
+
+
+def test_thrash_evicts_and_the_alert_fires():
+    # 400 adapters spread evenly over 2 replicas with 16 GPU / 40 RAM slots each
+    rp = replace(RP, gpu_slots=16, ram_slots=40)
+    w = build(mix=Mix.zipf(400, 0.6), rate=2, duration_s=700, seed=2)
+    s = summarize("thrash", Engine(w, rp, FleetParams(replicas=2)).run())
+    assert s["evictions_per_min_per_replica"] > 30
+    assert s["eviction_alert_fires"] is True
+    assert s["gpu_hit_pct"] < 50
+
+
+def test_same_seed_same_figures_other_seed_other_figures():
+    def figures(seed: int) -> str:
+        w = build(mix=Mix.zipf(300, 1.0), rate=10, duration_s=120, seed=seed)
+        s = summarize("x", Engine(w, RP, FleetParams(replicas=4), seed=seed).run())
+        return json.dumps(s.figures, sort_keys=True)  # NaN-safe comparison
+
+    assert figures(3) == figures(3)
+    assert figures(3) != figures(4)
+
+
+def test_failed_replica_loses_its_requests_and_returns_cold():
+    w = build(mix=Mix.zipf(50, 1.0), rate=10, duration_s=120, seed=1)
+    fail = [FleetEvent(30.0, "fail", 0)]
+    eng = Engine(w, RP, FleetParams(replicas=3), events=fail).run()
+    s = summarize("fail", eng)
+    assert s["failed"] > 0
+    r0 = eng.replicas[0]
+    assert r0.alive  # recreated after base start + warm-up
+    served_later = [i for i, r in enumerate(eng.replica_of) if r == 0 and eng.arrival[i] > 60]
+    assert served_later
+    assert all(not math.isnan(eng.finish_time[i]) for i in served_later)
+
+
+def test_autoscaler_adds_replicas_when_load_ramps():
+    w = build(mix=Mix.zipf(50, 1.0), rate=12, duration_s=240, seed=1, rate_at=[(60.0, 1.0)])
+    fp = FleetParams(replicas=2, autoscale=True, min_replicas=2, scale_up_window_s=10)
+    eng = Engine(w, RP, fp).run()
+    assert max(p["provisioned"] for p in eng.timeline) > 2
+    assert any(reason == "ScaleUp" for _, _, reason in eng.scale_events)
