@@ -41,6 +41,7 @@ class SlotTracker:
         self.cpu_slots = cpu_slots
         self._cpu: OrderedDict[str, None] = OrderedDict()  # registered with vLLM, LRU first
         self._gpu: OrderedDict[str, None] = OrderedDict()  # estimated GPU slots, LRU first
+        self._gpu_frozen: frozenset[str] | None = frozenset()  # None once membership changed
 
     def register(self, adapter_id: str) -> list[str]:
         """vLLM loaded the adapter into its CPU cache; returns ids vLLM itself would evict."""
@@ -49,13 +50,15 @@ class SlotTracker:
         evicted = []
         while len(self._cpu) > self.cpu_slots:
             old, _ = self._cpu.popitem(last=False)
-            self._gpu.pop(old, None)
+            if self._gpu.pop(old, 0) is None:
+                self._gpu_frozen = None
             evicted.append(old)
         return evicted
 
     def unregister(self, adapter_id: str) -> None:
         self._cpu.pop(adapter_id, None)
-        self._gpu.pop(adapter_id, None)
+        if self._gpu.pop(adapter_id, 0) is None:
+            self._gpu_frozen = None
 
     def use(self, adapter_id: str) -> str | None:
         """A request for the adapter was forwarded: vLLM activates it into a GPU slot.
@@ -70,6 +73,7 @@ class SlotTracker:
             gpu.move_to_end(adapter_id)
             return None
         gpu[adapter_id] = None
+        self._gpu_frozen = None
         if len(gpu) > self.gpu_slots:
             return gpu.popitem(last=False)[0]
         return None
@@ -95,6 +99,12 @@ class SlotTracker:
 
     def gpu(self) -> list[str]:
         return list(self._gpu)
+
+    def gpu_set(self) -> frozenset[str]:
+        """The GPU set as a frozenset, rebuilt only after its membership changed."""
+        if self._gpu_frozen is None:
+            self._gpu_frozen = frozenset(self._gpu)
+        return self._gpu_frozen
 
     def ram_only(self) -> list[str]:
         return [a for a in self._cpu if a not in self._gpu]
@@ -210,6 +220,8 @@ class CachePolicy:
 
         Pinned: adapters with requests, registered with vLLM (it reads their files), loading.
         """
+        if self.disk.budget - self.disk.used >= size:
+            return []  # fits already: skip building the pinned set
         pinned = set(self.refs)
         pinned.update(self.slots.iter_registered())
         pinned.update(self.loading)

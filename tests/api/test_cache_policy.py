@@ -68,3 +68,16 @@ def test_disk_victims_skip_registered_loading_and_referenced():
     assert p.disk_victims(100) == ["z"]
     assert p.disk_victims(200) is None
     assert p.disk.used == 400
+
+
+def test_gpu_set_follows_membership_changes():
+    p = policy(gpu=1, cpu=2)
+    p.slots.register("a")
+    p.slots.register("b")
+    assert p.slots.gpu_set() == frozenset()
+    p.use("a")
+    assert p.slots.gpu_set() == {"a"}
+    p.use("b")
+    assert p.slots.gpu_set() == {"b"}
+    p.slots.unregister("b")
+    assert p.slots.gpu_set() == frozenset()

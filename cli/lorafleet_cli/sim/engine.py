@@ -86,7 +86,9 @@ class Engine:
             GatewayView(hide_residency=router == "least-loaded-owner")
             for _ in range(max(1, fp.gateways))
         ]
-        self.scale_state = ScaleState()
+        # The pool has been running at its starting count: without this the first decision
+        # (no requests in flight yet) would scale straight down to the minimum.
+        self.scale_state = ScaleState(((0.0, fp.replicas),))
         self.desired = fp.replicas
         self.timeline: list[dict[str, Any]] = []
         self.scale_events: list[tuple[float, int, str]] = []
@@ -182,7 +184,7 @@ class Engine:
         residency = self.router == "shipped"
         for r in self.replicas:
             if r.alive and not r.draining:
-                gpu = frozenset(r.cache.slots.gpu()) if residency else frozenset()
+                gpu = r.cache.slots.gpu_set() if residency else frozenset()
                 states.append((r.id, r.tokens_in_flight, r.queue_depth, gpu))
         for gw in self.gateways:
             gw.poll(states)

@@ -109,6 +109,9 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0) -> Summary:
     f["evictions_per_min_max_10m"] = ev_rates[1]
     f["eviction_alert_fires"] = ev_rates[1] > fp.evictions_alert_per_min
     f["gpu_swaps_per_min_per_replica"] = ev_rates[2]
+    f["adapters_with_extra_owners"] = len(eng.k)
+    f["max_owner_count"] = max(eng.k.values(), default=fp.owners_per_adapter)
+    f["replicas_max"] = max((p["provisioned"] for p in eng.timeline), default=fp.replicas)
     s = Summary(name, f, ttft_by_tier=by_tier)
     s.series = _series(eng, arrival, tier)
     return s
@@ -227,6 +230,10 @@ def detail(s: Summary) -> str:
         f"{f['evictions_per_min_max_10m']:.1f}/min, alert "
         f"{'FIRES' if f['eviction_alert_fires'] else 'quiet'}); "
         f"GPU slot swaps/min per replica {f['gpu_swaps_per_min_per_replica']:.1f}"
+    )
+    lines.append(
+        f"owners: {f['adapters_with_extra_owners']} adapters above the default, most "
+        f"{f['max_owner_count']}; replicas provisioned at most {f['replicas_max']}"
     )
     return "\n".join(lines) + "\n"
 
