@@ -81,6 +81,7 @@ class Engine:
         self.now = 0.0
         self.progress = progress
         self.k: dict[str, int] = {}  # adapters with more owners than the default
+        self.capacity_tps = fp.replica_capacity_tps or rp.max_seqs / rp.decode_s
         self.replicas: list[Replica] = []
         self.gateways = [
             GatewayView(hide_residency=router == "least-loaded-owner")
@@ -302,7 +303,7 @@ class Engine:
                 measured[name] / interval,
                 current,
                 base,
-                self.fp.replica_capacity_tps,
+                self.capacity_tps,
                 len(members),
             )
             if k == current:

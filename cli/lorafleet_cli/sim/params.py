@@ -68,10 +68,12 @@ class FleetParams:
     # spill order ("rendezvous" or "least_loaded", the earlier rule).
     balance: float = 1.25
     spill: str = "rendezvous"
-    # Operator: how often owner counts are re-planned from measured tokens/s, and the
-    # per-replica token capacity plan_owner_count divides by (hot_share 0.5 of it per owner).
+    # Operator: how often owner counts are re-planned from measured tokens/s (generated
+    # tokens, as the agent reports them), and the per-replica capacity plan_owner_count divides
+    # by (hot_share 0.5 of it per owner). 0 = what the replica model can generate,
+    # max_seqs / decode_s = 640 tokens/s; the operator's own default (2,000) is ~3x that.
     operator_interval_s: float = 30.0
-    replica_capacity_tps: float = 4000.0
+    replica_capacity_tps: float = 0.0
     # Pre-warm owners' disk and RAM tiers at start (the operator's annotations, applied).
     prewarm: bool = True
     # Autoscaler (ReplicaPool spec.autoscaling defaults); off unless a scenario enables it.

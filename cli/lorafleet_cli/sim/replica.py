@@ -48,7 +48,7 @@ class Replica:
         self.evictions = 0  # the agent's evictions (unregister from RAM, delete from disk)
         self.gpu_swaps = 0  # vLLM GPU-slot replacements (LRU) the agent's tracker replays
         self.loads = 0
-        self.tokens_served: Counter[str] = Counter()  # adapter -> tokens since operator read
+        self.tokens_served: Counter[str] = Counter()  # adapter -> output tokens since last read
         self.busy_seq_s = 0.0  # integral of running sequences over time
         self._reset()
 
@@ -281,7 +281,7 @@ class Replica:
         tokens = eng.prompt[req] + eng.output[req]
         self.running -= 1
         self.tokens_in_flight -= tokens
-        self.tokens_served[name] += tokens
+        self.tokens_served[name] += eng.output[req]  # the agent counts generated tokens
         self.inflight.discard(req)
         eng.finish_time[req] = now
         eng.on_finish(self, req, tokens)

@@ -75,12 +75,15 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0) -> Summary:
     t_sorted = ttft[done][order]
     bounds = np.flatnonzero(np.diff(a_sorted)) + 1
     worst, meeting, counted, worst_id = 0.0, 0, 0, ""
+    busiest, busiest_n, busiest_p95 = "", 0, math.nan
     for chunk_a, chunk_t in zip(
         np.split(a_sorted, bounds), np.split(t_sorted, bounds), strict=True
     ):
         if chunk_t.size < fp.min_requests_per_adapter:
             continue
         p95 = float(np.percentile(chunk_t, 95))
+        if chunk_t.size > busiest_n:
+            busiest, busiest_n, busiest_p95 = eng.names[int(chunk_a[0])], chunk_t.size, p95
         counted += 1
         meeting += p95 < fp.slo_ttft_s
         if p95 > worst:
@@ -89,6 +92,9 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0) -> Summary:
     f["worst_adapter_p95_ms"] = 1000 * worst
     f["worst_adapter"] = worst_id
     f["adapters_meeting_slo_pct"] = 100.0 * meeting / max(1, counted)
+    f["busiest_adapter"] = busiest
+    f["busiest_adapter_requests"] = busiest_n
+    f["busiest_adapter_p95_ms"] = 1000 * busiest_p95
     for o in OUTCOMES:
         f[f"route_{o}_pct"] = 100.0 * int((sel & (outcome == OUTCOMES.index(o))).sum()) / max(1, n)
     f["spill_pct"] = f["route_spill_pct"] + f["route_saturated_pct"]
@@ -110,6 +116,7 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0) -> Summary:
     f["eviction_alert_fires"] = ev_rates[1] > fp.evictions_alert_per_min
     f["gpu_swaps_per_min_per_replica"] = ev_rates[2]
     f["adapters_with_extra_owners"] = len(eng.k)
+    f["extra_owners"] = dict(sorted(eng.k.items(), key=lambda kv: -kv[1])[:5])
     f["max_owner_count"] = max(eng.k.values(), default=fp.owners_per_adapter)
     f["replicas_max"] = max((p["provisioned"] for p in eng.timeline), default=fp.replicas)
     s = Summary(name, f, ttft_by_tier=by_tier)
@@ -232,8 +239,10 @@ def detail(s: Summary) -> str:
         f"GPU slot swaps/min per replica {f['gpu_swaps_per_min_per_replica']:.1f}"
     )
     lines.append(
-        f"owners: {f['adapters_with_extra_owners']} adapters above the default, most "
-        f"{f['max_owner_count']}; replicas provisioned at most {f['replicas_max']}"
+        f"owners: {f['adapters_with_extra_owners']} adapters above the default "
+        f"{f['extra_owners']}; busiest adapter {f['busiest_adapter']} "
+        f"({f['busiest_adapter_requests']} requests) p95 {f['busiest_adapter_p95_ms']:.0f} ms; "
+        f"replicas provisioned at most {f['replicas_max']}"
     )
     return "\n".join(lines) + "\n"
 

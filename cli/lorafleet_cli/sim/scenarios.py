@@ -44,7 +44,7 @@ class Inputs:
     def mix(self) -> wl.Mix:
         if self.mix_file is not None:
             return wl.read_mix(
-                self.mix_file, self.rate, wl.mean_tokens(self.trace or wl.default_trace())
+                self.mix_file, self.rate, wl.mean_output_tokens(self.trace or wl.default_trace())
             )
         return wl.Mix.zipf(self.adapters, self.zipf_s)
 
@@ -121,9 +121,9 @@ def failure(i: Inputs) -> list[Run]:
 
 
 def hot_tenant(i: Inputs) -> list[Run]:
-    mean = wl.mean_tokens(i.trace or wl.default_trace())
+    mean = wl.mean_output_tokens(i.trace or wl.default_trace())
     mix = i.mix().with_hot("hot-tenant", 2000.0, i.rate, mean)
-    name = "hot tenant at 2,000 tokens/s"
+    name = "hot tenant at 2,000 tokens/s"  # generated tokens: ~24% of requests
     return [Run(name, i.workload(mix=mix), i.replica, i.fleet, i.router, [], i.warmup_s)]
 
 

@@ -5,7 +5,7 @@ GeneratedTokens`) time-compressed so its mean rate becomes `rate`, repeated end 
 `duration_s` (each pass draws fresh adapters); or Poisson arrivals at `rate` with lengths drawn
 from the trace's rows. The trace carries no tenant, so adapters come from a popularity mix:
 Zipf(s) over N adapters, or a tenant mix file (CSV `tenant,share[,tokens_per_s]`; a row with
-tokens/s gets that share of tokens instead of its share of requests).
+generated tokens/s gets the share of requests that produces it instead).
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ class Mix:
         names = tuple(adapter_name(r) for r in range(1, n + 1))
         return cls(names, tuple(1.0 / r**s for r in range(1, n + 1)), f"zipf(s={s:g}, n={n})")
 
-    def with_hot(self, name: str, tokens_per_s: float, rate: float, mean_tokens: float) -> Mix:
-        """Add (or replace) one adapter that sends `tokens_per_s` at the given request rate."""
-        share = min(0.95, tokens_per_s / max(rate * mean_tokens, 1e-9))
+    def with_hot(self, name: str, tokens_per_s: float, rate: float, mean_output: float) -> Mix:
+        """Add (or replace) one adapter generating `tokens_per_s` at the given request rate."""
+        share = min(0.95, tokens_per_s / max(rate * mean_output, 1e-9))
         rest = [(n, w) for n, w in zip(self.names, self.weights, strict=True) if n != name]
         total = sum(w for _, w in rest)
         hot_w = share / (1 - share) * total
@@ -67,7 +67,7 @@ class Mix:
         return Mix(names, weights, label)
 
 
-def read_mix(path: Path, rate: float, mean_tokens: float) -> Mix:
+def read_mix(path: Path, rate: float, mean_output: float) -> Mix:
     """A tenant mix file: `tenant,share[,tokens_per_s]`, header optional."""
     names: list[str] = []
     weights: list[float] = []
@@ -84,7 +84,7 @@ def read_mix(path: Path, rate: float, mean_tokens: float) -> Mix:
                 weights.append(share)
     mix = Mix(tuple(names), tuple(weights), f"mix {path.name}")
     for name, tps in hot:
-        mix = mix.with_hot(name, tps, rate, mean_tokens)
+        mix = mix.with_hot(name, tps, rate, mean_output)
     return mix
 
 
@@ -129,9 +129,9 @@ def _trace(path: Path) -> tuple[list[float], list[int], list[int]]:
     return _TRACE_CACHE[path]
 
 
-def mean_tokens(path: Path) -> float:
-    _, p, o = _trace(path)
-    return (sum(p) + sum(o)) / max(1, len(p))
+def mean_output_tokens(path: Path) -> float:
+    _, _, o = _trace(path)
+    return sum(o) / max(1, len(o))
 
 
 def build(
