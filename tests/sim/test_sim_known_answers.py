@@ -10,6 +10,7 @@ import pytest
 
 from lorafleet_cli.sim.engine import Engine, FleetEvent
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
+from lorafleet_cli.sim.replica import Replica
 from lorafleet_cli.sim.report import summarize
 from lorafleet_cli.sim.workload import Mix, Workload, build
 
@@ -116,3 +117,16 @@ def test_autoscaler_adds_replicas_when_load_ramps():
     eng = Engine(w, RP, fp).run()
     assert max(p["provisioned"] for p in eng.timeline) > 2
     assert any(reason == "ScaleUp" for _, _, reason in eng.scale_events)
+
+
+def test_decode_stretches_as_one_event_match_the_step_by_step_loop(monkeypatch):
+    w = build(mix=Mix.zipf(200, 1.0), rate=6, duration_s=300, seed=5)
+    fast = Engine(w, RP, FleetParams(replicas=3)).run()
+    monkeypatch.setattr(Replica, "batch_decode_steps", False)
+    slow = Engine(w, RP, FleetParams(replicas=3)).run()
+    assert fast.tier == slow.tier
+    assert fast.replica_of == slow.replica_of
+    assert fast.first_token == pytest.approx(slow.first_token, abs=1e-6)
+    assert fast.finish_time == pytest.approx(slow.finish_time, abs=1e-6)
+    busy = [r.busy_seq_s for r in fast.replicas]
+    assert busy == pytest.approx([r.busy_seq_s for r in slow.replicas], rel=1e-6)
