@@ -57,6 +57,11 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--low", type=int, default=10, help="capacity search lower bound")
     p.add_argument("--high", type=int, default=40, help="capacity search upper bound")
+    p.add_argument(
+        "--prefill-rates",
+        default="8000,12000,16000",
+        help="capacity search: prefill tokens/s to search at (design 8,000; GPUs measure more)",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results/sim"), help="JSON/PNG/markdown")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
@@ -142,7 +147,7 @@ def _capacity(args: argparse.Namespace, inputs: Inputs, progress: bool, started:
     workload = inputs.workload()
     rows: list[str] = []
     summaries: list[report.Summary] = []
-    for prefill in sorted({inputs.replica.prefill_tps, 2 * inputs.replica.prefill_tps}):
+    for prefill in sorted({float(x) for x in args.prefill_rates.split(",")}):
         rp = replace(inputs.replica, prefill_tps=prefill)
 
         def show(n: int, s: report.Summary, prefill: float = prefill) -> None:

@@ -22,7 +22,8 @@ owners that are not overloaded:
 The simulator (`lorafleet sim --scenario routing-ab`, docs/performance.md) measured each rule
 before it shipped. The returned candidate list is also the retry order: the rest of the owners
 (least loaded first), then the other replicas (rendezvous order, or least loaded first with
-spill="least_loaded"), overloaded replicas last by load. Ties break in rendezvous order so every gateway makes the same choice from the same state.
+spill="least_loaded"), overloaded replicas last by load. Ties break in rendezvous order so
+every gateway makes the same choice from the same state.
 """
 
 from __future__ import annotations
