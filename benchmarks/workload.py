@@ -8,15 +8,16 @@ from Zipf(s) over `n_adapters` ranks with a fixed seed. Time compression ×7 tur
 
 from __future__ import annotations
 
-import csv
 import random
 from bisect import bisect_left
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import accumulate
 from pathlib import Path
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[1].parent / "shared/traces/azure-llm-2023-conv.csv"
+# One reader of the trace format and one adapter naming, shared with `lorafleet sim`.
+from lorafleet_cli.sim.workload import adapter_name, default_trace, read_trace
+
+DEFAULT_TRACE = default_trace()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,32 +44,25 @@ class WorkloadSpec:
         )
 
 
-def adapter_name(rank: int) -> str:
-    return f"adapter-{rank:05d}"
-
-
 def load_workload(spec: WorkloadSpec) -> list[Request]:
     """Requests in arrival order, adapters drawn from Zipf(spec.zipf_s) by rank."""
     rng = random.Random(spec.seed)
     weights = [1.0 / (rank**spec.zipf_s) for rank in range(1, spec.n_adapters + 1)]
     cumulative = list(accumulate(weights))
     total = cumulative[-1]
-    out: list[Request] = []
-    t0: datetime | None = None
-    with spec.trace.open(newline="") as f:
-        for row in csv.DictReader(f):
-            ts = datetime.fromisoformat(row["TIMESTAMP"][:26])
-            t0 = t0 or ts
-            rank = bisect_left(cumulative, rng.random() * total) + 1  # ranks start at 1
-            out.append(
-                Request(
-                    at=(ts - t0).total_seconds() / spec.speedup,
-                    prompt_tokens=int(row["ContextTokens"]),
-                    output_tokens=max(1, int(row["GeneratedTokens"])),
-                    adapter=adapter_name(rank),
-                )
-            )
-            if spec.limit is not None and len(out) >= spec.limit:
-                break
+    at, prompt, output = read_trace(spec.trace)
+    n = len(at) if spec.limit is None else min(spec.limit, len(at))
+    out = [
+        Request(
+            at=at[i] / spec.speedup,
+            prompt_tokens=prompt[i],
+            output_tokens=output[i],
+            adapter=adapter_name(bisect_left(cumulative, rng.random() * total) + 1),
+        )
+        for i in range(n)
+    ]
     out.sort(key=lambda r: r.at)
     return out
+
+
+__all__ = ["DEFAULT_TRACE", "Request", "WorkloadSpec", "adapter_name", "load_workload"]

@@ -59,7 +59,8 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0) -> Summary:
     by_tier: dict[str, list[float]] = {}
     for i, t in enumerate(TIERS):
         vals = ttft[done & (tier == i)]
-        f[f"ttft_p95_{t}_ms"] = 1000 * _pct(vals, 95)
+        for q in (50, 95, 99):
+            f[f"ttft_p{q}_{t}_ms"] = 1000 * _pct(vals, q)
         by_tier[t] = np.sort(vals).tolist() if vals.size <= 20000 else np.sort(vals)[::10].tolist()
     for lo, hi in PROMPT_BUCKETS:
         label = f"{lo}-{hi}" if hi < 10**9 else f"{lo}+"
@@ -211,9 +212,10 @@ def detail(s: Summary) -> str:
     lines = [f"### {s.name}", ""]
     lines.append(
         f"requests {f['requests']}, completed {f['completed']}, failed {f['failed']}; "
-        f"TTFT p95 by tier: "
+        f"TTFT p50/p95/p99 by tier: "
         + ", ".join(
-            f"{t} {f[f'ttft_p95_{t}_ms']:.0f} ms"
+            f"{t} {f[f'ttft_p50_{t}_ms']:.0f}/{f[f'ttft_p95_{t}_ms']:.0f}/"
+            f"{f[f'ttft_p99_{t}_ms']:.0f} ms"
             for t in TIERS
             if not math.isnan(f[f"ttft_p95_{t}_ms"])
         )
