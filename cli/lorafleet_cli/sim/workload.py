@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import random
 from bisect import bisect_left
 from dataclasses import dataclass, field
@@ -21,21 +22,15 @@ from pathlib import Path
 
 
 def default_trace() -> Path:
-    """../shared/traces next to the checkout (or LORAFLEET_TRACES), as the README says."""
-    import os
-
+    """`$LORAFLEET_TRACE`, else ../shared/traces beside the first checkout folder above here."""
     env = os.environ.get("LORAFLEET_TRACE")
     if env:
         return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "shared/traces/azure-llm-2023-conv.csv"
-        if candidate.is_file():
-            return candidate
-        candidate = parent.parent / "shared/traces/azure-llm-2023-conv.csv"
-        if candidate.is_file():
-            return candidate
-    return Path("/work/shared/traces/azure-llm-2023-conv.csv")
+    name = Path("shared/traces/azure-llm-2023-conv.csv")
+    for parent in Path(__file__).resolve().parents:
+        if (parent / name).is_file():
+            return parent / name
+    return Path("/work") / name  # not found: the error names the path looked for
 
 
 def adapter_name(rank: int) -> str:
