@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lorafleet_cli.exit_codes import UsageError
 from lorafleet_cli.sim import capacity, params, report
 from lorafleet_cli.sim.engine import ROUTERS, Engine
 from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run
@@ -70,9 +71,12 @@ def register(sub: Any) -> None:
 def _inputs(args: argparse.Namespace) -> Inputs:
     bad = params.unknown_settings(args.set)
     if bad:
-        raise SystemExit(f"unknown parameter(s): {', '.join(bad)}")
-    rp = params.with_overrides(params.ReplicaParams(), args.set)
-    fp = params.with_overrides(params.FleetParams(), args.set)
+        raise UsageError(f"unknown model parameter(s) for --set: {', '.join(bad)}")
+    try:
+        rp = params.with_overrides(params.ReplicaParams(), args.set)
+        fp = params.with_overrides(params.FleetParams(), args.set)
+    except ValueError as exc:
+        raise UsageError(f"--set: {exc}") from exc
     if args.replicas is not None:
         fp = replace(fp, replicas=args.replicas)
     return Inputs(
