@@ -15,12 +15,15 @@ emulator happens to support):
   a JSON *patch* content type, so the type is always passed explicitly;
 - built-in objects the operator only touches (a pod's annotation, a StatefulSet's replica
   count): strategic merge patch (`STRATEGIC_MERGE_PATCH`, what kubectl uses for built-ins);
-- built-in objects the operator owns whole (StatefulSet, Service, PodDisruptionBudget):
-  created when missing, else server-side apply (`APPLY_PATCH`) with `FIELD_MANAGER`, forced, so
-  a field the operator stops rendering is removed and fields other managers own are kept.
+- built-in objects the operator renders whole (StatefulSet, Service, PodDisruptionBudget):
+  created when missing, else a JSON merge patch of the whole rendered object. RFC 7386 is what
+  "this is the object" means: lists are replaced whole and a null removes a field (the pool
+  planner renders fields taken out of `spec.template` as null). A strategic merge patch would
+  merge lists by key and keep a removed toleration or env var; server-side apply would need
+  every write, the first included, to be an apply, and drops nulls instead of removing.
 
-kmock (the emulator the tests use) applies every PATCH body as a JSON merge patch whatever its
-content type, and does not create an object on apply: see docs/operator.md, "Testing".
+Every write names `FIELD_MANAGER`. kmock (the emulator the tests use) applies every PATCH body
+as a JSON merge patch whatever its content type: see docs/operator.md, "Testing".
 """
 
 from __future__ import annotations
@@ -33,7 +36,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
-APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "lorafleet-operator"
 
 

@@ -20,7 +20,6 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from lorafleet_core.kube_client import (
-    APPLY_PATCH,
     FIELD_MANAGER,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
@@ -97,7 +96,7 @@ class Kube:
             name, namespace, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE_PATCH
         )
 
-    # --- built-in objects a pool owns whole: create, else server-side apply -----------------
+    # --- built-in objects a pool owns whole: create, else merge-patch the whole object --------
 
     async def read_owned(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -108,7 +107,8 @@ class Kube:
             raise
 
     async def apply_owned(self, namespace: str, body: dict[str, Any]) -> str:
-        """Create the object, or apply it when it exists and differs. Returns what it did."""
+        """Create the object, or merge-patch all of it when it exists and differs (lists
+        replaced, nulls removed: see kube_client). Returns what it did."""
         kind, name = str(body["kind"]), str(body["metadata"]["name"])
         calls = self._owned[kind]
         current = await self.read_owned(kind, namespace, name)
@@ -118,14 +118,9 @@ class Kube:
         if _contains(current, body):
             return "unchanged"  # no write: re-reconciling an unchanged pool costs reads only
         await calls.patch(
-            name,
-            namespace,
-            body,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type=APPLY_PATCH,
+            name, namespace, body, field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH
         )
-        return "applied"
+        return "patched"
 
 
 def _contains(current: Any, wanted: Any) -> bool:

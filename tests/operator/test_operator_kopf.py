@@ -17,7 +17,6 @@ import pytest
 from kopf.testing import KopfRunner
 
 from lorafleet_core.kube_client import (
-    APPLY_PATCH,
     FIELD_MANAGER,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
@@ -153,18 +152,18 @@ def test_pool_owns_statefulset_service_pdb_with_engine_flags(cluster, operator):
     assert cluster.patch_types("/replicapools/flags/status") == {(MERGE_PATCH, FIELD_MANAGER)}
 
 
-def test_owned_objects_are_applied_server_side_when_they_drift(cluster, operator):
+def test_owned_objects_are_merge_patched_whole_when_they_drift(cluster, operator):
     make_pool(cluster, "drift", 0, base_hash="sha256:" + "2" * 64)  # no adapters match it
     path = cluster.path("services", "drift", group="v1")
     eventually(lambda: cluster.get(path))
     eventually(lambda: status(cluster, "replicapools", "drift").get("selector"))
     assert cluster.patch_types("/services/drift") == set()  # created, never patched
     # Someone edits the owned Service; the next reconcile of the pool puts it back with a
-    # forced server-side apply under the operator's field manager.
+    # merge patch of the whole rendered object under the operator's field manager.
     cluster.patch(path, {"spec": {"selector": {LABEL_POOL: "elsewhere"}}})
     cluster.patch(cluster.path("replicapools", "drift"), {"spec": {"ownersPerAdapter": 3}})
     eventually(lambda: cluster.get(path)["spec"]["selector"][LABEL_POOL] == "drift")
-    assert (APPLY_PATCH, FIELD_MANAGER) in cluster.patch_types("/services/drift")
+    assert (MERGE_PATCH, FIELD_MANAGER) in cluster.patch_types("/services/drift")
 
 
 def test_adapters_get_conditions_owners_and_pods_get_annotations(cluster, operator):
