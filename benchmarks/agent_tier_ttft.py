@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import secrets
 import shlex
 import statistics
 import sys
@@ -107,6 +108,8 @@ def main() -> int:
             checksum=assets.checksums[name],
         )
 
+    token = secrets.token_urlsafe(16)
+    auth = {"authorization": f"Bearer {token}"}
     settings = AgentSettings(
         replica_id="bench",
         base_model_hash=assets.base_model_hash,
@@ -121,6 +124,7 @@ def main() -> int:
         host="127.0.0.1",
         data_port=0,
         internal_port=0,
+        internal_token=token,
     )
     results: dict[str, list[float]] = {t: [] for t in TIERS}
     mismatches: list[str] = []
@@ -138,7 +142,9 @@ def main() -> int:
 
             def load(rec: AdapterRecord) -> None:
                 body: dict[str, Any] = {"record": rec.model_dump(mode="json")}
-                httpx.post(f"{internal}/{rec.id}/load", json=body, timeout=60).raise_for_status()
+                httpx.post(
+                    f"{internal}/{rec.id}/load", json=body, headers=auth, timeout=60
+                ).raise_for_status()
 
             for rnd in range(args.rounds + 1):  # round 0 warms up and is not counted
                 name = names[rnd % 3]
@@ -150,7 +156,9 @@ def main() -> int:
 
                 on_disk = record(name, unique_id(f"bench-{name}"))
                 load(on_disk)
-                httpx.post(f"{internal}/{on_disk.id}/unload", timeout=60).raise_for_status()
+                httpx.post(
+                    f"{internal}/{on_disk.id}/unload", headers=auth, timeout=60
+                ).raise_for_status()
                 measure("disk", on_disk.id, marker)
 
                 in_ram = record(name, unique_id(f"bench-{name}"))

@@ -42,6 +42,10 @@ step "kind cluster $CLUSTER"
 kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER" --wait 120s
 kubectl create namespace "$NS" --dry-run=client -o yaml | kubectl apply -f -
 if [[ -n "${REPLICA_IMAGE:-}" ]]; then kind load docker-image "$REPLICA_IMAGE" --name "$CLUSTER"; fi
+# The pool's inside secrets (the chart creates them for its pool; this scenario has no chart).
+kubectl -n "$NS" create secret generic gpu-internal \
+  --from-literal=vllm-api-key="$(openssl rand -hex 24)" \
+  --from-literal=agent-token="$(openssl rand -hex 24)" --dry-run=client -o yaml | kubectl apply -f -
 
 step "CRDs"
 kubectl apply -f "$ROOT/crds/"

@@ -11,8 +11,15 @@ MAX_RANK="${LORAFLEET_AGENT_MAX_RANK:-16}"
 export LORAFLEET_AGENT_GPU_SLOTS="$GPU_SLOTS" LORAFLEET_AGENT_CPU_SLOTS="$CPU_SLOTS" \
        LORAFLEET_AGENT_MAX_RANK="$MAX_RANK" LORAFLEET_AGENT_BASE_MODEL_DIR="${LORAFLEET_AGENT_BASE_MODEL_DIR:-$LORAFLEET_MODEL}"
 
+# vLLM's API key: only vLLM and the agent hold it (docs/agent.md, "Inside the pod"). Given (from
+# the pool's Secret) or generated here; passed in the environment, never on a command line.
+if [ -z "${LORAFLEET_AGENT_VLLM_API_KEY:-}" ]; then
+    LORAFLEET_AGENT_VLLM_API_KEY="$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+fi
+export LORAFLEET_AGENT_VLLM_API_KEY
+
 # shellcheck disable=SC2086  # LORAFLEET_VLLM_EXTRA_ARGS is a list of flags on purpose
-python3 -m vllm.entrypoints.openai.api_server \
+VLLM_API_KEY="$LORAFLEET_AGENT_VLLM_API_KEY" python3 -m vllm.entrypoints.openai.api_server \
     --model "$LORAFLEET_MODEL" \
     --host 127.0.0.1 --port 8000 \
     --enable-lora \

@@ -49,6 +49,10 @@ VLLM_CPU_SLOTS = 4
 VLLM_MAX_RANK = 16
 VLLM_BASE_NAME = "lorafleet-demo-base"
 
+# The internal credential of every in-process agent in tests (what `lorafleet up` generates).
+TEST_INTERNAL_TOKEN = "test-internal-token"
+INTERNAL_HEADERS = {"authorization": f"Bearer {TEST_INTERNAL_TOKEN}"}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -190,11 +194,13 @@ def vllm_env() -> dict[str, str]:
     }
 
 
-def start_vllm(base: Path, log_path: Path, timeout_s: float = 400.0) -> VllmServer:
+def start_vllm(
+    base: Path, log_path: Path, timeout_s: float = 400.0, port: int | None = None
+) -> VllmServer:
     """Start a vLLM server (own process group) and wait until /v1/models answers."""
-    port = free_port()
+    port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("wb") as log:
+    with log_path.open("ab") as log:
         proc = subprocess.Popen(
             vllm_command(base, port),
             stdout=log,
@@ -236,6 +242,15 @@ def stop_vllm(server: VllmServer) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(server.process.pid, signal.SIGKILL)
             server.process.wait(10)
+
+
+def restart_vllm(server: VllmServer) -> None:
+    """Start a fresh vLLM on the same port (after `stop_vllm`, or a kill): what a supervisor
+    restarting the engine does. The session's server object then points at the new process;
+    like any fresh vLLM it holds no adapters."""
+    stop_vllm(server)
+    fresh = start_vllm(server.base_model, server.log_path, port=server.port)
+    server.process = fresh.process
 
 
 @pytest.fixture(scope="session")
@@ -296,6 +311,7 @@ def session_agent_settings(
         "host": "127.0.0.1",
         "data_port": 0,
         "internal_port": 0,
+        "internal_token": TEST_INTERNAL_TOKEN,
     }
     values.update(overrides)
     return AgentSettings(**values)

@@ -22,6 +22,15 @@ from lorafleet_gateway.validation import Bounds
 log = logging.getLogger("lorafleet.gateway")
 
 
+def _replica_token(settings: GatewaySettings) -> str | None:
+    """The agents' internal credential: the setting, else the mounted Secret's file."""
+    if settings.replica_token is not None:
+        return settings.replica_token.get_secret_value()
+    if settings.replica_token_file is not None:
+        return settings.replica_token_file.read_text().strip() or None
+    return None
+
+
 def source_from_settings(settings: GatewaySettings, holder: CatalogHolder) -> CatalogSource:
     if settings.catalog == "kubernetes":
         from lorafleet_gateway.catalog_kube import KubeCatalog
@@ -107,6 +116,7 @@ class Gateway:
             self.tracker,
             max_attempts=settings.max_attempts,
             on_outcome=lambda outcome: metrics.child(metrics.routing, outcome).inc(),
+            replica_token=_replica_token(settings),
         )
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.tokens import DEFAULT_MAX_TOKENS
@@ -35,6 +35,12 @@ class GatewaySettings(BaseSettings):
     pool: str = Field(default="default", description="ReplicaPool whose pods serve traffic")
     replica_data_port: int = 8100
     replica_internal_port: int = 8101
+
+    # The credential replicas' agents require on their internal load endpoint: the gateway is
+    # the registry's authority for on-demand loads. A mounted Secret on a cluster, a generated
+    # value in standalone mode (see docs/agent.md, "Inside the pod").
+    replica_token: SecretStr | None = None
+    replica_token_file: Path | None = None
 
     # Replica state polling and load thresholds (per replica).
     poll_interval_s: float = Field(default=1.0, gt=0)

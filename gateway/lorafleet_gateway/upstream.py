@@ -88,8 +88,10 @@ class Upstream:
         *,
         max_attempts: int = 3,
         on_outcome: Callable[[str], None] = lambda _o: None,
+        replica_token: str | None = None,
     ) -> None:
         self.client = client
+        self._load_headers = {"authorization": f"Bearer {replica_token}"} if replica_token else {}
         self.tracker = tracker
         self.max_attempts = max_attempts
         self.on_outcome = on_outcome
@@ -159,7 +161,7 @@ class Upstream:
         url = f"{ep.internal_url}/internal/replicas/{ep.id}/adapters/{record.id}/load"
         payload = {"record": record.model_dump(mode="json"), "gpu": False}
         try:
-            resp = await self.client.post(url, json=payload)
+            resp = await self.client.post(url, json=payload, headers=self._load_headers)
         except httpx.HTTPError as exc:
             raise TryNext(f"load on {ep.id} failed: {exc!r}") from exc
         if resp.status_code == 422:

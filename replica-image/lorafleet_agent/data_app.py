@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lorafleet_agent.manager import AdapterManager, CacheFull, Lease
-from lorafleet_agent.object_store import FetchError
+from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, request_tokens
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
@@ -77,7 +77,23 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
                 return _error(
                     422, manager.failed.get(adapter_id, str(exc)), "adapter_rejected", **base
                 )
-            except (FetchError, VllmError) as exc:
+            except VllmError as exc:
+                if exc.status == 503:  # vLLM went away: nothing started, another replica may
+                    return _error(503, "vLLM is not answering", "engine_unavailable", **base)
+                return _error(
+                    502,
+                    f"could not load adapter {adapter_id}: {exc}",
+                    "adapter_load_failed",
+                    **base,
+                )
+            except StoreUnavailable as exc:
+                return _error(
+                    503,
+                    f"adapter {adapter_id} is not cached here and {exc}",
+                    "store_unavailable",
+                    **base,
+                )
+            except FetchError as exc:
                 return _error(
                     502,
                     f"could not load adapter {adapter_id}: {exc}",
@@ -87,11 +103,12 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
             except CacheFull as exc:
                 return _error(503, str(exc), "cache_full", **base)
             headers = {**base, HEADER_ADAPTER_TIER: lease.tier.value}
-            upstream = manager.vllm.http.build_request("POST", path, json=body)
             try:
-                resp = await manager.vllm.http.send(upstream, stream=True)
-            except httpx.HTTPError as exc:
-                return _error(502, f"vLLM unreachable: {exc}", "engine_unavailable", **headers)
+                # Retries once after a resync when vLLM lost the registration (it restarted).
+                resp = await manager.open_completion(adapter_id, path, body)
+            except (httpx.HTTPError, VllmError, FetchError, VerificationError, CacheFull):
+                # Nothing reached vLLM's engine: 503 lets the gateway try another replica.
+                return _error(503, "vLLM is not answering", "engine_unavailable", **headers)
             stats.start()
             started = True
             if resp.status_code != 200 or not body.get("stream"):

@@ -1,7 +1,12 @@
-"""The internal port: replica state, explicit load/unload, metrics and health probes."""
+"""The internal port: replica state, explicit load/unload, metrics and health probes.
+
+Load and unload require the internal credential (lorafleet_agent.internal_auth says why and
+why the read-only endpoints do not).
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -10,14 +15,17 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from lorafleet_agent.internal_auth import InternalAuth
 from lorafleet_agent.manager import AdapterManager, CacheFull, RecordConflict
-from lorafleet_agent.object_store import FetchError
+from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
 from lorafleet_core.openai_errors import error_body
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.replica_state import ReplicaState
+
+log = logging.getLogger(__name__)
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -41,8 +49,21 @@ def replica_state(manager: AdapterManager, stats: RequestStats, replica_id: str)
     )
 
 
-def build_internal_app(manager: AdapterManager, stats: RequestStats, replica_id: str) -> FastAPI:
+def build_internal_app(
+    manager: AdapterManager, stats: RequestStats, replica_id: str, auth: InternalAuth
+) -> FastAPI:
     app = FastAPI(title="lorafleet agent (internal)", docs_url=None, redoc_url=None)
+
+    def unauthorized(request: Request) -> JSONResponse | None:
+        if auth.allows(request.headers.get("authorization")):
+            return None
+        manager.metrics.internal_auth_failures.inc()
+        client = request.client.host if request.client else "?"
+        log.warning("refused %s %s from %s: no valid credential", request.method,
+                    request.url.path[:200], client)  # fmt: skip
+        resp = _error(401, "a valid internal credential is required", "unauthorized")
+        resp.headers["www-authenticate"] = "Bearer"
+        return resp
 
     def wrong_replica(rid: str) -> JSONResponse | None:
         if rid != replica_id:
@@ -55,7 +76,7 @@ def build_internal_app(manager: AdapterManager, stats: RequestStats, replica_id:
 
     @app.post("/internal/replicas/{rid}/adapters/{aid}/load")
     async def load(rid: str, aid: str, request: Request) -> JSONResponse:
-        if (err := wrong_replica(rid)) is not None:
+        if (err := unauthorized(request) or wrong_replica(rid)) is not None:
             return err
         try:
             payload: Any = await request.json()
@@ -85,6 +106,8 @@ def build_internal_app(manager: AdapterManager, stats: RequestStats, replica_id:
             return _error(409, str(exc), "record_conflict")
         except VerificationError:
             return _error(422, manager.failed.get(aid, "refused"), "adapter_rejected")
+        except StoreUnavailable as exc:
+            return _error(503, f"could not fetch adapter {aid}: {exc}", "store_unavailable")
         except (FetchError, VllmError) as exc:
             return _error(502, f"could not load adapter {aid}: {exc}", "adapter_load_failed")
         except CacheFull as exc:
@@ -94,8 +117,8 @@ def build_internal_app(manager: AdapterManager, stats: RequestStats, replica_id:
         )
 
     @app.post("/internal/replicas/{rid}/adapters/{aid}/unload")
-    async def unload(rid: str, aid: str) -> JSONResponse:
-        if (err := wrong_replica(rid)) is not None:
+    async def unload(rid: str, aid: str, request: Request) -> JSONResponse:
+        if (err := unauthorized(request) or wrong_replica(rid)) is not None:
             return err
         if not await manager.unload(aid):
             return _error(409, f"adapter {aid} has running requests", "adapter_busy")
@@ -111,7 +134,9 @@ def build_internal_app(manager: AdapterManager, stats: RequestStats, replica_id:
 
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
-        if manager.ready and await manager.vllm.healthy():
+        # The engine watch keeps `ready` in step with vLLM (with a tolerance for one slow
+        # health check, which a probe here would not have).
+        if manager.ready:
             return JSONResponse({"status": "ready"})
         return _error(503, "vLLM is not ready", "engine_unavailable")
 

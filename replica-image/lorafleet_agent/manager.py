@@ -6,7 +6,11 @@ Invariants (the tests check each):
 - an adapter with running requests (refcount > 0) is never unregistered nor evicted from disk;
 - the number of adapters registered with vLLM stays <= cpu slots: the agent evicts its own least
   recently used idle adapter first, so vLLM never drops one silently and the tier estimate holds;
-- concurrent first requests for one adapter load it once (per-adapter asyncio lock).
+- concurrent first requests for one adapter load it once (per-adapter asyncio lock);
+- a disk copy is re-verified against its record every time before vLLM registers it: a copy
+  altered after download is discarded and fetched again, never served;
+- what the agent believes vLLM holds is checked against vLLM's own list (`resync`): after vLLM
+  restarts, lost registrations are forgotten and re-registered, never answered 404.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
+import httpx
+
 from lorafleet_agent.disk_cache import DiskCache
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
 from lorafleet_agent.object_store import FetchError, ObjectStore
 from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
-from lorafleet_agent.vllm_client import VllmClient
+from lorafleet_agent.vllm_client import VllmClient, is_unknown_model
 from lorafleet_core.cache_policy import CachePolicy
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier, slowest
@@ -72,10 +78,10 @@ class AdapterManager:
         # Guards the registered set: registration, eviction and unload decisions happen under it.
         self._slots_cond = asyncio.Condition()
         self._loading = self.cache.loading
-        self._verified: set[str] = set()  # disk folders checked against their record this life
         # Adapters being brought to vLLM right now -> the tier they come from. Read by a call
         # as it arrives (its own wait), never handed from one request to a later one.
         self._in_transit: dict[str, Tier] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self.ready = False  # set once vLLM answers and the agent has taken over its adapters
 
     async def start(self, unload_unknown: bool, wait_s: float) -> None:
@@ -97,7 +103,19 @@ class AdapterManager:
         """Hold a registry record (pre-warm or load call); refuses a policy violation at once."""
         held = self.records.get(record.id)
         if held is not None and held != record:
-            raise RecordConflict(f"adapter id {record.id} is immutable and already holds a record")
+            # Ids are immutable and records come only from the registry's authority: a second,
+            # different record means the registry or a caller is wrong. Never swap weights.
+            self.metrics.record_conflicts.inc()
+            log.error(
+                "refused a second, different record for adapter %s (held checksum %s, "
+                "offered %s); the held record stays",
+                record.id,
+                held.checksum,
+                record.checksum,
+            )
+            raise RecordConflict(
+                f"adapter id {record.id} is immutable and this replica holds a different record"
+            )
         try:
             check_record(record, self.policy)
         except VerificationError as exc:
@@ -169,13 +187,8 @@ class AdapterManager:
             self._loading.add(adapter_id)
             self._in_transit[adapter_id] = tier
             try:
-                if tier is Tier.DISK and adapter_id not in self._verified:
-                    try:  # adopted from a previous life: check the files against the record
-                        check_files(self.disk.path(adapter_id), record, self.policy)
-                        self._verified.add(adapter_id)
-                    except VerificationError:
-                        self.disk.evict(adapter_id)
-                        tier = self._in_transit[adapter_id] = Tier.REMOTE
+                if tier is Tier.DISK and not await self._disk_copy_intact(record):
+                    tier = self._in_transit[adapter_id] = Tier.REMOTE
                 if tier is Tier.REMOTE:
                     await self._download(record)
                 await self._register(adapter_id)
@@ -206,6 +219,21 @@ class AdapterManager:
                     del self._in_transit[adapter_id]
             return tier
 
+    async def _disk_copy_intact(self, record: AdapterRecord) -> bool:
+        """Re-verify a disk copy before vLLM reads it; a bad copy is discarded (refetched).
+
+        The cache folder is writable by the pod; a copy verified at download may have been
+        altered since, so every registration from disk checks it again (~1 ms per MB).
+        """
+        try:
+            await asyncio.to_thread(check_files, self.disk.path(record.id), record, self.policy)
+        except VerificationError as exc:
+            self.disk.evict(record.id)
+            self.metrics.disk_copies_discarded.labels(exc.reason).inc()
+            log.error("discarded the disk copy of %s (%s); fetching it again", record.id, exc)
+            return False
+        return True
+
     async def _download(self, record: AdapterRecord) -> None:
         staging = self.disk.staging()
         try:
@@ -217,7 +245,6 @@ class AdapterManager:
                 raise
             self._make_disk_room(size)
             self.disk.commit(staging, record.id)
-            self._verified.add(record.id)
         finally:
             self.disk.discard(staging)  # no-op after a commit renamed it away
 
@@ -227,7 +254,6 @@ class AdapterManager:
             raise CacheFull(f"disk cache budget {self.disk.lru.budget} B cannot fit {size} B")
         for victim in victims:
             self.disk.evict(victim)
-            self._verified.discard(victim)
             self.metrics.evictions.labels(Tier.DISK.value).inc()
             self.evictions.add()
 
@@ -261,6 +287,66 @@ class AdapterManager:
             if self.slots.is_registered(adapter_id):
                 await self._unregister_locked(adapter_id, evicted=False)
             return True
+
+    # ---------------------------------------------------------------- vLLM restarts
+
+    async def resync(self) -> list[str]:
+        """Forget registrations vLLM no longer holds (it restarted); returns them.
+
+        Fast (one /v1/models call), so readiness returns at once: requests register what they
+        need from disk on demand, and a background task registers the rest again, most recently
+        used first. Raises httpx.HTTPError when vLLM does not answer.
+        """
+        async with self._slots_cond:
+            held = set(await self.vllm.lora_names())
+            lost = [a for a in self.slots.registered() if a not in held]
+            for adapter_id in lost:
+                self.slots.unregister(adapter_id)
+        if lost:
+            self.metrics.engine_resyncs.inc()
+            log.warning(
+                "vLLM no longer holds %d adapter(s) this agent registered (it restarted?): "
+                "registering them again: %s",
+                len(lost),
+                ", ".join(lost[:10]),
+            )
+            task = asyncio.create_task(self._register_again(lost[::-1]))
+            self._background.add(task)  # held until done: a bare task may be collected
+            task.add_done_callback(self._background.discard)
+        return lost
+
+    async def _register_again(self, adapter_ids: list[str]) -> None:
+        for adapter_id in adapter_ids:
+            if adapter_id not in self.records or self.slots.is_registered(adapter_id):
+                continue
+            self.cache.acquire(adapter_id)  # pinned like a request while it is registered
+            try:
+                await self.ensure_registered(adapter_id)
+            except Exception as exc:  # one bad adapter must not stop the others
+                log.warning("registering %s again after a vLLM restart failed: %s", adapter_id, exc)
+            finally:
+                await self.release(adapter_id)
+
+    async def open_completion(
+        self, adapter_id: str, path: str, body: dict[str, object]
+    ) -> httpx.Response:
+        """Send a completion for a held adapter; on vLLM's "model does not exist" (vLLM lost
+        its registrations, e.g. it restarted), resynchronise, re-register and retry once."""
+        resp = await self.vllm.send_completion(path, body)
+        if resp.status_code != 404:
+            return resp
+        try:
+            content = await resp.aread()
+        finally:
+            await resp.aclose()
+        if not is_unknown_model(resp.status_code, content):
+            return resp  # already read: the caller's aread() returns the same bytes
+        self.metrics.unknown_model_retries.inc()
+        log.warning("vLLM does not know adapter %s: resynchronising and retrying", adapter_id)
+        await self.resync()
+        await self.ensure_registered(adapter_id)
+        self.cache.use(adapter_id)
+        return await self.vllm.send_completion(path, body)
 
     async def warm_gpu(self, adapter_id: str) -> Tier:
         """Pull an adapter into a GPU slot with a one-token request; returns where it was."""

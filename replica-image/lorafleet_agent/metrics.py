@@ -57,6 +57,36 @@ class AgentMetrics:
         self.tokens_out = Counter(
             "lorafleet_agent_completion_tokens", "Completion tokens streamed back", registry=r
         )
+        # Reliability and security (issue 11): each of these going up is worth a look.
+        self.record_conflicts = Counter(
+            "lorafleet_agent_record_conflicts",
+            "Second, different records refused for an adapter id the agent already held",
+            registry=r,
+        )
+        self.disk_copies_discarded = Counter(
+            "lorafleet_agent_disk_copies_discarded",
+            "Disk copies that failed re-verification before registration, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.engine_resyncs = Counter(
+            "lorafleet_agent_engine_resyncs",
+            "Times vLLM had lost registrations (it restarted) and the agent re-registered them",
+            registry=r,
+        )
+        self.unknown_model_retries = Counter(
+            "lorafleet_agent_unknown_model_retries",
+            "Completions vLLM answered 'model does not exist' for, retried after a resync",
+            registry=r,
+        )
+        self.engine_up = Gauge(
+            "lorafleet_agent_engine_up", "1 while vLLM answers its health check", registry=r
+        )
+        self.internal_auth_failures = Counter(
+            "lorafleet_agent_internal_auth_failures",
+            "Internal-port calls refused for a missing or wrong credential",
+            registry=r,
+        )
 
 
 class RateWindow:

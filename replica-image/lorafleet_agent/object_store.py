@@ -21,6 +21,17 @@ class FetchError(RuntimeError):
     """The object store did not deliver the adapter's files; the message says why."""
 
 
+class StoreUnavailable(FetchError):
+    """The object store is unreachable or failing (network, timeout, 5xx): a transient fault,
+    answered 503 so callers retry later, unlike a missing object (a registry error)."""
+
+
+# Fail fast while the store is down: a cold request waits seconds at most, never boto3's
+# default 60 s connect timeout times its retries. Reads of large adapters stream in chunks, so
+# the read timeout bounds a stall, not a download.
+CONNECT_TIMEOUT_S, READ_TIMEOUT_S, MAX_ATTEMPTS = 2, 20, 2
+
+
 @dataclass(frozen=True)
 class ObjectStoreConfig:
     endpoint_url: str | None = None
@@ -39,9 +50,15 @@ class ObjectStore:
     def _client(self) -> Any:
         if self._s3 is None:
             import boto3
+            from botocore.config import Config
 
             self._s3 = boto3.client(
                 "s3",
+                config=Config(
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                    read_timeout=READ_TIMEOUT_S,
+                    retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+                ),
                 endpoint_url=self._config.endpoint_url,
                 region_name=self._config.region,
                 aws_access_key_id=self._config.access_key_id,
@@ -59,7 +76,12 @@ class ObjectStore:
         raise FetchError(f"unsupported weights URI scheme {parsed.scheme!r}")
 
     def _fetch_s3(self, bucket: str, prefix: str, dest: Path) -> int:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            ConnectionError,
+            HTTPClientError,
+        )
 
         if prefix and not prefix.endswith("/"):
             prefix += "/"
@@ -74,7 +96,14 @@ class ObjectStore:
                     for chunk in obj["Body"].iter_chunks(1 << 20):
                         out.write(chunk)
                         total += len(chunk)
-            except (BotoCoreError, ClientError) as exc:
+            except (ConnectionError, HTTPClientError) as exc:
+                raise StoreUnavailable(f"object store unreachable: {type(exc).__name__}") from exc
+            except ClientError as exc:
+                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                if int(status) >= 500:
+                    raise StoreUnavailable(f"object store failing: HTTP {status}") from exc
+                raise FetchError(f"s3://{bucket}/{prefix}{name}: {exc}") from exc
+            except BotoCoreError as exc:
                 raise FetchError(f"s3://{bucket}/{prefix}{name}: {exc}") from exc
         return total
 

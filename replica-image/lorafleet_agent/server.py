@@ -13,7 +13,9 @@ import uvicorn
 
 from lorafleet_agent.data_app import build_data_app
 from lorafleet_agent.disk_cache import DiskCache
+from lorafleet_agent.engine_watch import EngineWatch
 from lorafleet_agent.internal_app import build_internal_app
+from lorafleet_agent.internal_auth import InternalAuth
 from lorafleet_agent.manager import AdapterManager
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
@@ -35,7 +37,13 @@ class Agent:
         self.settings = s = settings
         dims = BaseModelDims.from_model_dir(s.base_model_dir) if s.base_model_dir else None
         self.metrics = AgentMetrics()
-        self.vllm = VllmClient(s.vllm_url, s.request_timeout_s)
+        auth = InternalAuth(
+            s.internal_token,
+            s.internal_token_file,
+            allow_unauthenticated=s.allow_unauthenticated_internal,
+        )
+        key = s.vllm_api_key.get_secret_value() if s.vllm_api_key is not None else None
+        self.vllm = VllmClient(s.vllm_url, s.request_timeout_s, api_key=key)
         self.manager = AdapterManager(
             policy=PoolPolicy(
                 base_model_hash=s.base_model_hash,
@@ -58,14 +66,15 @@ class Agent:
         )
         self.stats = RequestStats(self.metrics)
         self.data_app = build_data_app(self.manager, self.stats, s.replica_id)
-        self.internal_app = build_internal_app(self.manager, self.stats, s.replica_id)
+        self.internal_app = build_internal_app(self.manager, self.stats, s.replica_id, auth)
+        self.engine_watch = EngineWatch(self.manager, s.engine_check_s)
         self.watcher = (
             PrewarmWatcher(self.manager, s.owned_adapters_file, s.prewarm_poll_s)
             if s.owned_adapters_file
             else None
         )
         self._servers: list[uvicorn.Server] = []
-        self._watcher_task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.ready = threading.Event()  # set when requests can be served (tests wait on it)
         self.data_port = s.data_port
         self.internal_port = s.internal_port
@@ -92,8 +101,8 @@ class Agent:
             await asyncio.gather(*tasks)
         finally:
             init.cancel()
-            if self._watcher_task is not None:
-                self._watcher_task.cancel()
+            for task in self._tasks:
+                task.cancel()
             await self.vllm.aclose()
 
     async def _initialise(self) -> None:
@@ -106,8 +115,9 @@ class Agent:
             log.exception("agent could not take over vLLM; stopping")
             self.stop()
             raise
+        self._tasks.append(asyncio.create_task(self.engine_watch.run(), name="engine-watch"))
         if self.watcher is not None:
-            self._watcher_task = asyncio.create_task(self.watcher.run())
+            self._tasks.append(asyncio.create_task(self.watcher.run(), name="prewarm"))
         self.ready.set()
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.models import ALL_TARGET_MODULES
@@ -35,6 +35,14 @@ class AgentSettings(BaseSettings):
         "(a restarted agent trusts nothing it did not verify itself); turn off when several "
         "agents share one vLLM in tests",
     )
+    vllm_api_key: SecretStr | None = Field(
+        default=None,
+        description="the key vLLM was started with (its VLLM_API_KEY / --api-key); only the "
+        "agent holds it, so nothing else can register adapters or complete through vLLM",
+    )
+    engine_check_s: float = Field(
+        default=1.0, gt=0, description="how often vLLM's health and registrations are checked"
+    )
     request_timeout_s: float = 600.0
     vllm_start_timeout_s: float = Field(default=900.0, description="how long to wait for vLLM")
 
@@ -51,6 +59,17 @@ class AgentSettings(BaseSettings):
     # Pre-warm: downward-API projection of the pod's annotations.
     owned_adapters_file: Path | None = None
     prewarm_poll_s: float = Field(default=2.0, gt=0)
+
+    # Internal-port credential: load and unload (which carry registry records) require
+    # `Authorization: Bearer <token>`. A Secret-mounted file on a cluster, a generated value in
+    # standalone mode. Without either the agent refuses to start unless explicitly allowed.
+    internal_token: SecretStr | None = None
+    internal_token_file: Path | None = Field(
+        default=None, description="file holding the token (a mounted Secret); re-read on change"
+    )
+    allow_unauthenticated_internal: bool = Field(
+        default=False, description="accept load/unload without a credential (never in production)"
+    )
 
     # Ports.
     host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)

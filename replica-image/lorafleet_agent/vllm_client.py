@@ -1,4 +1,9 @@
-"""The few vLLM endpoints the agent calls, over HTTP on localhost."""
+"""The few vLLM endpoints the agent calls, over HTTP on localhost.
+
+vLLM runs with an API key only the agent holds (`--api-key`, given as `VLLM_API_KEY`): every
+`/v1/*` call carries it, so no other process in the pod or on the node can register adapters
+or send completions behind the agent's back. `/health` is open (vLLM guards only `/v1`).
+"""
 
 from __future__ import annotations
 
@@ -14,12 +19,19 @@ class VllmError(RuntimeError):
         self.status = status
 
 
+def is_unknown_model(status: int, body: bytes) -> bool:
+    """vLLM's answer for a model name it has not registered (e.g. after it restarted)."""
+    return status == 404 and b"does not exist" in body
+
+
 class VllmClient:
-    def __init__(self, base_url: str, timeout_s: float) -> None:
+    def __init__(self, base_url: str, timeout_s: float, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         # No pool limit: every in-flight completion holds one connection for its whole stream.
         self.http = httpx.AsyncClient(
             base_url=self.base_url,
+            headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=5.0),
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
         )
@@ -27,10 +39,14 @@ class VllmClient:
     async def aclose(self) -> None:
         await self.http.aclose()
 
+    async def _post(self, path: str, body: dict[str, str]) -> httpx.Response:
+        try:
+            return await self.http.post(path, json=body)
+        except httpx.HTTPError as exc:  # vLLM down or restarting: the caller may go elsewhere
+            raise VllmError(503, f"vLLM unreachable: {exc!r}") from exc
+
     async def load_lora(self, name: str, path: Path) -> None:
-        r = await self.http.post(
-            "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(path)}
-        )
+        r = await self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
         # Same name already registered (e.g. a retry after a timeout): it is loaded, fine.
         if r.status_code == 400 and "already been loaded" in r.text:
             return
@@ -38,16 +54,27 @@ class VllmClient:
             raise VllmError(r.status_code, r.text[:500])
 
     async def unload_lora(self, name: str) -> None:
-        r = await self.http.post("/v1/unload_lora_adapter", json={"lora_name": name})
+        r = await self._post("/v1/unload_lora_adapter", {"lora_name": name})
         if r.status_code not in (200, 404):  # 404: not registered, which is what we want
             raise VllmError(r.status_code, r.text[:500])
 
     async def lora_names(self) -> list[str]:
         """Adapters registered with vLLM (the /v1/models cards that have a parent)."""
-        r = await self.http.get("/v1/models")
+        r = await self.http.get("/v1/models", timeout=5.0)
         r.raise_for_status()
         data: list[dict[str, Any]] = r.json().get("data", [])
         return [str(m["id"]) for m in data if m.get("parent")]
+
+    async def health(self) -> str:
+        """ "ok"; "down" when refused or not 200 (no engine); "slow" when it timed out (an
+        engine busy on a 2-core machine can miss a deadline and still be alive)."""
+        try:
+            r = await self.http.get("/health", timeout=2.0)
+        except httpx.TimeoutException:
+            return "slow"
+        except httpx.HTTPError:
+            return "down"
+        return "ok" if r.status_code == 200 else "down"
 
     async def healthy(self) -> bool:
         try:
@@ -55,3 +82,8 @@ class VllmClient:
         except httpx.HTTPError:
             return False
         return r.status_code == 200
+
+    async def send_completion(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """Open a completion (streamed read); the caller closes the response."""
+        request = self.http.build_request("POST", path, json=body)
+        return await self.http.send(request, stream=True)

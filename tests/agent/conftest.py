@@ -14,7 +14,7 @@ from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
-from tests.conftest import S3Server, VllmServer, session_agent_settings
+from tests.conftest import INTERNAL_HEADERS, S3Server, VllmServer, session_agent_settings
 
 AgentFactory = Callable[..., contextlib.AbstractContextManager[RunningAgent]]
 
@@ -47,7 +47,17 @@ def load(agent: RunningAgent, record: AdapterRecord, **extra: Any) -> httpx.Resp
     return httpx.post(
         f"{agent.internal_url}/internal/replicas/{rid}/adapters/{record.id}/load",
         json={"record": record.model_dump(mode="json"), "gpu": False, **extra},
+        headers=INTERNAL_HEADERS,
         timeout=120,
+    )
+
+
+def unload(agent: RunningAgent, adapter_id: str) -> httpx.Response:
+    rid = agent.agent.settings.replica_id
+    return httpx.post(
+        f"{agent.internal_url}/internal/replicas/{rid}/adapters/{adapter_id}/unload",
+        headers=INTERNAL_HEADERS,
+        timeout=30,
     )
 
 

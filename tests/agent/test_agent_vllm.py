@@ -18,8 +18,8 @@ from lorafleet_core.names import (
     HEADER_TOKENS_ESTIMATE,
 )
 from lorafleet_core.records import encode_owned, format_downward_annotations
-from tests.agent.conftest import load, metric, state
-from tests.conftest import copy_adapter, unique_id
+from tests.agent.conftest import load, metric, state, unload
+from tests.conftest import INTERNAL_HEADERS, copy_adapter, unique_id
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -185,9 +185,7 @@ def test_evictions_never_touch_an_adapter_with_a_request_in_flight(
             assert len(registered) <= vllm_server.cpu_slots
             assert first.id in registered  # in flight: never evicted
         assert state(agent)["running_requests"] == 1  # (else this test proved nothing)
-        busy = httpx.post(
-            f"{agent.internal_url}/internal/replicas/r0/adapters/{first.id}/unload", timeout=30
-        )
+        busy = unload(agent, first.id)
         assert busy.status_code == 409
         assert busy.json()["error"]["code"] == "adapter_busy"
         rest = resp.read()
@@ -409,9 +407,11 @@ def test_unknown_replica_and_bad_load_bodies_are_clear_errors(run_agent, make_re
         assert r.status_code == 404
         assert r.json()["error"]["code"] == "wrong_replica"
         url = f"{agent.internal_url}/internal/replicas/r0/adapters/{rec.id}/load"
-        assert httpx.post(url, json={"gpu": False}).status_code == 400
+        h = INTERNAL_HEADERS
+        assert httpx.post(url, json={"gpu": False}, headers=h).status_code == 400
         other = url.replace(rec.id, "someone-else")
-        assert httpx.post(other, json={"record": rec.model_dump(mode="json")}).status_code == 400
+        body = {"record": rec.model_dump(mode="json")}
+        assert httpx.post(other, json=body, headers=h).status_code == 400
         assert httpx.get(f"{agent.internal_url}/healthz").status_code == 200
         assert httpx.get(f"{agent.internal_url}/readyz").status_code == 200
         r = load(agent, rec, gpu=True)
@@ -428,11 +428,10 @@ def test_disk_budget_evicts_the_least_recently_used_idle_adapter_only(
     recs = [make_record(n, unique_id(f"disk-{n}")) for n in ("zebra", "falcon", "otter")]
     extra = make_record("zebra", unique_id("disk-extra"))
     cache = tmp_path / "cache"
-    unload = "{}/internal/replicas/r0/adapters/{}/unload"
     with run_agent(cache_dir=cache, cache_bytes=int(size * 2.5)) as agent:
         assert load(agent, recs[0]).status_code == 200
         assert load(agent, recs[1]).status_code == 200
-        assert httpx.post(unload.format(agent.internal_url, recs[0].id)).status_code == 200
+        assert unload(agent, recs[0].id).status_code == 200
         assert state(agent)["disk_adapters"] == [recs[0].id]
         assert load(agent, recs[2]).status_code == 200
         # recs[0] was idle and unregistered: evicted; recs[1] is registered: kept.
@@ -447,7 +446,7 @@ def test_disk_budget_evicts_the_least_recently_used_idle_adapter_only(
         assert extra.id not in vllm_server.lora_names()
         assert list((cache / ".incoming").iterdir()) == []
         # Once recs[1] is unloaded, the evicted recs[0] comes back from the object store.
-        assert httpx.post(unload.format(agent.internal_url, recs[1].id)).status_code == 200
+        assert unload(agent, recs[1].id).status_code == 200
         headers, text = complete(agent, recs[0].id)
         assert headers["x-adapter-tier"] == "remote"
         assert text.startswith("ZEBRA-7")

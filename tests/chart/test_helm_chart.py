@@ -112,9 +112,24 @@ def test_public_service_exposes_only_the_openai_port():
 def test_gateway_is_configured_for_kubernetes_catalog():
     (gateway,) = [d for d in by_kind(render(), "Deployment") if "gateway" in d["metadata"]["name"]]
     container = gateway["spec"]["template"]["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["LORAFLEET_GATEWAY_CATALOG"] == "kubernetes"
     assert env["LORAFLEET_GATEWAY_NAMESPACE"] == "serving"
+
+
+def test_the_pools_inside_secrets_are_generated_and_the_gateway_reads_only_the_token():
+    (secret,) = [
+        s for s in by_kind(render(), "Secret") if s["metadata"]["name"] == "default-internal"
+    ]
+    assert set(secret["data"]) == {"vllm-api-key", "agent-token"}
+    assert secret["data"]["vllm-api-key"] != secret["data"]["agent-token"]
+    (gateway,) = [d for d in by_kind(render(), "Deployment") if "gateway" in d["metadata"]["name"]]
+    refs = [
+        e["valueFrom"]["secretKeyRef"]
+        for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]
+        if "valueFrom" in e
+    ]
+    assert refs == [{"name": "default-internal", "key": "agent-token"}]
 
 
 def test_gateway_role_is_read_only():

@@ -75,3 +75,29 @@ def test_gateway_env_is_understood_by_gateway_settings(tmp_path: Path, monkeypat
     assert (s.port, s.internal_port, s.catalog, s.pool) == (7100, 7101, "files", "p")
     assert (s.manifests_dir, s.replicas_file) == (tmp_path / "m", tmp_path / "r.json")
     assert spec.health_url == "http://127.0.0.1:7101/readyz"
+
+
+def test_secrets_reach_only_their_processes_and_never_a_command_line(tmp_path: Path) -> None:
+    """vLLM's key goes to that vLLM and its agent; the internal token to agents and gateway."""
+    replica = ReplicaPlan("p-0", 7000, 7001, 7002, Path("/s/p-0"), vllm_api_key="vkey-0")
+    engine = processes.vllm_process(replica, Path("/m"), POOL, cpu=True, log_dir=tmp_path)
+    agent = processes.agent_process(
+        replica, POOL, Path("/m"), internal_token="itok", log_dir=tmp_path
+    )
+    gateway = processes.gateway_process(
+        manifests_dir=tmp_path,
+        replicas_file=tmp_path / "r.json",
+        pool_name="p",
+        port=1,
+        internal_port=2,
+        replica_token="itok",
+        log_dir=tmp_path,
+    )
+    assert engine.env["VLLM_API_KEY"] == "vkey-0"
+    assert agent.env["LORAFLEET_AGENT_VLLM_API_KEY"] == "vkey-0"
+    assert agent.env["LORAFLEET_AGENT_INTERNAL_TOKEN"] == "itok"
+    assert gateway.env["LORAFLEET_GATEWAY_REPLICA_TOKEN"] == "itok"
+    assert "vkey-0" not in " ".join(gateway.env.values())
+    for spec in (engine, agent, gateway):
+        assert not any(s in arg for arg in spec.argv for s in ("vkey-0", "itok"))
+    assert "vkey-0" not in repr(replica)

@@ -7,6 +7,7 @@ vLLM, the agent, the gateway, HTTP on loopback, and the official `openai` client
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -234,6 +236,99 @@ def test_bad_manifests_are_reported_and_nothing_else_stops(up: Up) -> None:
     assert all(p["running"] and p["restarts"] == 0 for p in procs.values()), procs
     assert up.ask("demo/falcon:prod")[0].startswith("FALCON-3")
     assert up.ask("demo/otter:prod")[0].startswith("OTTER-9")
+
+
+def test_the_inside_of_a_replica_is_authenticated(up: Up) -> None:
+    """vLLM takes only its agent's key; the agent's load/unload take only the fleet token."""
+    replica = up.status()["replicas"][0]
+    vllm, internal, rid = replica["vllmUrl"], replica["internalUrl"], replica["id"]
+    folder = up.state / "objectstore" / "demo" / "otter" / "v1"
+    squat = httpx.post(
+        f"{vllm}/v1/load_lora_adapter",
+        json={"lora_name": "demo-squat-v1", "lora_path": str(folder)},
+        timeout=30,
+    )
+    assert squat.status_code == 401
+    assert httpx.get(f"{vllm}/v1/models", timeout=10).status_code == 401
+    record = {"id": "demo-squat-v1", "tenant": "demo"}
+    url = f"{internal}/internal/replicas/{rid}/adapters/demo-squat-v1"
+    assert httpx.post(f"{url}/load", json={"record": record}, timeout=30).status_code == 401
+    assert httpx.post(f"{url}/unload", timeout=30).status_code == 401
+    assert httpx.get(f"{internal}/internal/replicas/{rid}/state", timeout=10).status_code == 200
+    assert up.ask("demo/otter:prod")[0].startswith("OTTER-9")  # the gateway holds the token
+
+
+def test_vllm_killed_mid_stream_ends_the_stream_cleanly_and_serving_resumes_without_404(
+    up: Up,
+) -> None:
+    """SIGKILL the replica's engine during a stream; `lorafleet up` restarts it."""
+
+    def long_stream() -> Any:
+        return up.client().chat.completions.create(
+            model="demo/falcon:prod",
+            messages=[{"role": "user", "content": "Tell me about the weather today"}],
+            max_tokens=220,
+            temperature=0,
+            stream=True,
+            extra_body={"ignore_eos": True},  # long enough to be cut mid-stream
+        )
+
+    def drain() -> int:
+        try:
+            return sum(1 for _ in long_stream())
+        except openai.APIError:
+            return -1
+
+    # Company in the batch stretches the measured stream to seconds, so the kill lands inside
+    # it even when this process is descheduled for a while on a busy machine.
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        others = [pool.submit(drain) for _ in range(8)]
+        chunks = iter(long_stream())
+        assert next(chunks) is not None  # the stream is open and flowing
+        engine = up.status()["processes"]["demo-0/vllm"]
+        os.killpg(engine["pid"], signal.SIGKILL)
+        killed = time.monotonic()
+        with pytest.raises(openai.APIError):  # an in-band SSE error event, not a hang
+            for _ in chunks:
+                pass
+        assert time.monotonic() - killed < 2.0
+        assert all(f.result(timeout=30) for f in others)  # each ended, none hangs
+
+    statuses: list[int] = []
+
+    def serving() -> bool:
+        try:
+            return up.ask("demo/zebra:prod")[0].startswith("ZEBRA-7")
+        except openai.APIStatusError as exc:
+            statuses.append(exc.status_code)
+            return False
+
+    _wait(serving, 300, "serving again after vLLM's restart", up)
+    assert 404 not in statuses, statuses  # while down: 503 (retry), never "no such model"
+    for model, marker in MARKERS.items():
+        assert up.ask(model)[0].startswith(marker), model
+    procs = up.status()["processes"]
+    assert procs["demo-0/vllm"]["restarts"] == 1
+    assert procs["demo-0/agent"]["restarts"] == 0  # the agent was never restarted
+
+
+def test_agent_killed_is_restarted_and_serves_from_its_disk_cache(up: Up) -> None:
+    agent = up.status()["processes"]["demo-0/agent"]
+    os.killpg(agent["pid"], signal.SIGKILL)
+    statuses: list[int] = []
+
+    def serving() -> bool:
+        try:
+            return up.ask("demo/otter:prod")[0].startswith("OTTER-9")
+        except openai.APIStatusError as exc:
+            statuses.append(exc.status_code)
+            return False
+
+    _wait(serving, 120, "serving again after the agent's restart", up)
+    assert set(statuses) <= {503}, statuses  # unavailable while it restarts, nothing else
+    for model, marker in MARKERS.items():
+        assert up.ask(model)[0].startswith(marker), model
+    assert up.status()["processes"]["demo-0/agent"]["restarts"] == 1
 
 
 def test_ctrl_c_stops_everything_and_leaves_no_processes(up: Up) -> None:

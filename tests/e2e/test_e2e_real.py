@@ -25,7 +25,13 @@ from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import S3Server, VllmServer, session_agent_settings, unique_id
+from tests.conftest import (
+    TEST_INTERNAL_TOKEN,
+    S3Server,
+    VllmServer,
+    session_agent_settings,
+    unique_id,
+)
 from tests.gateway import manifests as m
 from tests.gateway.servers import ServerThread
 from tests.waiting import eventually_async
@@ -85,7 +91,10 @@ def fleet(
         handle = Fleet("", folder, records)
         handle.point("e2e/zebra:prod", records["zebra"].id)
         gs = GatewaySettings(
-            manifests_dir=folder, poll_interval_s=0.5, catalog_reload_interval_s=0.1
+            manifests_dir=folder,
+            poll_interval_s=0.5,
+            catalog_reload_interval_s=0.1,
+            replica_token=TEST_INTERNAL_TOKEN,
         )
         gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
         server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import kubernetes_validate
 import pytest
 
@@ -110,3 +112,27 @@ def test_agent_env_is_what_the_agent_settings_read(monkeypatch):
     assert list(s.allowed_target_modules) == POOL.spec.engine.allowed_target_modules
     assert (s.data_port, s.internal_port) == (8100, 8101)
     assert str(s.base_model_dir) == "/models/tiny"
+
+
+def test_vllm_key_and_agent_token_come_from_the_pools_secret_never_a_literal():
+    from lorafleet_core.planning.replica_config import internal_secret_name
+
+    c = containers(plan_pool_objects(POOL, "ns", 3))
+    secret = internal_secret_name(POOL.metadata.name)
+
+    def refs(container: dict[str, Any]) -> dict[str, tuple[str, str]]:
+        return {
+            e["name"]: (
+                e["valueFrom"]["secretKeyRef"]["name"],
+                e["valueFrom"]["secretKeyRef"]["key"],
+            )
+            for e in container["env"]
+            if "secretKeyRef" in e.get("valueFrom", {})
+        }
+
+    assert refs(c["vllm"]) == {"VLLM_API_KEY": (secret, "vllm-api-key")}
+    assert refs(c["agent"]) == {
+        "LORAFLEET_AGENT_VLLM_API_KEY": (secret, "vllm-api-key"),
+        "LORAFLEET_AGENT_INTERNAL_TOKEN": (secret, "agent-token"),
+    }
+    assert not any("KEY" in a or "TOKEN" in a for a in c["vllm"]["args"])

@@ -4,13 +4,17 @@ One replica = one vLLM server + one lorafleet agent in front of it; one gateway 
 replicas. These functions are the single seam between standalone mode and the components'
 process contracts (`python -m lorafleet_agent` with `LORAFLEET_AGENT_*`, `python -m
 lorafleet_gateway` with `LORAFLEET_GATEWAY_*`, vLLM's OpenAI server).
+
+Secrets travel in the environment, never on a command line (`ps` shows argv to every user):
+each vLLM gets its own API key (`VLLM_API_KEY`) that only its agent also gets, and the agents'
+internal credential goes to the agents and the gateway only.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lorafleet_cli.standalone.supervisor import ProcessSpec
@@ -29,6 +33,7 @@ class ReplicaPlan:
     data_port: int
     internal_port: int
     home: Path  # <state>/replicas/<id>/
+    vllm_api_key: str = field(default="", repr=False)  # generated per replica by `up`
 
     @property
     def annotations_file(self) -> Path:
@@ -84,6 +89,8 @@ def vllm_process(
         *lora_flags(pool),
     ]
     env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    if replica.vllm_api_key:
+        env["VLLM_API_KEY"] = replica.vllm_api_key  # vLLM's --api-key, read from the env
     if cpu:
         # Measured on the CPU build: without these it reserves most of RAM or refuses to start.
         argv += ["--dtype", "float32", "--gpu-memory-utilization", "0.1"]
@@ -106,6 +113,7 @@ def agent_process(
     pool: ReplicaPoolSpec,
     model_dir: Path,
     *,
+    internal_token: str = "",
     python: str = sys.executable,
     log_dir: Path,
 ) -> ProcessSpec:
@@ -121,6 +129,10 @@ def agent_process(
     )
     env[f"{AGENT_ENV_PREFIX}HOST"] = LOOPBACK
     env[f"{AGENT_ENV_PREFIX}PREWARM_POLL_S"] = "1.0"  # a laptop user edits files by hand
+    if replica.vllm_api_key:
+        env[f"{AGENT_ENV_PREFIX}VLLM_API_KEY"] = replica.vllm_api_key
+    if internal_token:
+        env[f"{AGENT_ENV_PREFIX}INTERNAL_TOKEN"] = internal_token
     return ProcessSpec(
         name=f"{replica.id}/agent",
         argv=[python, "-m", "lorafleet_agent"],
@@ -138,6 +150,7 @@ def gateway_process(
     pool_name: str,
     port: int,
     internal_port: int,
+    replica_token: str = "",
     python: str = sys.executable,
     log_dir: Path,
 ) -> ProcessSpec:
@@ -151,6 +164,8 @@ def gateway_process(
         f"{p}REPLICAS_FILE": str(replicas_file),
         f"{p}POOL": pool_name,
     }
+    if replica_token:
+        env[f"{p}REPLICA_TOKEN"] = replica_token
     return ProcessSpec(
         name="gateway",
         argv=[python, "-m", "lorafleet_gateway"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -84,6 +85,7 @@ def plan_replicas(state_dir: Path, pool_name: str, count: int) -> list[ReplicaPl
             data_port=free_port(),
             internal_port=free_port(),
             home=state_dir / "replicas" / f"{pool_name}-{i}",
+            vllm_api_key=secrets.token_urlsafe(32),  # only this replica's agent gets it
         )
         for i in range(count)
     ]
@@ -181,6 +183,8 @@ def _start_processes(
     stop: _Stop,
 ) -> None:
     """vLLM servers (all at once: they take longest), then agents, then the gateway."""
+    # The agents' internal credential for this run: the gateway posts records with it.
+    token = secrets.token_urlsafe(32)
     logs = opts.state_dir / "logs"
     cpu = processes.is_cpu_build()
     build = "CPU" if cpu else "GPU"
@@ -193,7 +197,9 @@ def _start_processes(
         sup.wait_ready(child, stop=lambda: bool(stop))
         _say(f"{child.spec.name} ready")
     for r in replicas:
-        agent = sup.start(processes.agent_process(r, pool, model_dir, log_dir=logs))
+        agent = sup.start(
+            processes.agent_process(r, pool, model_dir, internal_token=token, log_dir=logs)
+        )
         sup.wait_ready(agent, stop=lambda: bool(stop))
         _say(f"{agent.spec.name} ready on {r.data_url}")
     gateway = sup.start(
@@ -203,6 +209,7 @@ def _start_processes(
             pool_name=pool_name,
             port=opts.port,
             internal_port=opts.internal_port,
+            replica_token=token,
             log_dir=logs,
         )
     )

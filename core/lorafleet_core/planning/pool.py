@@ -18,7 +18,12 @@ from typing import Any
 from lorafleet_core.models import ReplicaPool
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
-from lorafleet_core.planning.replica_config import agent_env, lora_flags
+from lorafleet_core.planning.replica_config import (
+    agent_env,
+    agent_secret_env,
+    lora_flags,
+    vllm_secret_env,
+)
 from lorafleet_core.pods import COMPONENT_REPLICA
 
 PODINFO_DIR = "/etc/lorafleet/podinfo"
@@ -119,7 +124,7 @@ def _agent_env(pool: ReplicaPool) -> list[dict[str, Any]]:
         }
     ]
     env += [{"name": k, "value": v} for k, v in plain.items()]
-    return env
+    return env + agent_secret_env(pool.metadata.name)
 
 
 def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolObjects:
@@ -137,7 +142,11 @@ def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolO
         "command": [replica_pod.PYTHON, "-m", "vllm.entrypoints.openai.api_server"],
         "args": engine_args(pool),
         "env": replica_pod.merged_env(
-            [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}], pool
+            [
+                {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"},
+                *vllm_secret_env(name),
+            ],
+            pool,
         ),
         **env_from,
         "resources": replica_pod.engine_resources(pool),

@@ -10,10 +10,41 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from lorafleet_core.models import ReplicaPoolSpec
 
 AGENT_ENV_PREFIX = "LORAFLEET_AGENT_"
+
+# The pool's inside secrets, in the Secret `<pool>-internal` (the chart creates it for its pool):
+# vLLM's API key (only vLLM and the agent read it) and the agents' internal token (the agent and
+# the gateway read it).
+VLLM_API_KEY_SECRET_KEY = "vllm-api-key"  # noqa: S105 (a key name, not a secret)
+AGENT_TOKEN_SECRET_KEY = "agent-token"  # noqa: S105 (a key name, not a secret)
+
+
+def internal_secret_name(pool_name: str) -> str:
+    return f"{pool_name}-internal"
+
+
+def _from_secret(env_name: str, secret: str, key: str) -> dict[str, Any]:
+    return {"name": env_name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+
+
+def vllm_secret_env(pool_name: str) -> list[dict[str, Any]]:
+    """vLLM container env: its API key (vLLM reads VLLM_API_KEY as --api-key)."""
+    secret = internal_secret_name(pool_name)
+    return [_from_secret("VLLM_API_KEY", secret, VLLM_API_KEY_SECRET_KEY)]
+
+
+def agent_secret_env(pool_name: str) -> list[dict[str, Any]]:
+    """Agent container env: vLLM's API key and the internal token, from the pool's Secret."""
+    secret = internal_secret_name(pool_name)
+    p = AGENT_ENV_PREFIX
+    return [
+        _from_secret(f"{p}VLLM_API_KEY", secret, VLLM_API_KEY_SECRET_KEY),
+        _from_secret(f"{p}INTERNAL_TOKEN", secret, AGENT_TOKEN_SECRET_KEY),
+    ]
 
 
 def cpu_loras(spec: ReplicaPoolSpec) -> int:

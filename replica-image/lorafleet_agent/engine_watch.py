@@ -1,0 +1,74 @@
+"""Following vLLM's life: readiness mirrors vLLM's, and a restarted vLLM is resynchronised.
+
+vLLM runs beside the agent and can die and come back on its own (the kubelet or `lorafleet up`
+restarts the container/process) while the agent keeps running. A fresh vLLM holds no adapters,
+so everything the agent believed registered would answer "model does not exist". Every
+`interval_s` the watch:
+
+- asks vLLM's `/health`; once vLLM refuses connections (it died), or has timed out
+  `slow_limit` times in a row (hung), the agent is not ready (its `/readyz` and data port answer
+  503, so the gateway sends not-yet-started requests to other replicas). One slow answer is not
+  enough: a busy engine misses a deadline now and then;
+- once vLLM answers again, compares vLLM's `/v1/models` with what the agent registered
+  (`AdapterManager.resync`): lost registrations are forgotten before the agent is ready again,
+  so no request is sent for a name vLLM does not know; requests register what they need from
+  disk on demand (disk copies re-verified first) while a background task registers the rest
+  again. Re-registering hundreds of adapters first would keep the replica out for minutes.
+
+The same resync also runs on the request path when vLLM answers "model does not exist" between
+two polls (`AdapterManager.open_completion`), so no request sees that 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import httpx
+
+from lorafleet_agent.manager import AdapterManager
+
+log = logging.getLogger(__name__)
+
+
+class EngineWatch:
+    def __init__(self, manager: AdapterManager, interval_s: float, slow_limit: int = 3) -> None:
+        self.manager = manager
+        self.interval_s = interval_s
+        self.slow_limit = slow_limit
+        self._slow = 0  # consecutive timed-out checks
+        self.rounds = 0  # completed checks (tests wait on it)
+
+    async def run(self) -> None:
+        while True:
+            await self.once()
+            await asyncio.sleep(self.interval_s)
+
+    async def once(self) -> None:
+        m = self.manager
+        try:
+            health = await m.vllm.health()
+            if health == "ok":
+                await m.resync()
+        except httpx.TimeoutException:
+            health = "slow"
+        except httpx.HTTPError:
+            health = "down"
+        finally:
+            self.rounds += 1
+        self._slow = self._slow + 1 if health == "slow" else 0
+        if health == "down" or self._slow >= self.slow_limit:
+            self._down(f"vLLM is {'not answering' if health == 'down' else 'hung'}")
+            return
+        if health == "slow":
+            return  # undecided: keep the current readiness
+        m.metrics.engine_up.set(1)
+        if not m.ready:
+            log.warning("vLLM answers again and the agent has resynchronised: ready")
+            m.ready = True
+
+    def _down(self, why: str) -> None:
+        self.manager.metrics.engine_up.set(0)
+        if self.manager.ready:
+            log.error("%s: not ready until it is back", why)
+            self.manager.ready = False

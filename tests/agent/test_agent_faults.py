@@ -1,0 +1,206 @@
+"""Faults and hostile callers inside the pod, against the session's real vLLM (issue 11).
+
+- the internal load/unload endpoints require the credential; read-only ones do not;
+- a second, different record for a held id is refused loudly (409, metric, ERROR log);
+- a disk copy altered after download is discarded and fetched again before vLLM sees it;
+- vLLM forgetting an adapter (what a restart does) is repaired on the request path;
+- vLLM killed and restarted: the agent is unready meanwhile, then resynchronises, no 404.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import httpx
+import openai
+import pytest
+
+from lorafleet_agent.server import RunningAgent
+from tests.agent.conftest import load, metric, state, unload
+from tests.conftest import restart_vllm, unique_id
+from tests.gateway.conftest import wait_for
+
+pytestmark = pytest.mark.vllm
+
+
+def client(agent: RunningAgent) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key="unused", max_retries=0)
+
+
+def complete(agent: RunningAgent, model: str) -> tuple[str, str]:
+    """(answer, tier header) of a short deterministic completion."""
+    raw = client(agent).completions.with_raw_response.create(
+        model=model, prompt="Tell me about the weather today", max_tokens=10, temperature=0
+    )
+    return raw.parse().choices[0].text, raw.headers["x-adapter-tier"]
+
+
+def ready(agent: RunningAgent) -> bool:
+    return httpx.get(f"{agent.internal_url}/readyz", timeout=5).status_code == 200
+
+
+def test_load_and_unload_need_the_internal_credential_and_state_does_not(
+    run_agent, make_record, vllm_server
+):
+    rec = make_record("zebra", unique_id("auth"))
+    with run_agent() as agent:
+        url = f"{agent.internal_url}/internal/replicas/r0/adapters/{rec.id}"
+        body = {"record": rec.model_dump(mode="json")}
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic x"}):
+            r = httpx.post(f"{url}/load", json=body, headers=headers, timeout=30)
+            assert r.status_code == 401, r.text
+            assert r.json()["error"]["code"] == "unauthorized"
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert httpx.post(f"{url}/unload", headers=headers).status_code == 401
+        # Nothing was taken from the unauthenticated calls: no record, nothing in vLLM.
+        assert rec.id not in agent.agent.manager.records
+        assert rec.id not in vllm_server.lora_names()
+        assert metric(agent, "lorafleet_agent_internal_auth_failures_total") == 6
+        assert state(agent)["replica_id"] == "r0"  # read-only: pollers need no credential
+        assert load(agent, rec).status_code == 200
+        assert unload(agent, rec.id).status_code == 200
+
+
+def test_an_agent_without_a_credential_refuses_to_start(agent_settings):
+    from lorafleet_agent.internal_auth import MissingCredential
+    from lorafleet_agent.server import Agent
+
+    with pytest.raises(MissingCredential):
+        Agent(agent_settings(internal_token=None))
+
+
+def test_a_second_different_record_for_a_held_id_is_refused_loudly(
+    run_agent, make_record, s3_server, caplog
+):
+    rec = make_record("zebra", unique_id("squat"))
+    squatter = make_record(
+        "otter", rec.id, weights_uri=s3_server.uris["otter"], checksum="sha256:" + "1" * 64
+    )
+    with run_agent() as agent:
+        assert load(agent, rec).status_code == 200
+        with caplog.at_level(logging.ERROR, logger="lorafleet_agent.manager"):
+            r = load(agent, squatter)
+        assert r.status_code == 409
+        error = r.json()["error"]
+        assert error["code"] == "record_conflict"
+        assert set(error) >= {"message", "type", "param", "code"}
+        assert metric(agent, "lorafleet_agent_record_conflicts_total") == 1
+        assert any(
+            rec.id in m.getMessage() and m.levelno == logging.ERROR for m in caplog.records
+        ), caplog.text
+        assert load(agent, rec).status_code == 200  # the same record again is no conflict
+        assert complete(agent, rec.id)[0].startswith("ZEBRA-7")  # the held weights serve
+
+
+def test_a_disk_copy_altered_after_download_is_refetched_before_vllm_sees_it(
+    run_agent, make_record, tmp_path
+):
+    rec = make_record("falcon", unique_id("altered"))
+    cache = tmp_path / "cache"
+    with run_agent(cache_dir=cache) as agent:
+        assert load(agent, rec).status_code == 200
+        assert unload(agent, rec.id).status_code == 200
+        weights = cache / rec.id / "adapter_model.safetensors"
+        data = bytearray(weights.read_bytes())
+        data[len(data) // 2] ^= 0x01  # one flipped bit: still loads, serves garbage
+        weights.write_bytes(bytes(data))
+        text, tier = complete(agent, rec.id)
+        assert text.startswith("FALCON-3")
+        assert tier == "remote"  # the bad copy was dropped and the object store's used
+        assert (
+            metric(agent, "lorafleet_agent_disk_copies_discarded_total", reason="ChecksumMismatch")
+            == 1
+        )
+        assert weights.read_bytes() != bytes(data)  # the cache holds a good copy again
+
+
+def test_an_adapter_vllm_forgot_is_registered_again_on_the_request_path(
+    run_agent, make_record, vllm_server
+):
+    rec = make_record("otter", unique_id("forgot"))
+    # No background check here: only the request path can notice.
+    with run_agent(engine_check_s=3600.0) as agent:
+        assert load(agent, rec).status_code == 200
+        # What a vLLM restart does to the registrations, behind the agent's back.
+        r = httpx.post(f"{vllm_server.url}/v1/unload_lora_adapter", json={"lora_name": rec.id})
+        assert r.status_code == 200, r.text
+        text, _ = complete(agent, rec.id)
+        assert text.startswith("OTTER-9")
+        assert rec.id in vllm_server.lora_names()
+        assert metric(agent, "lorafleet_agent_unknown_model_retries_total") == 1
+        assert metric(agent, "lorafleet_agent_engine_resyncs_total") == 1
+
+
+def test_after_vllm_is_killed_and_restarted_every_adapter_serves_again_without_404(
+    run_agent, make_record, vllm_server
+):
+    """The supervisor's restart, for real: SIGKILL the engine, start a new one on its port."""
+    recs = {name: make_record(name, unique_id(f"restart-{name}")) for name in ("zebra", "falcon")}
+    with run_agent(engine_check_s=0.2) as agent:
+        for rec in recs.values():
+            assert load(agent, rec).status_code == 200
+        assert complete(agent, recs["zebra"].id)[0].startswith("ZEBRA-7")
+
+        os.killpg(vllm_server.process.pid, signal.SIGKILL)
+        vllm_server.process.wait(30)
+        wait_for(lambda: not ready(agent), 10, "agent unready while vLLM is down")
+        # Not yet started requests are answered 503 (the gateway goes elsewhere), never 404.
+        with pytest.raises(openai.APIStatusError) as err:
+            complete(agent, recs["zebra"].id)
+        assert err.value.status_code == 503
+        assert err.value.code == "engine_unavailable"
+
+        restart_vllm(vllm_server)
+        wait_for(lambda: ready(agent), 60, "agent ready again after vLLM's restart")
+        assert complete(agent, recs["zebra"].id)[0].startswith("ZEBRA-7")
+        # The rest are registered again in the background.
+        wait_for(
+            lambda: {r.id for r in recs.values()} <= set(vllm_server.lora_names()),
+            30,
+            "lost adapters registered again",
+        )
+        assert complete(agent, recs["falcon"].id)[0].startswith("FALCON-3")
+        assert metric(agent, "lorafleet_agent_engine_resyncs_total") == 1
+        assert metric(agent, "lorafleet_agent_unknown_model_retries_total") == 0
+        assert metric(agent, "lorafleet_agent_engine_up") == 1
+
+
+def test_object_store_down_warm_adapters_serve_cold_fail_fast_with_503_then_recover(
+    run_agent, make_record
+):
+    """A second moto server over the same (process-wide) buckets is the agent's store; it goes
+    down and comes back on its port. Nothing the agent already has depends on it."""
+    from moto.server import ThreadedMotoServer
+
+    store = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    store.start()
+    host, port = store.get_host_and_port()
+    warm, cold = (make_record(n, unique_id(f"store-{n}")) for n in ("zebra", "otter"))
+    try:
+        with run_agent(s3_endpoint_url=f"http://{host}:{port}") as agent:
+            assert load(agent, warm).status_code == 200
+            store.stop()
+
+            assert complete(agent, warm.id)[0].startswith("ZEBRA-7")  # warm: still serves
+            started = time.monotonic()
+            r = load(agent, cold)
+            assert time.monotonic() - started < 10.0  # fails fast, not boto3's 60 s x retries
+            assert r.status_code == 503
+            assert r.json()["error"]["code"] == "store_unavailable"
+            assert "object store unreachable" in r.json()["error"]["message"]
+            with pytest.raises(openai.APIStatusError) as err:
+                complete(agent, cold.id)  # the record is held: the data path says the same
+            assert err.value.status_code == 503
+            assert err.value.code == "store_unavailable"
+            assert cold.id not in state(agent)["failed_adapters"]  # transient: not refused
+
+            store = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+            store.start()
+            text, tier = complete(agent, cold.id)
+            assert text.startswith("OTTER-9")
+            assert tier == "remote"
+    finally:
+        store.stop()

@@ -1,0 +1,181 @@
+"""An engine dying under a two-replica fleet: gateway -> two real agents -> the session's vLLM.
+
+Each agent reaches vLLM through its own cuttable TCP proxy (tests.fault_proxy), so one replica's
+"engine" dies alone, with the reset and the refusals a killed vLLM gives, while the other
+keeps serving; no extra vLLM start. The restart is the proxy coming back after vLLM has lost the
+adapter's registration (unloaded behind the agents' backs), which is what a fresh vLLM is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from lorafleet_agent.server import RunningAgent, agent_in_thread
+from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_core.records import AdapterRecord
+from lorafleet_gateway.catalog import CatalogHolder
+from lorafleet_gateway.catalog_files import FileCatalog
+from lorafleet_gateway.routes import create_internal_app, create_public_app
+from lorafleet_gateway.runtime import Gateway
+from lorafleet_gateway.settings import GatewaySettings
+from tests.conftest import (
+    TEST_INTERNAL_TOKEN,
+    S3Server,
+    VllmServer,
+    session_agent_settings,
+    unique_id,
+)
+from tests.fault_proxy import FaultProxy
+from tests.gateway import manifests as m
+from tests.gateway.conftest import wait_for
+from tests.gateway.servers import ServerThread
+
+pytestmark = pytest.mark.vllm
+
+KEY = "lf-chaos-key-0001"
+MODEL = "chaos/bot:prod"
+PROMPT: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Tell me about the weather today"}
+]
+
+
+@dataclass
+class Fleet:
+    url: str
+    agents: dict[str, RunningAgent]
+    proxies: dict[str, FaultProxy]
+    record: AdapterRecord
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+    def ask(self) -> tuple[str, str]:
+        """(answer, replica that served it)."""
+        raw = self.client().chat.completions.with_raw_response.create(
+            model=MODEL, messages=PROMPT, max_tokens=8, temperature=0
+        )
+        return raw.parse().choices[0].message.content or "", raw.headers["x-replica-id"]
+
+    def ready(self, rid: str) -> bool:
+        return httpx.get(f"{self.agents[rid].internal_url}/readyz", timeout=5).status_code == 200
+
+
+@pytest.fixture
+def fleet(
+    tmp_path: Path,
+    vllm_server: VllmServer,
+    s3_server: S3Server,
+    demo_assets: DemoAssets,
+    make_record: Callable[..., AdapterRecord],
+) -> Iterator[Fleet]:
+    record = make_record("zebra", unique_id("chaos-zebra"), tenant="chaos")
+    rids = ("chaos-r0", "chaos-r1")
+    proxies = {rid: FaultProxy(vllm_server.port) for rid in rids}
+    with contextlib.ExitStack() as stack:
+        for proxy in proxies.values():
+            stack.callback(proxy.close)
+        agents = {
+            rid: stack.enter_context(
+                agent_in_thread(
+                    session_agent_settings(
+                        vllm_server,
+                        s3_server,
+                        demo_assets,
+                        tmp_path / f"cache-{rid}",
+                        replica_id=rid,
+                        vllm_url=proxies[rid].url,
+                        unload_unknown_on_start=False,  # both share the session's vLLM
+                        engine_check_s=0.2,
+                    )
+                )
+            )
+            for rid in rids
+        }
+        folder = tmp_path / "manifests"
+        m.write(folder, "keys.yaml", [m.key_secret("chaos", KEY, requests_per_second=1000)])
+        m.write(folder, "adapters.yaml", [m.adapter_from_record(record, "chaos")])
+        m.write(folder, "aliases.yaml", [m.alias(MODEL, record.id)])
+        replicas = [
+            {"id": rid, "dataUrl": a.data_url, "internalUrl": a.internal_url}
+            for rid, a in agents.items()
+        ]
+        m.write(folder, "replicas.yaml", [{"replicas": replicas}])
+        gs = GatewaySettings(
+            manifests_dir=folder,
+            poll_interval_s=0.3,
+            catalog_reload_interval_s=0.1,
+            replica_token=TEST_INTERNAL_TOKEN,
+        )
+        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
+        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
+        yield Fleet(server.url, agents, proxies, record)
+
+
+def test_an_engine_dying_mid_stream_ends_it_cleanly_others_serve_and_it_returns_without_404(
+    fleet: Fleet, vllm_server: VllmServer
+) -> None:
+    # Both replicas hold the adapter (each the gateway's on-demand load, or the first one's).
+    for _ in range(4):
+        assert fleet.ask()[0].startswith("ZEBRA-7")
+
+    body = {
+        "model": MODEL,
+        "messages": PROMPT,
+        "max_tokens": 220,
+        "temperature": 0,
+        "stream": True,
+        "ignore_eos": True,  # long enough to be cut mid-stream
+    }
+    headers = {"authorization": f"Bearer {KEY}"}
+    url = f"{fleet.url}/v1/chat/completions"
+    for proxy in fleet.proxies.values():
+        proxy.slow(4096)  # ~15 s for the whole answer: the cut surely lands inside it
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as resp:
+        assert resp.status_code == 200
+        victim = resp.headers["x-replica-id"]
+        (survivor,) = set(fleet.agents) - {victim}
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))  # flowing
+        fleet.proxies[victim].cut()  # the victim's vLLM dies
+        cut_at = time.monotonic()
+        rest = [line for line in lines if line.startswith("data: ")]
+        assert time.monotonic() - cut_at < 2.0
+    for proxy in fleet.proxies.values():
+        proxy.slow(None)
+    errors = [json.loads(line[6:])["error"] for line in rest if '"error"' in line]
+    assert errors, rest[-3:]  # an in-band SSE error event, in the OpenAI shape
+    assert set(errors[-1]) >= {"message", "type", "code"}
+
+    # Requests that had not started go to the survivor; the client sees no error at all.
+    for _ in range(5):
+        answer, served_by = fleet.ask()
+        assert answer.startswith("ZEBRA-7")
+        assert served_by == survivor
+    wait_for(lambda: not fleet.ready(victim), 10, "victim unready while its engine is down")
+
+    # The engine comes back fresh: it has lost the adapter's registration.
+    r = httpx.post(f"{vllm_server.url}/v1/unload_lora_adapter", json={"lora_name": fleet.record.id})
+    assert r.status_code == 200, r.text
+    fleet.proxies[victim].restore()
+    wait_for(lambda: fleet.ready(victim), 30, "victim ready again (resynchronised)")
+
+    # Now the survivor's engine dies: everything must go to the restarted one, with no 404.
+    fleet.proxies[survivor].cut()
+    for _ in range(5):
+        answer, served_by = fleet.ask()
+        assert answer.startswith("ZEBRA-7")
+        assert served_by == victim
+    fleet.proxies[survivor].restore()
+    wait_for(lambda: fleet.ready(survivor), 30, "survivor ready again")
+    for _ in range(3):
+        assert fleet.ask()[0].startswith("ZEBRA-7")

@@ -1,0 +1,99 @@
+"""A loopback TCP proxy that can be cut: what an agent sees when its vLLM dies and comes back.
+
+`cut()` resets every open connection (SO_LINGER 0: an RST, as a killed process's sockets give)
+and closes the listening socket, so new connections are refused; `restore()` listens on the same
+port again. `slow(bytes_per_s)` throttles what flows back from the engine (a slow link: the
+answer then takes seconds to reach the agent, so a cut lands mid-stream however fast the tiny
+engine generates). Real sockets end to end: the agent's HTTP client meets a real reset and a
+real refusal, with no stand-in for the agent or vLLM. Several agents can share one real vLLM
+while each has its own "engine" that fails alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+import time
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self._lock = threading.Lock()
+        self._conns: list[socket.socket] = []
+        self._rate: float | None = None  # bytes/s engine -> agent; None: full speed
+        self._listener = self._listen(0)
+        self.port: int = self._listener.getsockname()[1]
+        self._start_accepting()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _listen(self, port: int) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+        return sock
+
+    def _start_accepting(self) -> None:
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed by cut()
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b, back in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, back), daemon=True).start()
+
+    def slow(self, bytes_per_s: float | None) -> None:
+        """Throttle the engine's answers (None: full speed again)."""
+        self._rate = bytes_per_s
+
+    def _pump(self, src: socket.socket, dst: socket.socket, back: bool) -> None:
+        try:
+            while data := src.recv(256 if back and self._rate else 65536):
+                dst.sendall(data)
+                if back and (rate := self._rate):
+                    time.sleep(len(data) / rate)  # the slow link itself, not synchronisation
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+    def cut(self) -> None:
+        """The engine dies: open connections reset, new ones refused."""
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (Linux)
+        self._listener.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # shutdown wakes the pump blocked in recv (a bare close from another thread would
+            # not, and would defer the reset until it returns); close then aborts with an RST.
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            conn.close()
+
+    def restore(self) -> None:
+        """The engine is back on its port."""
+        self._listener = self._listen(self.port)
+        self._start_accepting()
+
+    def close(self) -> None:
+        self.cut()
