@@ -21,7 +21,7 @@ import pytest
 from lorafleet_agent.server import RunningAgent
 from tests.agent.conftest import load, metric, state, unload
 from tests.conftest import restart_vllm, unique_id
-from tests.gateway.conftest import wait_for
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
 
@@ -146,7 +146,7 @@ def test_after_vllm_is_killed_and_restarted_every_adapter_serves_again_without_4
 
         os.killpg(vllm_server.process.pid, signal.SIGKILL)
         vllm_server.process.wait(30)
-        wait_for(lambda: not ready(agent), 10, "agent unready while vLLM is down")
+        eventually(lambda: not ready(agent), within_s=10, what="agent unready while vLLM is down")
         # Not yet started requests are answered 503 (the gateway goes elsewhere), never 404.
         with pytest.raises(openai.APIStatusError) as err:
             complete(agent, recs["zebra"].id)
@@ -154,13 +154,13 @@ def test_after_vllm_is_killed_and_restarted_every_adapter_serves_again_without_4
         assert err.value.code == "engine_unavailable"
 
         restart_vllm(vllm_server)
-        wait_for(lambda: ready(agent), 60, "agent ready again after vLLM's restart")
+        eventually(lambda: ready(agent), within_s=60, what="agent ready again after vLLM's restart")
         assert complete(agent, recs["zebra"].id)[0].startswith("ZEBRA-7")
         # The rest are registered again in the background.
-        wait_for(
+        eventually(
             lambda: {r.id for r in recs.values()} <= set(vllm_server.lora_names()),
-            30,
-            "lost adapters registered again",
+            within_s=30,
+            what="lost adapters registered again",
         )
         assert complete(agent, recs["falcon"].id)[0].startswith("FALCON-3")
         assert metric(agent, "lorafleet_agent_engine_resyncs_total") == 1

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,7 +304,7 @@ def test_vllm_killed_mid_stream_ends_the_stream_cleanly_and_serving_resumes_with
             statuses.append(exc.status_code)
             return False
 
-    _wait(serving, 300, "serving again after vLLM's restart", up)
+    eventually(serving, within_s=300, what="serving again after vLLM's restart", abort=up.exited)
     assert 404 not in statuses, statuses  # while down: 503 (retry), never "no such model"
     for model, marker in MARKERS.items():
         assert up.ask(model)[0].startswith(marker), model
@@ -324,7 +325,9 @@ def test_agent_killed_is_restarted_and_serves_from_its_disk_cache(up: Up) -> Non
             statuses.append(exc.status_code)
             return False
 
-    _wait(serving, 120, "serving again after the agent's restart", up)
+    eventually(
+        serving, within_s=120, what="serving again after the agent's restart", abort=up.exited
+    )
     assert set(statuses) <= {503}, statuses  # unavailable while it restarts, nothing else
     for model, marker in MARKERS.items():
         assert up.ask(model)[0].startswith(marker), model

@@ -37,8 +37,8 @@ from tests.conftest import (
 )
 from tests.fault_proxy import FaultProxy
 from tests.gateway import manifests as m
-from tests.gateway.conftest import wait_for
 from tests.gateway.servers import ServerThread
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
 
@@ -161,13 +161,15 @@ def test_an_engine_dying_mid_stream_ends_it_cleanly_others_serve_and_it_returns_
         answer, served_by = fleet.ask()
         assert answer.startswith("ZEBRA-7")
         assert served_by == survivor
-    wait_for(lambda: not fleet.ready(victim), 10, "victim unready while its engine is down")
+    eventually(
+        lambda: not fleet.ready(victim), within_s=10, what="victim unready while its engine is down"
+    )
 
     # The engine comes back fresh: it has lost the adapter's registration.
     r = httpx.post(f"{vllm_server.url}/v1/unload_lora_adapter", json={"lora_name": fleet.record.id})
     assert r.status_code == 200, r.text
     fleet.proxies[victim].restore()
-    wait_for(lambda: fleet.ready(victim), 30, "victim ready again (resynchronised)")
+    eventually(lambda: fleet.ready(victim), within_s=30, what="victim ready again (resynchronised)")
 
     # Now the survivor's engine dies: everything must go to the restarted one, with no 404.
     fleet.proxies[survivor].cut()
@@ -176,6 +178,6 @@ def test_an_engine_dying_mid_stream_ends_it_cleanly_others_serve_and_it_returns_
         assert answer.startswith("ZEBRA-7")
         assert served_by == victim
     fleet.proxies[survivor].restore()
-    wait_for(lambda: fleet.ready(survivor), 30, "survivor ready again")
+    eventually(lambda: fleet.ready(survivor), within_s=30, what="survivor ready again")
     for _ in range(3):
         assert fleet.ask()[0].startswith("ZEBRA-7")
