@@ -280,20 +280,27 @@ def test_vllm_killed_mid_stream_ends_the_stream_cleanly_and_serving_resumes_with
         except openai.APIError:
             return -1
 
-    # Company in the batch stretches the measured stream to seconds, so the kill lands inside
-    # it even when this process is descheduled for a while on a busy machine.
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        others = [pool.submit(drain) for _ in range(8)]
-        chunks = iter(long_stream())
-        assert next(chunks) is not None  # the stream is open and flowing
-        engine = up.status()["processes"]["demo-0/vllm"]
-        os.killpg(engine["pid"], signal.SIGKILL)
-        killed = time.monotonic()
-        with pytest.raises(openai.APIError):  # an in-band SSE error event, not a hang
-            for _ in chunks:
-                pass
-        assert time.monotonic() - killed < 2.0
-        assert all(f.result(timeout=30) for f in others)  # each ended, none hangs
+    def kill_during_a_stream() -> bool:
+        """SIGKILL vLLM after the first chunk; True when the kill landed inside the stream."""
+        # Company in the batch stretches the measured stream, so the kill usually lands inside
+        # it; on a busy 2-core machine the relay can still be bursty and the whole answer out
+        # before the kill arrives, which proves nothing: then the caller tries again.
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            others = [pool.submit(drain) for _ in range(12)]
+            chunks = iter(long_stream())
+            assert next(chunks) is not None  # the stream is open and flowing
+            engine = up.status()["processes"]["demo-0/vllm"]
+            os.killpg(engine["pid"], signal.SIGKILL)
+            killed = time.monotonic()
+            try:
+                for _ in chunks:
+                    pass
+            except openai.APIError:  # the in-band SSE error event, not a hang
+                assert time.monotonic() - killed < 2.0
+                return True
+            finally:
+                assert all(f.result(timeout=30) for f in others)  # each ended, none hangs
+            return False
 
     statuses: list[int] = []
 
@@ -304,12 +311,22 @@ def test_vllm_killed_mid_stream_ends_the_stream_cleanly_and_serving_resumes_with
             statuses.append(exc.status_code)
             return False
 
-    eventually(serving, within_s=300, what="serving again after vLLM's restart", abort=up.exited)
+    kills = 0
+    for _ in range(3):  # `lorafleet up` restarts a child at most 3 times
+        cut = kill_during_a_stream()
+        kills += 1
+        eventually(
+            serving, within_s=300, what="serving again after vLLM's restart", abort=up.exited
+        )
+        if cut:
+            break
+    else:
+        pytest.fail("in 3 tries the kill never landed inside a stream")
     assert 404 not in statuses, statuses  # while down: 503 (retry), never "no such model"
     for model, marker in MARKERS.items():
         assert up.ask(model)[0].startswith(marker), model
     procs = up.status()["processes"]
-    assert procs["demo-0/vllm"]["restarts"] == 1
+    assert procs["demo-0/vllm"]["restarts"] == kills
     assert procs["demo-0/agent"]["restarts"] == 0  # the agent was never restarted
 
 
