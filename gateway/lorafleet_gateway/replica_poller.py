@@ -6,7 +6,8 @@ second ago. A replica is healthy while its last poll succeeded and is at most tw
 one that stops answering leaves the candidate set within two poll intervals (a refused
 connection or an error answer removes it at the next poll; a hung or slow one when its last
 answer ages out). A replica
-the request path failed to connect to is also held out until its next successful poll.
+the request path failed to connect to is also held out until its next successful poll. Only
+when every replica has aged out (the gateway itself stalled) are the last good answers used.
 """
 
 from __future__ import annotations
@@ -109,12 +110,22 @@ class ReplicaTracker:
         return [rid for rid, e in self._entries.items() if self.healthy(e, now)]
 
     def views(self) -> dict[str, ReplicaView]:
-        """Healthy replicas and their load: polled tokens in flight adjusted by local changes."""
+        """Healthy replicas and their load: polled tokens in flight adjusted by local changes.
+
+        When no replica is healthy only because every last answer aged out, while each last
+        poll itself succeeded, the cause is usually this gateway (a stalled event loop, a CPU
+        starved pod) rather than every replica at once; those replicas stay candidates
+        instead of answering 503 to everyone. A replica the request path then cannot reach is
+        marked failed and retried elsewhere, as always.
+        """
         now = self.clock()
+        entries = [(rid, e) for rid, e in self._entries.items() if e.state is not None]
+        chosen = [(rid, e) for rid, e in entries if self.healthy(e, now)]
+        if not chosen:
+            chosen = [(rid, e) for rid, e in entries if e.ok]
         out: dict[str, ReplicaView] = {}
-        for rid, e in self._entries.items():
-            if not self.healthy(e, now) or e.state is None:
-                continue
+        for rid, e in chosen:
+            assert e.state is not None
             tokens = blended_tokens(e.state.tokens_in_flight, e.local_tokens, e.local_at_poll)
             out[rid] = ReplicaView(tokens, e.state.queue_depth, e.gpu)
         return out

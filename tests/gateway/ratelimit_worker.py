@@ -19,7 +19,12 @@ from lorafleet_gateway.ratelimit_redis import RedisRateLimiter
 
 
 async def hammer(url: str, tenant: str, rps: float, seconds: float, workers: int) -> int:
-    limiter = RedisRateLimiter.from_url(url, Limits(rps, 10_000_000), password=None, timeout_s=1.0)
+    # This measures enforcement, not the outage policy: on a loaded CI machine a Redis call can
+    # take over a second, and failing open would then admit everything for `retry_s`. So a
+    # generous timeout, and a slow call denies instead of admitting.
+    limiter = RedisRateLimiter.from_url(
+        url, Limits(rps, 10_000_000), password=None, timeout_s=10.0, on_error="closed"
+    )
     # Barrier: the last worker to arrive releases everyone (BLPOP blocks in Redis).
     barrier = Redis.from_url(url)
     if await barrier.incr(f"test-barrier:{tenant}") == workers:
