@@ -20,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
+from lorafleet_core.request_ids import RequestIdMiddleware
 from lorafleet_gateway.auth import authenticate
 from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.edge import EdgeMiddleware, edge_limits
@@ -286,7 +287,8 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         exception_handlers={APIError: api_error, StarletteHTTPException: http_error},
         # Body size and time, unhandled errors, early-failure limits: see edge.py.
         middleware=[
-            Middleware(EdgeMiddleware, limits=edge_limits(gw.settings), metrics=gw.metrics)
+            Middleware(RequestIdMiddleware),  # first: the edge's refusals carry the id too
+            Middleware(EdgeMiddleware, limits=edge_limits(gw.settings), metrics=gw.metrics),
         ],
         lifespan=lifespan,
     )
