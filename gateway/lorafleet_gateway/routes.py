@@ -32,6 +32,7 @@ from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.router import plan_route
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.upstream import Opened
+from lorafleet_gateway.usage import usage_tokens
 from lorafleet_gateway.validation import CompletionRequest, parse_request
 
 _log = logging.getLogger("lorafleet.gateway")
@@ -149,7 +150,10 @@ class CompletionEndpoint:
         if opened.chunks is None:  # non-stream, or an error answer
             if opened.status == 200:
                 held.answered()
-                self._charge(held, json_usage(opened.first), out)
+                usage = json_usage(opened.first)
+                self._charge(held, usage, out)
+                prompt, completion = usage_tokens(usage or {})
+                self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
             # else the engine refused it (e.g. prompt too long): nothing generated, no charge
             out.status = opened.status
             media = opened.response.headers.get("content-type", "application/json")
@@ -167,6 +171,7 @@ class CompletionEndpoint:
             await stream(scope, receive, send)
         finally:
             self._stream_ended(opened, held, result, out)
+            self._meter_stream(held, adapter_id, req, result)
 
     def _stream_ended(
         self, opened: Opened, held: Reservation, result: RelayResult, out: _Outcome
@@ -186,6 +191,15 @@ class CompletionEndpoint:
             out.status = "client_closed"
         else:
             out.status = 200
+
+    def _meter_stream(
+        self, held: Reservation, adapter_id: str, req: CompletionRequest, result: RelayResult
+    ) -> None:
+        if result.usage is not None:
+            prompt, completion = usage_tokens(result.usage)
+        else:  # ended before its usage event: counted by what was sent (usage.py)
+            prompt, completion = req.prompt_tokens_estimate, result.content_events
+        self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
 
     def _charge(self, held: Reservation, usage: dict[str, Any] | None, out: _Outcome) -> None:
         if usage is None:

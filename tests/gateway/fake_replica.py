@@ -38,6 +38,7 @@ class FakeReplica:
         self.first_byte_delay = 0.0
         self.chunk_delay = 0.0
         self.die_after_chunks: int | None = None
+        self.stall_after_chunks: int | None = None  # then send nothing more (until cancelled)
         self.state_mode = "ok"  # ok | hang | error
         self.tokens_in_flight = 0
         self.queue_depth = 0
@@ -204,6 +205,8 @@ class FakeReplica:
         for i, piece in enumerate(pieces):
             if self.die_after_chunks is not None and i >= self.die_after_chunks:
                 raise RuntimeError("replica died mid-stream")  # uvicorn drops the connection
+            if self.stall_after_chunks is not None and i >= self.stall_after_chunks:
+                await asyncio.Event().wait()  # a slow engine; ends when the gateway hangs up
             async for piece_bytes in send(event(choice(piece, role=i == 0))):
                 yield piece_bytes
             if self.chunk_delay:
