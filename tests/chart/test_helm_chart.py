@@ -169,8 +169,24 @@ def test_dashboard_and_alerts_ship_with_monitoring_enabled():
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert "lorafleet_gateway_ttft_seconds_bucket" in dashboard["data"]["lorafleet.json"]
     (rule,) = by_kind(docs, "PrometheusRule")
-    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    alerts = {r["alert"] for r in rules if "alert" in r}
     assert {"LorafleetTTFTp95AboveTarget", "LorafleetAdapterThrashing"} <= alerts
+    records = {r["record"] for r in rules if "record" in r}
+    assert "lorafleet:cost_per_million_tokens:rate5m" in records
+    assert "lorafleet:cost_per_million_tokens:rate5m" in dashboard["data"]["lorafleet.json"]
+
+
+def test_cost_rule_takes_the_configured_gpu_price():
+    values = {**ALL_ON, "monitoring": {**ALL_ON["monitoring"], "gpuHourlyPrice": 4.75}}
+    (rule,) = by_kind(render(values), "PrometheusRule")
+    (cost,) = [
+        r
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if r.get("record") == "lorafleet:cost_per_million_tokens:rate5m"
+    ]
+    assert "* 1 * 4.75 / 3600" in cost["expr"]
 
 
 @pytest.mark.parametrize(
