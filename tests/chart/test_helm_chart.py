@@ -178,7 +178,8 @@ def test_dashboard_and_alerts_ship_with_monitoring_enabled():
 
 
 def test_cost_rule_takes_the_configured_gpu_price():
-    values = {**ALL_ON, "monitoring": {**ALL_ON["monitoring"], "gpuHourlyPrice": 4.75}}
+    monitoring = {"serviceMonitor": True, "prometheusRule": True, "gpuHourlyPrice": 4.75}
+    values = {**ALL_ON, "monitoring": monitoring}
     (rule,) = by_kind(render(values), "PrometheusRule")
     (cost,) = [
         r
