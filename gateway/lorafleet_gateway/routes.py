@@ -108,6 +108,10 @@ class CompletionEndpoint:
         body = await read_body(request, gw.bounds.max_body_bytes)
         req = parse_request(body, self.kind, gw.bounds)
         out.log["model"] = req.model
+        cap = snap.max_tokens_cap(gw.bounds.max_tokens_limit)
+        if req.max_tokens_param is not None and req.max_tokens > cap:  # the pool's context
+            param = req.max_tokens_param
+            raise APIError(400, f"'{param}' must be between 1 and {cap}.", param=param)
         target = snap.resolve(tenant.tenant, req.model)
         if target is None:
             raise model_not_found(req.model)
