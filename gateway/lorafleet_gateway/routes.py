@@ -284,6 +284,17 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         data = [_model_card(m, tenant.tenant) for m in snap.models_of(tenant.tenant)]
         return JSONResponse({"object": "list", "data": data})
 
+    async def responses_api(request: Request) -> Response:
+        # Not served yet: a clear 4xx naming what is, rather than the generic unknown URL (and
+        # never a 5xx, which the official client would retry).
+        _auth(gw.holder.current, request)
+        raise APIError(
+            404,
+            "The Responses API (/v1/responses) is not served by this gateway; use "
+            "/v1/chat/completions (streaming and non-streaming) or /v1/completions.",
+            code="unsupported_endpoint",
+        )
+
     async def get_model(request: Request) -> Response:
         model = request.path_params["model"]
         snap = gw.holder.current
@@ -299,6 +310,7 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
             Route("/v1/chat/completions", CompletionEndpoint(gw, "chat"), methods=["POST"]),
             Route("/v1/completions", CompletionEndpoint(gw, "completion"), methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/responses", responses_api, methods=["POST"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             *probe_routes(gw),
         ],
