@@ -44,6 +44,7 @@ _COMMANDS = (
     "lorafleet_cli.cmd_keys",
     "lorafleet_cli.cmd_status",
     "lorafleet_cli.cmd_sim",
+    "lorafleet_cli.cmd_usage",
 )
 _OPTIONAL_COMMANDS = ("lorafleet_operator.cli",)
 

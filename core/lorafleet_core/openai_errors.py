@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lorafleet_core import request_ids
+
 # OpenAI's `type` values by HTTP status; any other 4xx is the client's (invalid_request_error),
 # any other status the server's.
 _TYPE_BY_STATUS = {
@@ -35,12 +37,14 @@ def error_body(
     param: str | None = None,
     type_: str | None = None,
 ) -> dict[str, Any]:
-    """The JSON body for an error with HTTP `status`."""
-    return {
-        "error": {
-            "message": message,
-            "type": type_ or error_type(status),
-            "param": param,
-            "code": code,
-        }
+    """The JSON body for an error with HTTP `status` (with the request's id while serving one)."""
+    error: dict[str, Any] = {
+        "message": message,
+        "type": type_ or error_type(status),
+        "param": param,
+        "code": code,
     }
+    request_id = request_ids.current.get()
+    if request_id is not None:
+        error["request_id"] = request_id
+    return {"error": error}

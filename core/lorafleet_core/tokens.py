@@ -8,7 +8,9 @@ agent falls back to this module only for a request that comes without it.
 
 The rule: the characters of the prompt's text (message contents or the completion prompt; a
 token id counts as one token) divided by `CHARS_PER_TOKEN`, plus one, plus the request's
-`max_completion_tokens` / `max_tokens`, or `DEFAULT_MAX_TOKENS` when it sets neither. Without
+`max_completion_tokens` / `max_tokens`, or `DEFAULT_MAX_TOKENS` when it sets neither, once per
+choice (`n`): the engine reads the prompt once and generates every choice, which is how its
+`usage` counts them too. Without
 the model's tokenizer ~4 characters a token is the usual figure for English text with a BPE
 tokenizer; the gateway reconciles its limiter with the real usage when the answer ends.
 """
@@ -61,9 +63,17 @@ def max_tokens(body: dict[str, Any], default: int = DEFAULT_MAX_TOKENS) -> int:
     return default
 
 
+def choices(body: dict[str, Any]) -> int:
+    """The choices a request asks for (`n`, default 1)."""
+    value = body.get("n")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return 1
+
+
 def estimate(body: dict[str, Any], default_max_tokens: int = DEFAULT_MAX_TOKENS) -> int:
-    """prompt tokens (estimated) + max_tokens: the request's size in tokens."""
-    return prompt_tokens(prompt_chars(body)) + max_tokens(body, default_max_tokens)
+    """prompt tokens (estimated) + n × max_tokens: the request's size in tokens."""
+    return prompt_tokens(prompt_chars(body)) + choices(body) * max_tokens(body, default_max_tokens)
 
 
 def parse_header(value: str | None) -> int | None:

@@ -45,6 +45,7 @@ class CatalogSnapshot:
     keys: KeyIndex = field(default_factory=KeyIndex)
     replicas: tuple[ReplicaEndpoint, ...] = ()
     owners_per_adapter: int = 2
+    max_model_len: int | None = None  # the pool's context length (vLLM --max-model-len)
     version: int = 0
     tenant_models: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -54,6 +55,10 @@ class CatalogSnapshot:
         if target is None or target.tenant != tenant:
             return None
         return target
+
+    def max_tokens_cap(self, limit: int) -> int:
+        """The largest max_tokens served: the gateway's limit, never above the pool's context."""
+        return limit if self.max_model_len is None else min(limit, self.max_model_len)
 
     def models_of(self, tenant: str) -> list[str]:
         if self.tenant_models:

@@ -141,9 +141,12 @@ def build_snapshot(
         tenants[tk.tenant] = tk
 
     owners_per_adapter = 2
+    max_model_len = None
     if pool is not None:
         try:
-            owners_per_adapter = ReplicaPoolSpec.model_validate(pool.get("spec")).owners_per_adapter
+            pool_spec = ReplicaPoolSpec.model_validate(pool.get("spec"))
+            owners_per_adapter = pool_spec.owners_per_adapter
+            max_model_len = pool_spec.engine.max_model_len
         except (ValidationError, ValueError) as exc:
             log.warning("ReplicaPool %r invalid, using 2 owners per adapter: %s", _name(pool), exc)
 
@@ -159,5 +162,6 @@ def build_snapshot(
         keys=KeyIndex(tenants.values()),
         replicas=tuple(sorted(replicas, key=lambda r: r.id)),
         owners_per_adapter=owners_per_adapter,
+        max_model_len=max_model_len,
         version=version,
     )

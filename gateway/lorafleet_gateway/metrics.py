@@ -28,6 +28,8 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from lorafleet_gateway.usage import UsageMeter
+
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 TENANT_REQUESTS = "lorafleet_gateway_tenant_requests"
@@ -157,6 +159,7 @@ class GatewayMetrics:
         self.rate_limit_backend_up.set(1)
         self.tenants = TenantSLO(window_s)
         r.register(self.tenants)
+        self.usage = UsageMeter(r)
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
 
     def child(self, metric: PromCounter | Histogram, *labels: str) -> Any:

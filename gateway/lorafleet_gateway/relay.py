@@ -33,6 +33,7 @@ class RelayResult:
     error: str | None = None
     finished_at: float = 0.0
     completed: bool = False
+    content_events: int = 0  # events relayed that carry generated text (usage.py)
 
 
 def parse_usage(event: bytes) -> dict[str, Any] | None:
@@ -58,10 +59,29 @@ def _is_usage_only(event: bytes) -> bool:
     return b'"choices":[]' in event or b'"choices": []' in event
 
 
+_EMPTY_TEXT = (b'"content":""', b'"content": ""', b'"text":""', b'"text": ""')
+
+
+def count_content_events(events: list[bytes]) -> int:
+    """Events that carry generated text: a choice whose content or text is not empty.
+
+    Byte checks, not a JSON parse per event (this runs on every event of every stream): a
+    data event with a choice, not the usage-only one, not an empty role/finish chunk.
+    """
+    n = 0
+    for event in events:
+        if b'"choices"' not in event or _is_usage_only(event):
+            continue
+        if not any(empty in event for empty in _EMPTY_TEXT):
+            n += 1
+    return n
+
+
 def _select(events: list[bytes], include_usage: bool, result: RelayResult) -> bytes:
     """The bytes to send for `events`; records the usage event's figures."""
     if not events:
         return b""
+    result.content_events += count_content_events(events)
     out = b"".join(events)
     if b'"usage"' not in out:  # fast path: nothing to read or strip
         return out

@@ -1,6 +1,7 @@
 """One structured (JSON) log line per completion request.
 
-Fields: tenant, model, adapter_id, replica, tier, status, ttft_ms, prompt_tokens,
+Fields: request_id (lorafleet_core.request_ids: the same id the client, the agent and vLLM
+see), tenant, model, adapter_id, replica, tier, status, ttft_ms, prompt_tokens,
 completion_tokens, duration_ms, attempts, route, error. Never an API key or a prompt; no field
 longer than FIELD_CHARS.
 
@@ -25,6 +26,8 @@ import threading
 from collections import deque
 from typing import Any, TextIO
 
+from lorafleet_core import request_ids
+
 request_log = logging.getLogger("lorafleet.gateway.requests")
 
 
@@ -44,7 +47,7 @@ def _bounded(fields: dict[str, Any]) -> dict[str, Any]:
 def log_request(**fields: Any) -> None:
     """One request's line. String fields may hold client input (the model name): each is
     cut to FIELD_CHARS."""
-    fields = _bounded(fields)
+    fields = _bounded({"request_id": request_ids.current.get(), **fields})
     sink = _sink
     if sink is not None:
         # Straight into the batch: a LogRecord per request costs as much as the JSON itself.
@@ -102,7 +105,8 @@ class BatchingHandler(logging.Handler):
 def configure_logging(level: str = "INFO") -> None:
     """Plain messages on stderr (the request lines are already JSON), written in batches."""
     handler = BatchingHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    # Other lines name the request they belong to (the request lines hold it as a field).
+    request_ids.install(handler, "%(message)s")
     root = logging.getLogger("lorafleet")
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -20,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
+from lorafleet_core.request_ids import RequestIdMiddleware
 from lorafleet_gateway.auth import authenticate
 from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.edge import EdgeMiddleware, edge_limits
@@ -31,6 +32,7 @@ from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.router import plan_route
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.upstream import Opened
+from lorafleet_gateway.usage import usage_tokens
 from lorafleet_gateway.validation import CompletionRequest, parse_request
 
 _log = logging.getLogger("lorafleet.gateway")
@@ -106,6 +108,10 @@ class CompletionEndpoint:
         body = await read_body(request, gw.bounds.max_body_bytes)
         req = parse_request(body, self.kind, gw.bounds)
         out.log["model"] = req.model
+        cap = snap.max_tokens_cap(gw.bounds.max_tokens_limit)
+        if req.max_tokens_param is not None and req.max_tokens > cap:  # the pool's context
+            param = req.max_tokens_param
+            raise APIError(400, f"'{param}' must be between 1 and {cap}.", param=param)
         target = snap.resolve(tenant.tenant, req.model)
         if target is None:
             raise model_not_found(req.model)
@@ -148,7 +154,10 @@ class CompletionEndpoint:
         if opened.chunks is None:  # non-stream, or an error answer
             if opened.status == 200:
                 held.answered()
-                self._charge(held, json_usage(opened.first), out)
+                usage = json_usage(opened.first)
+                self._charge(held, usage, out)
+                prompt, completion = usage_tokens(usage or {})
+                self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
             # else the engine refused it (e.g. prompt too long): nothing generated, no charge
             out.status = opened.status
             media = opened.response.headers.get("content-type", "application/json")
@@ -166,6 +175,7 @@ class CompletionEndpoint:
             await stream(scope, receive, send)
         finally:
             self._stream_ended(opened, held, result, out)
+            self._meter_stream(held, adapter_id, req, result)
 
     def _stream_ended(
         self, opened: Opened, held: Reservation, result: RelayResult, out: _Outcome
@@ -185,6 +195,15 @@ class CompletionEndpoint:
             out.status = "client_closed"
         else:
             out.status = 200
+
+    def _meter_stream(
+        self, held: Reservation, adapter_id: str, req: CompletionRequest, result: RelayResult
+    ) -> None:
+        if result.usage is not None:
+            prompt, completion = usage_tokens(result.usage)
+        else:  # ended before its usage event: counted by what was sent (usage.py)
+            prompt, completion = req.prompt_tokens_estimate, result.content_events
+        self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
 
     def _charge(self, held: Reservation, usage: dict[str, Any] | None, out: _Outcome) -> None:
         if usage is None:
@@ -265,6 +284,17 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         data = [_model_card(m, tenant.tenant) for m in snap.models_of(tenant.tenant)]
         return JSONResponse({"object": "list", "data": data})
 
+    async def responses_api(request: Request) -> Response:
+        # Not served yet: a clear 4xx naming what is, rather than the generic unknown URL (and
+        # never a 5xx, which the official client would retry).
+        _auth(gw.holder.current, request)
+        raise APIError(
+            404,
+            "The Responses API (/v1/responses) is not served by this gateway; use "
+            "/v1/chat/completions (streaming and non-streaming) or /v1/completions.",
+            code="unsupported_endpoint",
+        )
+
     async def get_model(request: Request) -> Response:
         model = request.path_params["model"]
         snap = gw.holder.current
@@ -280,13 +310,15 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
             Route("/v1/chat/completions", CompletionEndpoint(gw, "chat"), methods=["POST"]),
             Route("/v1/completions", CompletionEndpoint(gw, "completion"), methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
+            Route("/v1/responses", responses_api, methods=["POST"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             *probe_routes(gw),
         ],
         exception_handlers={APIError: api_error, StarletteHTTPException: http_error},
         # Body size and time, unhandled errors, early-failure limits: see edge.py.
         middleware=[
-            Middleware(EdgeMiddleware, limits=edge_limits(gw.settings), metrics=gw.metrics)
+            Middleware(RequestIdMiddleware),  # first: the edge's refusals carry the id too
+            Middleware(EdgeMiddleware, limits=edge_limits(gw.settings), metrics=gw.metrics),
         ],
         lifespan=lifespan,
     )

@@ -97,6 +97,7 @@ class Gateway:
             settings.max_messages,
             settings.max_json_depth,
             settings.max_model_name_chars,
+            settings.max_n,
         )
         self.client = httpx.AsyncClient(
             timeout=httpx.Timeout(

@@ -90,6 +90,7 @@ class GatewaySettings(BaseSettings):
         description="assumed output length when the request sets none (token estimate only)",
     )
     max_messages: int = Field(default=256, ge=1)
+    max_n: int = Field(default=4, ge=1, le=128, description="most choices (n) per request")
     max_json_depth: int = Field(default=64, ge=2, description="deepest JSON nesting accepted")
     max_model_name_chars: int = Field(default=256, ge=16)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from lorafleet_core import request_ids
 from lorafleet_core.names import HEADER_ADAPTER_TIER, HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier, parse_tier
@@ -143,6 +144,9 @@ class Upstream:
         """One candidate: send, and after a 404 adapter_not_registered load it and send again."""
         held.place(ep.id)
         headers = {"content-type": "application/json", HEADER_TOKENS_ESTIMATE: str(held.tokens)}
+        request_id = request_ids.current.get()
+        if request_id is not None:  # the agent's and vLLM's log lines carry the same id
+            headers[request_ids.HEADER_REQUEST_ID] = request_id
         try:
             return await self._send(ep, req, content, headers)
         except _NotRegistered:

@@ -34,6 +34,7 @@ class Bounds:
     max_messages: int = 256
     max_json_depth: int = 64
     max_model_chars: int = 256
+    max_n: int = 4
 
 
 @dataclass(slots=True)
@@ -45,11 +46,13 @@ class CompletionRequest:
     include_usage: bool
     max_tokens: int  # requested, or the default assumed for the estimate
     prompt_tokens_estimate: int
+    n: int = 1  # choices asked for; each may generate max_tokens
+    max_tokens_param: str | None = None  # which parameter set max_tokens, if one did
 
     @property
     def tokens_estimate(self) -> int:
         """The request's size (lorafleet_core.tokens); the agent is told the same figure."""
-        return self.prompt_tokens_estimate + self.max_tokens
+        return self.prompt_tokens_estimate + self.n * self.max_tokens
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -222,6 +225,7 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         include_usage = options.get("include_usage") is True
 
     max_tokens = bounds.default_max_tokens
+    max_tokens_param = None
     for param in ("max_tokens", "max_completion_tokens"):
         value = body.get(param)
         if value is None:
@@ -231,11 +235,16 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         if not 1 <= value <= bounds.max_tokens_limit:
             raise _bad(f"'{param}' must be between 1 and {bounds.max_tokens_limit}.", param)
         max_tokens = value
+        max_tokens_param = param
 
-    for param in ("n", "best_of"):  # each would multiply the work past the estimate
-        value = body.get(param)
-        if value is not None and (type(value) is not int or value != 1):
-            raise _bad(f"Only {param}=1 is supported.", param)
+    n = body.get("n")
+    if n is None:
+        n = 1
+    elif type(n) is not int or not 1 <= n <= bounds.max_n:
+        raise _bad(f"'n' must be an integer between 1 and {bounds.max_n}.", "n")
+    best_of = body.get("best_of")  # would multiply the work past the estimate, unseen
+    if best_of is not None and (type(best_of) is not int or best_of != 1):
+        raise _bad("Only best_of=1 is supported.", "best_of")
 
     if kind == "chat":
         chars = _check_messages(body.get("messages"), bounds)
@@ -249,4 +258,6 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         include_usage=include_usage,
         max_tokens=max_tokens,
         prompt_tokens_estimate=prompt_tokens(chars),
+        n=n,
+        max_tokens_param=max_tokens_param,
     )

@@ -7,10 +7,13 @@ import logging
 
 from lorafleet_agent.server import Agent
 from lorafleet_agent.settings import AgentSettings
+from lorafleet_core import request_ids
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO)
+    for handler in logging.getLogger().handlers:  # lines name the request they belong to
+        request_ids.install(handler, "%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(Agent(AgentSettings()).serve())
 
 

@@ -8,11 +8,14 @@ Two request headers from the gateway (lorafleet_core.names): `HEADER_TOKENS_ESTI
 gateway's token estimate, counted as this request's tokens in flight; `HEADER_LOADED_FROM` on a
 request retried after the gateway's on-demand load, the tier that load found the adapter in.
 The request reports the slower of it and where it found the adapter itself (`x-adapter-tier`).
+And `x-request-id` (lorafleet_core.request_ids): the request's id, echoed, named in the
+agent's error bodies and log lines, and passed to vLLM, which takes it as its request id.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -25,6 +28,7 @@ from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, request_tokens
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
+from lorafleet_core import request_ids
 from lorafleet_core.names import (
     HEADER_ADAPTER_ID,
     HEADER_ADAPTER_TIER,
@@ -35,6 +39,8 @@ from lorafleet_core.names import (
 from lorafleet_core.openai_errors import error_body
 from lorafleet_core.tiers import parse_tier
 
+log = logging.getLogger("lorafleet.agent.requests")
+
 
 def _error(status: int, message: str, code: str, **headers: str) -> JSONResponse:
     return JSONResponse(error_body(status, message, code=code), status_code=status, headers=headers)
@@ -42,6 +48,7 @@ def _error(status: int, message: str, code: str, **headers: str) -> JSONResponse
 
 def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str) -> FastAPI:
     app = FastAPI(title="lorafleet agent (data)", docs_url=None, redoc_url=None)
+    app.add_middleware(request_ids.RequestIdMiddleware)
 
     async def proxy(request: Request, path: str) -> Response:
         try:
@@ -103,6 +110,7 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
             except CacheFull as exc:
                 return _error(503, str(exc), "cache_full", **base)
             headers = {**base, HEADER_ADAPTER_TIER: lease.tier.value}
+            request_id = request_ids.current.get()  # vllm_client sends it on to vLLM
             try:
                 # Retries once after a resync when vLLM lost the registration (it restarted).
                 resp = await manager.open_completion(adapter_id, path, body)
@@ -111,6 +119,14 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
                 return _error(503, "vLLM is not answering", "engine_unavailable", **headers)
             stats.start()
             started = True
+            log.info(
+                "%s adapter=%s tier=%s vllm_status=%d",
+                path,
+                adapter_id,
+                lease.tier.value,
+                resp.status_code,
+                extra={"request_id": request_id},  # the formatter appends it (request_ids)
+            )
             if resp.status_code != 200 or not body.get("stream"):
                 try:
                     content = await resp.aread()

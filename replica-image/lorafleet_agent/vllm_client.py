@@ -12,6 +12,8 @@ from typing import Any
 
 import httpx
 
+from lorafleet_core import request_ids
+
 
 class VllmError(RuntimeError):
     def __init__(self, status: int, message: str) -> None:
@@ -84,6 +86,11 @@ class VllmClient:
         return r.status_code == 200
 
     async def send_completion(self, path: str, body: dict[str, Any]) -> httpx.Response:
-        """Open a completion (streamed read); the caller closes the response."""
-        request = self.http.build_request("POST", path, json=body)
+        """Open a completion (streamed read); the caller closes the response.
+
+        Carries the request's id (lorafleet_core.request_ids) as `X-Request-Id`, which vLLM
+        takes as its own request id: its log lines and the completion's `id` name it."""
+        request_id = request_ids.current.get()
+        headers = {"X-Request-Id": request_id} if request_id else None
+        request = self.http.build_request("POST", path, json=body, headers=headers)
         return await self.http.send(request, stream=True)

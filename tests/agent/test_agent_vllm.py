@@ -451,3 +451,20 @@ def test_disk_budget_evicts_the_least_recently_used_idle_adapter_only(
         assert headers["x-adapter-tier"] == "remote"
         assert text.startswith("ZEBRA-7")
         assert not (cache / recs[1].id).exists()
+
+
+def test_the_request_id_reaches_vllm_and_comes_back(run_agent, make_record, caplog):
+    rec = make_record("zebra", unique_id("reqid"))
+    caplog.set_level("INFO", logger="lorafleet.agent.requests")
+    with run_agent() as agent:
+        assert load(agent, rec).status_code == 200
+        raw = client(agent).completions.with_raw_response.create(
+            model=rec.id, prompt="Hi", max_tokens=3, extra_headers={"x-request-id": "rid-4711"}
+        )
+        assert raw.headers["x-request-id"] == "rid-4711"
+        # vLLM names its completion after the request id it was given: it took ours.
+        assert "rid-4711" in raw.parse().id
+        assert any(
+            getattr(r, "request_id", None) == "rid-4711" and r.name == "lorafleet.agent.requests"
+            for r in caplog.records
+        )

@@ -29,3 +29,9 @@ def test_header_figure_parses_only_plain_small_integers():
     assert parse_header("1234") == 1234
     for bad in (None, "", "-3", "1e3", "²", "9" * 10):
         assert parse_header(bad) is None
+
+
+def test_estimate_counts_max_tokens_once_per_choice():
+    body = {"prompt": "x" * 8, "max_tokens": 10, "n": 3}
+    assert estimate(body) == 8 // 4 + 1 + 3 * 10
+    assert estimate({**body, "n": True}) == 8 // 4 + 1 + 10  # junk n: one choice

@@ -132,6 +132,28 @@ def test_the_pools_inside_secrets_are_generated_and_the_gateway_reads_only_the_t
     assert refs == [{"name": "default-internal", "key": "agent-token"}]
 
 
+def test_gateway_limits_are_set_from_values_and_reach_the_settings():
+    from lorafleet_gateway.settings import GatewaySettings
+
+    limits = {"maxTokens": 8192, "defaultMaxTokens": 512, "maxN": 8, "maxMessages": 64}
+    values = {"gateway": {"limits": {**limits, "maxBodyBytes": 4194304}}}
+    (gateway,) = [
+        d for d in by_kind(render(values), "Deployment") if "gateway" in d["metadata"]["name"]
+    ]
+    container = gateway["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    settings = GatewaySettings.model_validate(
+        {k.removeprefix("LORAFLEET_GATEWAY_").lower(): v for k, v in env.items()}
+    )
+    assert (settings.max_tokens_limit, settings.default_max_tokens) == (8192, 512)
+    assert (settings.max_n, settings.max_messages, settings.max_body_bytes) == (8, 64, 4194304)
+
+
+def test_unknown_gateway_limit_is_refused():
+    with pytest.raises(Exception, match=r"maxTokenz|additional"):
+        helm_python.Chart.load(CHART).validate_schema({"gateway": {"limits": {"maxTokenz": 1}}})
+
+
 def test_gateway_role_is_read_only():
     roles = {r["metadata"]["name"]: r for r in by_kind(render(), "Role")}
     verbs = {v for rule in roles["lf-lorafleet-gateway"]["rules"] for v in rule["verbs"]}
@@ -169,8 +191,25 @@ def test_dashboard_and_alerts_ship_with_monitoring_enabled():
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert "lorafleet_gateway_ttft_seconds_bucket" in dashboard["data"]["lorafleet.json"]
     (rule,) = by_kind(docs, "PrometheusRule")
-    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    alerts = {r["alert"] for r in rules if "alert" in r}
     assert {"LorafleetTTFTp95AboveTarget", "LorafleetAdapterThrashing"} <= alerts
+    records = {r["record"] for r in rules if "record" in r}
+    assert "lorafleet:cost_per_million_tokens:rate5m" in records
+    assert "lorafleet:cost_per_million_tokens:rate5m" in dashboard["data"]["lorafleet.json"]
+
+
+def test_cost_rule_takes_the_configured_gpu_price():
+    monitoring = {"serviceMonitor": True, "prometheusRule": True, "gpuHourlyPrice": 4.75}
+    values = {**ALL_ON, "monitoring": monitoring}
+    (rule,) = by_kind(render(values), "PrometheusRule")
+    (cost,) = [
+        r
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if r.get("record") == "lorafleet:cost_per_million_tokens:rate5m"
+    ]
+    assert "* 1 * 4.75 / 3600" in cost["expr"]
 
 
 @pytest.mark.parametrize(

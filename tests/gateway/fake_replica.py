@@ -38,6 +38,7 @@ class FakeReplica:
         self.first_byte_delay = 0.0
         self.chunk_delay = 0.0
         self.die_after_chunks: int | None = None
+        self.stall_after_chunks: int | None = None  # then send nothing more (until cancelled)
         self.state_mode = "ok"  # ok | hang | error
         self.tokens_in_flight = 0
         self.queue_depth = 0
@@ -121,10 +122,11 @@ class FakeReplica:
             "x-replica-id": self.replica_id,
         }
         pieces = self._text(adapter)
+        n = int(body.get("n") or 1)  # choices: each generates the same pieces
         usage = {
             "prompt_tokens": 7,
-            "completion_tokens": len(pieces),
-            "total_tokens": 7 + len(pieces),
+            "completion_tokens": n * len(pieces),
+            "total_tokens": 7 + n * len(pieces),
         }
         created = int(time.time())
         if not body.get("stream"):
@@ -144,7 +146,7 @@ class FakeReplica:
                 "object": obj,
                 "created": created,
                 "model": adapter,
-                "choices": [choice],
+                "choices": [{**choice, "index": k} for k in range(n)],
                 "usage": usage,
             }
             return JSONResponse(out, headers=headers)
@@ -154,7 +156,7 @@ class FakeReplica:
                 _chunks(self.raw_stream), media_type="text/event-stream", headers=headers
             )
         return StreamingResponse(
-            self._sse(adapter, pieces, usage, include_usage, chat, created),
+            self._sse(adapter, pieces, usage, include_usage, chat, created, n),
             media_type="text/event-stream",
             headers=headers,
         )
@@ -167,6 +169,7 @@ class FakeReplica:
         include_usage: bool,
         chat: bool,
         created: int,
+        n: int = 1,
     ) -> AsyncIterator[bytes]:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
@@ -192,24 +195,29 @@ class FakeReplica:
             await asyncio.sleep(0.02)  # lets the first piece go out as a read of its own
             yield raw[cut:]
 
-        def choice(text: str, finish: str | None = None, role: bool = False) -> dict[str, Any]:
+        def choice(
+            text: str, finish: str | None = None, role: bool = False, index: int = 0
+        ) -> dict[str, Any]:
             if chat:
                 delta: dict[str, Any] = {"content": text}
                 if role:
                     delta["role"] = "assistant"
-                return {"index": 0, "delta": delta, "finish_reason": finish}
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+                return {"index": index, "delta": delta, "finish_reason": finish}
+            return {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
 
         await asyncio.sleep(self.first_byte_delay)
         for i, piece in enumerate(pieces):
             if self.die_after_chunks is not None and i >= self.die_after_chunks:
                 raise RuntimeError("replica died mid-stream")  # uvicorn drops the connection
-            async for piece_bytes in send(event(choice(piece, role=i == 0))):
-                yield piece_bytes
+            if self.stall_after_chunks is not None and i >= self.stall_after_chunks:
+                await asyncio.Event().wait()  # a slow engine; ends when the gateway hangs up
+            for k in range(n):
+                async for piece_bytes in send(event(choice(piece, role=i == 0, index=k))):
+                    yield piece_bytes
             if self.chunk_delay:
                 await asyncio.sleep(self.chunk_delay)
         for raw in (
-            event(choice("", "stop")),
+            *(event(choice("", "stop", index=k)) for k in range(n)),
             *([event(None, with_usage=True)] if include_usage else []),
             b"data: [DONE]\n\n",
         ):

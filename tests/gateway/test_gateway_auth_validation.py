@@ -85,7 +85,7 @@ def test_completion_prompts():
             "max_completion_tokens",
         ),
         ({"messages": [{"role": "user", "content": "x"}], "stream_options": {}}, "stream_options"),
-        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 5}, "n"),
         ({"messages": [{"role": "user", "content": "x"}], "model": 5}, "model"),
     ],
 )

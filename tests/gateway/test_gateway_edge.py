@@ -50,7 +50,7 @@ def _status_and_error(raw: bytes) -> tuple[int, dict[str, object]]:
     status = int(head.split(b" ", 2)[1])
     assert b"content-type: application/json" in head.lower()
     error = json.loads(body)["error"]
-    assert set(error) == {"message", "type", "param", "code"}
+    assert set(error) - {"request_id"} == {"message", "type", "param", "code"}
     return status, error
 
 

@@ -45,7 +45,7 @@ def _assert_openai_error(resp: httpx.Response, status: int, code: str | None) ->
     assert resp.status_code == status, resp.text
     assert resp.headers["content-type"].startswith("application/json")
     err = resp.json()["error"]
-    assert set(err) == {"message", "type", "param", "code"}
+    assert set(err) - {"request_id"} == {"message", "type", "param", "code"}
     assert err["code"] == code
     assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
     return str(err["message"])

@@ -1,0 +1,81 @@
+"""Usage metering: requests and tokens served, per tenant and adapter, for billing.
+
+Three plain Prometheus counters labelled `tenant` and `adapter` (the immutable adapter id):
+
+- `lorafleet_gateway_usage_requests_total`: requests that got an answer from an engine (a
+  non-stream 200, or a stream that started, whether it completed, failed or was aborted);
+- `lorafleet_gateway_usage_prompt_tokens_total`, `..._completion_tokens_total`: the engine's
+  own `usage` of the answer (the gateway always asks for it on streams, see upstream).
+
+Counters add up across gateway pods (`sum by (tenant) (increase(...[24h]))`), and a pod's
+restart reads as a counter reset, which `increase()` handles. The label values come from the
+catalog only (the authenticated tenant and the adapter its alias resolved to), never from
+request text, so the series are bounded by the catalog: at most one per adapter.
+
+A stream that ends without its usage event (the client left, the replica failed mid-stream)
+is counted by what was sent: the prompt by the shared estimate (lorafleet_core.tokens: the
+engine had read it), completions as one token per content chunk relayed (vLLM sends one chunk
+per generated token per choice; `relay.count_content_events`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PromCounter
+
+USAGE_REQUESTS = "lorafleet_gateway_usage_requests"
+USAGE_PROMPT = "lorafleet_gateway_usage_prompt_tokens"
+USAGE_COMPLETION = "lorafleet_gateway_usage_completion_tokens"
+LABELS = ("tenant", "adapter")
+
+
+class UsageMeter:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = PromCounter(
+            USAGE_REQUESTS,
+            "Requests answered by an engine, per tenant and adapter",
+            LABELS,
+            registry=registry,
+        )
+        self.prompt = PromCounter(
+            USAGE_PROMPT,
+            "Prompt tokens served (engine usage), per tenant and adapter",
+            LABELS,
+            registry=registry,
+        )
+        self.completion = PromCounter(
+            USAGE_COMPLETION,
+            "Completion tokens served (engine usage; an aborted stream: chunks sent), per "
+            "tenant and adapter",
+            LABELS,
+            registry=registry,
+        )
+        # (tenant, adapter) -> the three label children: a label lookup costs more than .inc()
+        self._children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
+
+    def record(self, tenant: str, adapter: str, prompt: int, completion: int) -> None:
+        key = (tenant, adapter)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = (
+                self.requests.labels(tenant, adapter),
+                self.prompt.labels(tenant, adapter),
+                self.completion.labels(tenant, adapter),
+            )
+        requests, prompt_c, completion_c = found
+        requests.inc()
+        prompt_c.inc(max(prompt, 0))
+        completion_c.inc(max(completion, 0))
+
+
+def usage_tokens(usage: dict[str, Any]) -> tuple[int, int]:
+    """(prompt, completion) tokens of an OpenAI `usage` object (missing figures count 0)."""
+    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(int(value), 0)
