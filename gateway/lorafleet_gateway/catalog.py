@@ -14,15 +14,9 @@ from dataclasses import dataclass, field
 
 from lorafleet_core.apikeys import KeyIndex, TenantKeys
 from lorafleet_core.records import AdapterRecord
+from lorafleet_core.replica_endpoints import ReplicaEndpoint
 
-
-@dataclass(frozen=True, slots=True)
-class ReplicaEndpoint:
-    """One replica: its stable id (pod name) and the agent's data and internal base URLs."""
-
-    id: str
-    data_url: str
-    internal_url: str
+__all__ = ["ReplicaEndpoint"]  # re-exported: the gateway's modules import it from here
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ entry for an alias it is served exactly like a cluster status. An alias with no 
 reconciles the folder) serves its spec.adapter.
 
 Replica endpoints come from `replicas.yaml` (or `replicas.json`) in the same folder, written by
-the standalone supervisor (or the `replicas_file` setting):
+the standalone supervisor (or the `replicas_file` setting), read by
+lorafleet_core.replica_endpoints:
 
     replicas:
       - id: replica-0
@@ -27,36 +28,22 @@ The folder is re-read when any file's name, size or mtime changes, the status fi
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from lorafleet_core.manifests import REPLICA_FILES, load_folder, manifest_files
+from lorafleet_core.manifests import load_folder, manifest_files
 from lorafleet_core.names import API_KEYS_SECRET_LABEL, KIND_ADAPTER, KIND_ALIAS, KIND_POOL
+from lorafleet_core.replica_endpoints import (
+    ReplicaEndpoint,
+    read_replicas,
+    replicas_file,
+)
 from lorafleet_core.standalone_state import alias_status_path, load_alias_statuses
-from lorafleet_gateway.catalog import CatalogHolder, CatalogSource, ReplicaEndpoint
+from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
 from lorafleet_gateway.catalog_build import build_snapshot
 
 log = logging.getLogger("lorafleet.gateway.catalog")
-
-
-def parse_replicas(data: Any) -> list[ReplicaEndpoint]:
-    """Replica endpoints from the parsed replicas file (`{"replicas": [...]}` or a bare list)."""
-    rows = data.get("replicas", []) if isinstance(data, Mapping) else data
-    if not isinstance(rows, list):
-        raise ValueError("replicas file must hold a list under `replicas`")
-    out = []
-    for row in rows:
-        if not isinstance(row, Mapping) or not row.get("id") or not row.get("dataUrl"):
-            raise ValueError(f"replica entry needs id and dataUrl: {row!r}")
-        data_url = str(row["dataUrl"]).rstrip("/")
-        internal = str(row.get("internalUrl") or data_url).rstrip("/")
-        out.append(ReplicaEndpoint(str(row["id"]), data_url, internal))
-    return out
 
 
 def read_alias_statuses(folder: Path) -> dict[str, dict[str, Any]]:
@@ -88,10 +75,7 @@ class FileCatalog(CatalogSource):
     def _replicas_path(self) -> Path | None:
         if self.replicas_file is not None:
             return self.replicas_file
-        for name in REPLICA_FILES:
-            if (self.folder / name).is_file():
-                return self.folder / name
-        return None
+        return replicas_file(self.folder)
 
     def _fingerprint_now(self) -> tuple[tuple[str, int, int], ...]:
         paths = manifest_files(self.folder)
@@ -133,9 +117,7 @@ class FileCatalog(CatalogSource):
         replicas: list[ReplicaEndpoint] = []
         rp = self._replicas_path()
         if rp is not None:
-            text = rp.read_text()
-            parsed = json.loads(text) if rp.suffix == ".json" else yaml.safe_load(text)
-            replicas = parse_replicas(parsed)
+            replicas = read_replicas(rp)
         self._version += 1
         snapshot = build_snapshot(
             adapters=adapters,

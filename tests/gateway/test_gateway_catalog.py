@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lorafleet_core.replica_endpoints import parse_replicas
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSnapshot
 from lorafleet_gateway.catalog_build import build_snapshot
-from lorafleet_gateway.catalog_files import FileCatalog, parse_replicas
+from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.catalog_kube import KubeState, pod_endpoint
 from tests.gateway import manifests as m
 from tests.waiting import eventually_async

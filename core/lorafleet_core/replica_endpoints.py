@@ -1,0 +1,63 @@
+"""Where a replica's agent listens, and the standalone replicas file that says so.
+
+The standalone supervisor writes `replicas.yaml` (or `replicas.json`) beside the manifests:
+
+    replicas:
+      - id: replica-0
+        dataUrl: http://127.0.0.1:8100
+        internalUrl: http://127.0.0.1:8101
+
+The gateway's folder catalog (where requests go) and the control API (where load/unload/state
+calls are forwarded) read it here, by the same rules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lorafleet_core.manifests import REPLICA_FILES
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEndpoint:
+    """One replica: its stable id (pod name) and the agent's data and internal base URLs."""
+
+    id: str
+    data_url: str
+    internal_url: str
+
+
+def parse_replicas(data: Any) -> list[ReplicaEndpoint]:
+    """Replica endpoints from the parsed replicas file (`{"replicas": [...]}` or a bare list)."""
+    rows = data.get("replicas", []) if isinstance(data, Mapping) else data
+    if not isinstance(rows, list):
+        raise ValueError("replicas file must hold a list under `replicas`")
+    out = []
+    for row in rows:
+        if not isinstance(row, Mapping) or not row.get("id") or not row.get("dataUrl"):
+            raise ValueError(f"replica entry needs id and dataUrl: {row!r}")
+        data_url = str(row["dataUrl"]).rstrip("/")
+        internal = str(row.get("internalUrl") or data_url).rstrip("/")
+        out.append(ReplicaEndpoint(str(row["id"]), data_url, internal))
+    return out
+
+
+def replicas_file(folder: Path) -> Path | None:
+    """The replicas file in a manifests folder, if there is one."""
+    for name in REPLICA_FILES:
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def read_replicas(path: Path) -> list[ReplicaEndpoint]:
+    """The endpoints in a replicas file; raises ValueError (or OSError) when unreadable."""
+    text = path.read_text()
+    parsed = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    return parse_replicas(parsed)
