@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import kopf
 
@@ -20,6 +20,9 @@ from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.metrics import OperatorMetrics
 from lorafleet_operator.settings import OperatorSettings
 from lorafleet_operator.sync import FleetSync
+
+if TYPE_CHECKING:
+    from lorafleet_operator.control.serve import OperatorControl
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,7 @@ class Runtime:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.metrics = OperatorMetrics(lambda: self.fleets)
         self.metrics_server: Any = None
+        self.control: OperatorControl | None = None
 
     def serve_metrics(self) -> int | None:
         """Start /metrics on settings.metrics_port (a thread); returns the bound port."""
@@ -68,6 +72,21 @@ class Runtime:
         bound: int = self.metrics_server.server_port
         log.info("operator metrics on :%d/metrics", bound)
         return bound
+
+    def serve_control(self) -> int | None:
+        """Start the control API on settings.control_port (in this event loop); the bound port.
+
+        It uses the operator's one logged-in client, so it waits for login like every handler.
+        """
+        if self.settings.control_port is None or self.control is not None:
+            return None
+        from lorafleet_operator.control.serve import OperatorControl
+
+        async def api() -> Any:
+            return (await HOLDER.client()).api
+
+        self.control = OperatorControl()
+        return self.control.start(self.settings, api)
 
     def fleet(self, namespace: str) -> FleetSync:
         fleet = self.fleets.get(namespace)
@@ -92,6 +111,9 @@ class Runtime:
         return fleet
 
     async def close(self) -> None:
+        if self.control is not None:
+            await self.control.stop()
+            self.control = None
         for task in self.tasks.values():
             task.cancel()
         for task in self.tasks.values():

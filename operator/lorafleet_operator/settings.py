@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -60,6 +62,48 @@ class OperatorSettings(BaseSettings):
     agent_internal_port: int = Field(
         default=8101, description="Agent internal port when the pod does not name one."
     )
+
+    # --- the control API (lorafleet_operator.control; docs/operator.md, "Control API") -------
+    control_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Port of the control API; unset: not served; 0: any free port.",
+    )
+    control_host: str = Field(default="0.0.0.0", description="Address the control API binds.")  # noqa: S104
+    control_token_sha256: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 (hex) of the admin token; only the hash is ever configured.",
+    )
+    control_token_sha256_file: Path | None = Field(
+        default=None, description="File holding that hash (a mounted Secret); re-read on change."
+    )
+    control_service_accounts: str = Field(
+        default="",
+        description="Comma-separated namespace:name ServiceAccounts whose tokens the control "
+        "API accepts, checked by TokenReview (cluster mode only); empty: none.",
+    )
+    control_namespace: str | None = Field(
+        default=None,
+        description="Namespace the control API writes in; unset: the first of `namespaces`, "
+        "else default.",
+    )
+    control_manifests: Path | None = Field(
+        default=None,
+        description="Standalone mode: the manifests folder the control API writes to (instead "
+        "of a cluster).",
+    )
+    replica_token: SecretStr | None = Field(
+        default=None,
+        description="The agents' internal credential, sent on forwarded load/unload calls.",
+    )
+    replica_token_file: Path | None = Field(
+        default=None, description="File holding the agents' internal credential."
+    )
+
+    def control_namespace_name(self) -> str:
+        return self.control_namespace or next(iter(self.namespace_list()), "default")
 
     def namespace_list(self) -> list[str]:
         return [n.strip() for n in self.namespaces.split(",") if n.strip()]

@@ -90,7 +90,7 @@ def status_patch(status: Any) -> dict[str, Any]:
     return body
 
 
-def _internal_port(body: Mapping[str, Any], default: int) -> int:
+def internal_port(body: Mapping[str, Any], default: int) -> int:
     for c in (body.get("spec") or {}).get("containers") or []:
         for p in c.get("ports") or []:
             if p.get("name") == INTERNAL_PORT_NAME and p.get("containerPort"):
@@ -206,7 +206,7 @@ class FleetSync:
             name,
             pool,
             pod_ip(body),
-            _internal_port(body, self.default_port),
+            internal_port(body, self.default_port),
         )
         if self.pods.get(name) != view:
             self.pods[name] = view

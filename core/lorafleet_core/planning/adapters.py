@@ -118,31 +118,57 @@ def validate_adapter(spec: LoRAAdapterSpec, pools: Sequence[ReplicaPool]) -> Val
 
 
 def _check_pool(spec: LoRAAdapterSpec, pool: ReplicaPool) -> Validation | None:
+    problems = pool_problems(spec, pool)
+    return problems[0] if problems else None
+
+
+def pool_problems(spec: LoRAAdapterSpec, pool: ReplicaPool) -> list[Validation]:
+    """Every reason `pool` refuses the adapter (base model, rank, modules, URI scheme).
+
+    The status reports the first; the control API answers a registration with all of them.
+    """
     name = pool.metadata.name
     engine = pool.spec.engine
+    out = []
+    if spec.base_model_hash != pool.spec.base_model.hash:
+        out.append(
+            Validation(
+                False,
+                BASE_MODEL_MISMATCH,
+                f"baseModelHash {spec.base_model_hash} is not ReplicaPool {name}'s "
+                f"{pool.spec.base_model.hash}",
+                final=True,
+            )
+        )
     if spec.rank > engine.max_rank:
-        return Validation(
-            False,
-            RANK_TOO_HIGH,
-            f"rank {spec.rank} exceeds ReplicaPool {name} maxRank {engine.max_rank}; "
-            f"publish a version with rank <= {engine.max_rank}",
-            final=True,
+        out.append(
+            Validation(
+                False,
+                RANK_TOO_HIGH,
+                f"rank {spec.rank} exceeds ReplicaPool {name} maxRank {engine.max_rank}; "
+                f"publish a version with rank <= {engine.max_rank}",
+                final=True,
+            )
         )
     allowed = set(engine.allowed_target_modules)
     bad = sorted(set(spec.target_modules) - allowed)
     if bad:
-        return Validation(
-            False,
-            TARGET_MODULES_NOT_ALLOWED,
-            f"targetModules {bad} are not allowed by ReplicaPool {name} (allowed: "
-            f"{sorted(allowed)})",
-            final=True,
+        out.append(
+            Validation(
+                False,
+                TARGET_MODULES_NOT_ALLOWED,
+                f"targetModules {bad} are not allowed by ReplicaPool {name} (allowed: "
+                f"{sorted(allowed)})",
+                final=True,
+            )
         )
     if not spec.weights_uri.startswith(("s3://", "file://")):
-        return Validation(
-            False, UNSUPPORTED_URI_SCHEME, "weightsUri must be s3:// or file://", final=True
+        out.append(
+            Validation(
+                False, UNSUPPORTED_URI_SCHEME, "weightsUri must be s3:// or file://", final=True
+            )
         )
-    return None
+    return out
 
 
 def plan_owner_count(

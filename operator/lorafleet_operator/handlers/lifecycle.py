@@ -19,6 +19,7 @@ from lorafleet_operator.settings import OperatorSettings
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     runtime.reset()
     runtime.runtime().serve_metrics()
+    runtime.runtime().serve_control()
     # Our own finalizer and annotation prefix, and no `status.kopf`: the CRD schemas do not
     # declare it, so a real API server would prune it anyway.
     settings.persistence.finalizer = FINALIZER

@@ -1,0 +1,18 @@
+"""`python -m lorafleet_operator.control`: the control API alone (LORAFLEET_OPERATOR_* settings)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lorafleet_operator.control.serve import run_alone
+from lorafleet_operator.settings import OperatorSettings
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(run_alone(OperatorSettings()))
+
+
+if __name__ == "__main__":
+    main()

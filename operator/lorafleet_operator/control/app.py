@@ -1,0 +1,254 @@
+"""The control API's routes (FastAPI), on their own port, every one behind the admin credential.
+
+- `POST /internal/adapters`: register an adapter version (lorafleet_core.adapter_registration):
+  201 created, 200 when the identical version exists (idempotent), 409 when that id exists with
+  another spec (versions are immutable), 422 with every reason it would be refused.
+- `PUT /internal/aliases/{alias}` `{"adapter_id"}`: deploy, or roll back by naming the previous
+  adapter (lorafleet_core.alias_deploy, the CLI's rules). `{alias}` is the public model name
+  `tenant/name:tag`, URL-encoded (`acme%2Fsupport:prod`).
+- `POST /internal/replicas/{id}/adapters/{aid}/load|unload`, `GET /internal/replicas/{id}/state`:
+  forwarded to that replica's agent. A load carries the registry's record of the adapter (the
+  LoRAAdapter object), never anything from the caller but the `gpu` flag.
+
+Errors are OpenAI-shaped ({"error": {message, type, param, code}}); a 422 adds `reasons`.
+The OpenAPI document is at `/internal/openapi.json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPBearer
+from pydantic import BaseModel, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from lorafleet_core import names
+from lorafleet_core.adapter_registration import AdapterRegistration, Comparison, compare, problems
+from lorafleet_core.alias_deploy import (
+    AdapterNotFound,
+    AliasError,
+    InvalidAlias,
+    alias_object_name,
+    pick_alias,
+    plan_set,
+)
+from lorafleet_core.models import LoRAAdapterSpec
+from lorafleet_core.openai_errors import error_body
+from lorafleet_core.records import AdapterRecord
+from lorafleet_core.replica_client import StateUnavailable, fetch_state
+from lorafleet_core.replica_state import ReplicaState
+from lorafleet_operator.control.auth import ControlAuth
+from lorafleet_operator.control.store import AlreadyExists, ControlStore, StoreError
+
+OPENAPI_URL = "/internal/openapi.json"
+
+
+class ControlError(Exception):
+    def __init__(self, status: int, message: str, code: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.message, self.code, self.extra = status, message, code, extra
+
+
+def _answer(status: int, message: str, code: str | None, **extra: Any) -> JSONResponse:
+    body = error_body(status, message, code=code)
+    body["error"].update(extra)
+    resp = JSONResponse(body, status_code=status)
+    if status == 401:
+        resp.headers["www-authenticate"] = "Bearer"
+    return resp
+
+
+class AliasChange(BaseModel):
+    adapter_id: str = Field(description="The LoRAAdapter (adapter version) the alias serves.")
+
+
+class AliasResult(BaseModel):
+    alias: str
+    object_name: str
+    adapter_id: str
+    previous_adapter_id: str | None = Field(description="What spec.adapter named before.")
+
+
+class LoadRequest(BaseModel):
+    gpu: bool = Field(default=False, description="Also warm the adapter into a GPU slot.")
+
+
+class AdapterResult(BaseModel):
+    adapter_id: str
+    created: bool = Field(description="False: the identical version already existed.")
+    manifest: dict[str, Any]
+
+
+def build_control_app(
+    store: ControlStore,
+    auth: ControlAuth,
+    *,
+    http: httpx.AsyncClient,
+    replica_token: Callable[[], str | None] = lambda: None,
+) -> FastAPI:
+    app = FastAPI(
+        title="lorafleet control API",
+        version="v1alpha1",
+        openapi_url=OPENAPI_URL,
+        docs_url=None,
+        redoc_url=None,
+    )
+    bearer = Depends(
+        HTTPBearer(auto_error=False, description="the admin token, or a ServiceAccount token")
+    )
+
+    # `bearer` only declares the scheme in the OpenAPI document; `auth` decides.
+    async def authorized(request: Request, _: Any = bearer) -> None:
+        if not await auth.allows(request.headers.get("authorization")):
+            raise ControlError(401, "a valid control credential is required", "unauthorized")
+
+    guarded: list[Any] = [Depends(authorized)]
+
+    @app.exception_handler(ControlError)
+    async def _control_error(_r: Request, exc: ControlError) -> JSONResponse:
+        return _answer(exc.status, exc.message, exc.code, **exc.extra)
+
+    @app.exception_handler(StoreError)
+    async def _store_error(_r: Request, exc: StoreError) -> JSONResponse:
+        return _answer(502, str(exc), "store_unavailable")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_r: Request, exc: RequestValidationError) -> JSONResponse:
+        reasons = [
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()
+        ]
+        return _answer(422, "; ".join(reasons), "invalid_request", reasons=reasons)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _answer(exc.status_code, str(exc.detail), None)
+
+    @app.post(
+        "/internal/adapters",
+        dependencies=guarded,
+        status_code=201,
+        response_model=AdapterResult,
+        responses={200: {"model": AdapterResult}, 409: {}, 422: {}},
+    )
+    async def register(reg: AdapterRegistration) -> Any:
+        body = reg.manifest()
+        reasons = problems(body, await store.list(names.KIND_POOL))
+        if reasons:
+            raise ControlError(
+                422, "; ".join(reasons), "adapter_invalid", param="body", reasons=reasons
+            )
+        for _ in range(2):  # a create that loses a race re-reads and compares
+            existing = await store.get(names.KIND_ADAPTER, reg.adapter_id)
+            verdict = compare(existing, body)
+            if verdict is Comparison.CONFLICT:
+                raise ControlError(
+                    409,
+                    f"LoRAAdapter {reg.adapter_id} exists with a different spec; versions are "
+                    "immutable: register a new adapter_id",
+                    "adapter_conflict",
+                )
+            if verdict is Comparison.IDENTICAL:
+                result = AdapterResult(adapter_id=reg.adapter_id, created=False, manifest=body)
+                return JSONResponse(result.model_dump(), status_code=200)
+            try:
+                await store.create(body)
+            except AlreadyExists:
+                continue
+            return AdapterResult(adapter_id=reg.adapter_id, created=True, manifest=body)
+        raise ControlError(409, f"LoRAAdapter {reg.adapter_id} changed meanwhile", "conflict")
+
+    @app.put("/internal/aliases/{alias:path}", dependencies=guarded, response_model=AliasResult)
+    async def set_alias(alias: str, change: AliasChange) -> AliasResult:
+        by_name = await store.get(names.KIND_ALIAS, alias_object_name(alias))
+        existing = pick_alias(alias, by_name, [])
+        if existing is None:
+            existing = pick_alias(alias, None, await store.list(names.KIND_ALIAS))
+        try:
+            body, previous = plan_set(
+                alias,
+                change.adapter_id,
+                found=await store.get(names.KIND_ADAPTER, change.adapter_id),
+                pools=await store.list(names.KIND_POOL),
+                existing=existing,
+                where=store.description,
+            )
+        except InvalidAlias as exc:
+            raise ControlError(422, str(exc), "invalid_alias", reasons=[str(exc)]) from exc
+        except AdapterNotFound as exc:
+            raise ControlError(404, str(exc), "adapter_not_found") from exc
+        except AliasError as exc:
+            raise ControlError(409, str(exc), "alias_refused") from exc
+        await store.apply(body)
+        return AliasResult(
+            alias=alias,
+            object_name=str(body["metadata"]["name"]),
+            adapter_id=change.adapter_id,
+            previous_adapter_id=previous,
+        )
+
+    async def agent(replica_id: str) -> str:
+        url = await store.replica_url(replica_id)
+        if url is None:
+            raise ControlError(404, f"no replica {replica_id} in {store.description}", "no_replica")
+        return url
+
+    def headers() -> dict[str, str]:
+        token = replica_token()
+        return {"authorization": f"Bearer {token}"} if token else {}
+
+    async def forward(url: str, payload: dict[str, Any] | None) -> JSONResponse:
+        try:
+            resp = await http.post(url, json=payload, headers=headers())
+        except httpx.HTTPError as exc:
+            raise ControlError(502, f"replica unreachable: {exc!r}", "replica_unreachable") from exc
+        try:
+            content = resp.json()
+        except ValueError:
+            content = error_body(502, f"replica answered {resp.status_code} without JSON")
+            return JSONResponse(content, status_code=502)
+        return JSONResponse(content, status_code=resp.status_code)
+
+    async def record_of(adapter_id: str) -> AdapterRecord:
+        found = await store.get(names.KIND_ADAPTER, adapter_id)
+        if found is None:
+            raise ControlError(404, f"LoRAAdapter {adapter_id} not found", "adapter_not_found")
+        try:
+            spec = LoRAAdapterSpec.model_validate(found.get("spec") or {})
+        except ValidationError as exc:
+            raise ControlError(409, f"LoRAAdapter {adapter_id} is invalid", "invalid") from exc
+        if (found.get("status") or {}).get("phase") == "Rejected":
+            raise ControlError(409, f"LoRAAdapter {adapter_id} was rejected", "adapter_rejected")
+        return AdapterRecord.from_spec(adapter_id, spec)
+
+    @app.post("/internal/replicas/{replica_id}/adapters/{adapter_id}/load", dependencies=guarded)
+    async def load(replica_id: str, adapter_id: str, req: LoadRequest | None = None) -> Any:
+        record = await record_of(adapter_id)
+        base = await agent(replica_id)
+        url = f"{base}/internal/replicas/{replica_id}/adapters/{adapter_id}/load"
+        payload = {"record": record.model_dump(mode="json"), "gpu": bool(req and req.gpu)}
+        return await forward(url, payload)
+
+    @app.post("/internal/replicas/{replica_id}/adapters/{adapter_id}/unload", dependencies=guarded)
+    async def unload(replica_id: str, adapter_id: str) -> Any:
+        base = await agent(replica_id)
+        return await forward(
+            f"{base}/internal/replicas/{replica_id}/adapters/{adapter_id}/unload", None
+        )
+
+    @app.get(
+        "/internal/replicas/{replica_id}/state", dependencies=guarded, response_model=ReplicaState
+    )
+    async def state(replica_id: str) -> ReplicaState:
+        base = await agent(replica_id)
+        try:
+            return await fetch_state(http, base, replica_id)
+        except StateUnavailable as exc:
+            status = 504 if exc.timed_out else 502
+            raise ControlError(status, str(exc), "replica_unavailable") from exc
+
+    return app

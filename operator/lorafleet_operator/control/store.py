@@ -1,0 +1,203 @@
+"""Where the control API reads and writes objects, and finds replicas: a cluster or a folder.
+
+- `KubeStore`: the cluster, through the operator's one kubernetes_asyncio client (the same
+  login as kopf's; lorafleet_core.kube_client), in one namespace. Creates are creates (the API
+  server refuses a second object of the same name: 409, which is how a racing registration
+  loses); an alias change is a JSON merge patch of its spec, as `lorafleet alias set` does.
+  Replicas are the pool's replica pods: the pod named by the replica id, its IP and its
+  `internal` container port.
+- `FolderStore`: a standalone manifests folder (lorafleet_core.manifests, the one reader and
+  writer), which a running `lorafleet up` watches; replicas come from its replicas file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from lorafleet_core import names
+from lorafleet_core.kube_client import MERGE_PATCH, is_conflict, is_not_found, plain
+from lorafleet_core.manifests import load_folder, write_object
+from lorafleet_core.pods import pod_ip, replica_pool
+from lorafleet_core.replica_endpoints import read_replicas, replicas_file
+from lorafleet_core.standalone_state import load_alias_statuses
+from lorafleet_operator.sync import internal_port
+
+Obj = dict[str, Any]
+
+PLURALS = {
+    names.KIND_ADAPTER: names.PLURAL_ADAPTER,
+    names.KIND_ALIAS: names.PLURAL_ALIAS,
+    names.KIND_POOL: names.PLURAL_POOL,
+}
+
+
+class AlreadyExists(Exception):
+    """A create lost to an object of the same name."""
+
+
+class StoreError(RuntimeError):
+    """The store could not be read or written; the message says why."""
+
+
+class ControlStore(Protocol):
+    description: str
+
+    async def get(self, kind: str, name: str) -> Obj | None: ...
+
+    async def list(self, kind: str) -> list[Obj]: ...
+
+    async def create(self, body: Obj) -> None:
+        """Create a new object; raises AlreadyExists when the name is taken."""
+        ...
+
+    async def apply(self, body: Obj) -> None:
+        """Create or update an object (an alias's spec)."""
+        ...
+
+    async def alias_previous(self, name: str) -> str | None:
+        """The alias status's previousAdapter (the rollback target), as the reconciler wrote it."""
+        ...
+
+    async def replica_url(self, replica_id: str) -> str | None:
+        """The internal base URL of that replica's agent; None when there is no such replica."""
+        ...
+
+
+class FolderStore:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.description = f"folder {folder}"
+        self._lock = asyncio.Lock()  # one writer at a time: a create checks, then writes
+
+    async def get(self, kind: str, name: str) -> Obj | None:
+        found = await asyncio.to_thread(lambda: load_folder(self.folder).find(kind, name))
+        return found.body if found else None
+
+    async def list(self, kind: str) -> list[Obj]:
+        found = await asyncio.to_thread(lambda: load_folder(self.folder).of_kind(kind))
+        return [o.body for o in found]
+
+    async def create(self, body: Obj) -> None:
+        async with self._lock:
+            if await self.get(str(body["kind"]), str(body["metadata"]["name"])) is not None:
+                raise AlreadyExists(str(body["metadata"]["name"]))
+            await asyncio.to_thread(write_object, self.folder, body)
+
+    async def apply(self, body: Obj) -> None:
+        async with self._lock:
+            await asyncio.to_thread(write_object, self.folder, body)
+
+    async def alias_previous(self, name: str) -> str | None:
+        try:
+            status = (await asyncio.to_thread(load_alias_statuses, self.folder)).get(name)
+        except ValueError as exc:
+            raise StoreError(str(exc)) from exc
+        return status.previous_adapter if status else None
+
+    async def replica_url(self, replica_id: str) -> str | None:
+        path = replicas_file(self.folder)
+        if path is None:
+            return None
+        try:
+            endpoints = await asyncio.to_thread(read_replicas, path)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot read {path}: {exc}") from exc
+        return next((e.internal_url for e in endpoints if e.id == replica_id), None)
+
+
+class KubeStore:
+    def __init__(
+        self,
+        api: Callable[[], Awaitable[client.ApiClient]],
+        namespace: str,
+        *,
+        default_port: int = 8101,
+    ) -> None:
+        self._api = api
+        self.namespace = namespace
+        self.default_port = default_port
+        self.description = f"namespace {namespace}"
+
+    async def _custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(await self._api())
+
+    async def get(self, kind: str, name: str) -> Obj | None:
+        custom = await self._custom()
+        try:
+            found = await custom.get_namespaced_custom_object(
+                names.GROUP, names.VERSION, self.namespace, PLURALS[kind], name
+            )
+        except ApiException as exc:
+            if is_not_found(exc):
+                return None
+            raise StoreError(f"reading {kind}/{name}: {exc.status} {exc.reason}") from exc
+        return dict(found)
+
+    async def list(self, kind: str) -> list[Obj]:
+        custom = await self._custom()
+        try:
+            found = await custom.list_namespaced_custom_object(
+                names.GROUP, names.VERSION, self.namespace, PLURALS[kind]
+            )
+        except ApiException as exc:
+            raise StoreError(f"listing {kind}: {exc.status} {exc.reason}") from exc
+        return [dict(i) for i in found.get("items", [])]
+
+    async def create(self, body: Obj) -> None:
+        custom = await self._custom()
+        body = {**body, "metadata": {**body["metadata"], "namespace": self.namespace}}
+        try:
+            await custom.create_namespaced_custom_object(
+                names.GROUP, names.VERSION, self.namespace, PLURALS[str(body["kind"])], body
+            )
+        except ApiException as exc:
+            if is_conflict(exc):
+                raise AlreadyExists(str(body["metadata"]["name"])) from exc
+            raise StoreError(f"creating {body['kind']}: {exc.status} {exc.reason}") from exc
+
+    async def apply(self, body: Obj) -> None:
+        try:
+            await self.create(body)
+            return
+        except AlreadyExists:
+            pass
+        custom = await self._custom()
+        name = str(body["metadata"]["name"])
+        try:
+            await custom.patch_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                self.namespace,
+                PLURALS[str(body["kind"])],
+                name,
+                {"spec": body["spec"]},
+                _content_type=MERGE_PATCH,
+            )
+        except ApiException as exc:
+            raise StoreError(f"updating {body['kind']}/{name}: {exc.status} {exc.reason}") from exc
+
+    async def alias_previous(self, name: str) -> str | None:
+        obj = await self.get(names.KIND_ALIAS, name)
+        previous = ((obj or {}).get("status") or {}).get("previousAdapter")
+        return str(previous) if previous else None
+
+    async def replica_url(self, replica_id: str) -> str | None:
+        api = await self._api()
+        try:
+            pod = plain(
+                api, await client.CoreV1Api(api).read_namespaced_pod(replica_id, self.namespace)
+            )
+        except ApiException as exc:
+            if is_not_found(exc):
+                return None
+            raise StoreError(f"reading pod {replica_id}: {exc.status} {exc.reason}") from exc
+        ip = pod_ip(pod)
+        if replica_pool(pod) is None or ip is None:
+            return None  # not a replica pod, or not scheduled yet
+        return f"http://{ip}:{internal_port(pod, self.default_port)}"
