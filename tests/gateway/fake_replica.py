@@ -27,6 +27,8 @@ class FakeReplica:
         self.registered: set[str] = set(registered)
         self.gpu: set[str] = set()
         self.loads: list[AdapterRecord] = []
+        self.load_headers: list[dict[str, str]] = []  # of load and unload calls
+        self.unloads: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         # knobs a test may turn
@@ -87,6 +89,7 @@ class FakeReplica:
 
         @app.post("/internal/replicas/{rid}/adapters/{aid}/load")
         async def load(rid: str, aid: str, request: Request) -> Response:
+            self.load_headers.append(dict(request.headers))
             payload = await request.json()
             record = AdapterRecord.model_validate(payload["record"])
             if self.reject_loads or record.id != aid:
@@ -96,6 +99,14 @@ class FakeReplica:
             found = "disk" if aid in self.registered else "remote"
             self.registered.add(aid)
             return JSONResponse({"adapter_id": aid, "tier": "ram", "from": found})
+
+        @app.post("/internal/replicas/{rid}/adapters/{aid}/unload")
+        async def unload(rid: str, aid: str, request: Request) -> Response:
+            self.load_headers.append(dict(request.headers))
+            self.unloads.append(aid)
+            self.registered.discard(aid)
+            self.gpu.discard(aid)
+            return JSONResponse({"adapter_id": aid, "tier": "remote"})
 
         return app
 

@@ -25,7 +25,6 @@ from lorafleet_core.kube_client import MERGE_PATCH, is_conflict, is_not_found, p
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.pods import pod_ip, replica_pool
 from lorafleet_core.replica_endpoints import read_replicas, replicas_file
-from lorafleet_core.standalone_state import load_alias_statuses
 from lorafleet_operator.sync import internal_port
 
 Obj = dict[str, Any]
@@ -60,10 +59,6 @@ class ControlStore(Protocol):
         """Create or update an object (an alias's spec)."""
         ...
 
-    async def alias_previous(self, name: str) -> str | None:
-        """The alias status's previousAdapter (the rollback target), as the reconciler wrote it."""
-        ...
-
     async def replica_url(self, replica_id: str) -> str | None:
         """The internal base URL of that replica's agent; None when there is no such replica."""
         ...
@@ -92,13 +87,6 @@ class FolderStore:
     async def apply(self, body: Obj) -> None:
         async with self._lock:
             await asyncio.to_thread(write_object, self.folder, body)
-
-    async def alias_previous(self, name: str) -> str | None:
-        try:
-            status = (await asyncio.to_thread(load_alias_statuses, self.folder)).get(name)
-        except ValueError as exc:
-            raise StoreError(str(exc)) from exc
-        return status.previous_adapter if status else None
 
     async def replica_url(self, replica_id: str) -> str | None:
         path = replicas_file(self.folder)
@@ -181,11 +169,6 @@ class KubeStore:
             )
         except ApiException as exc:
             raise StoreError(f"updating {body['kind']}/{name}: {exc.status} {exc.reason}") from exc
-
-    async def alias_previous(self, name: str) -> str | None:
-        obj = await self.get(names.KIND_ALIAS, name)
-        previous = ((obj or {}).get("status") or {}).get("previousAdapter")
-        return str(previous) if previous else None
 
     async def replica_url(self, replica_id: str) -> str | None:
         api = await self._api()

@@ -1,0 +1,57 @@
+"""Shared pieces of the control API tests: a registration body, the admin token, the server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from lorafleet_operator.control.app import build_control_app
+from lorafleet_operator.control.auth import ControlAuth, token_sha256
+from lorafleet_operator.control.store import ControlStore
+from tests.gateway.servers import ServerThread
+from tests.operator.factories import BASE_HASH, sha
+
+ADMIN_TOKEN = "admin-token-for-tests"
+AGENT_TOKEN = "agent-token-for-tests"
+AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def registration(adapter_id: str, **over: Any) -> dict[str, Any]:
+    """The design's body for POST /internal/adapters."""
+    body: dict[str, Any] = {
+        "adapter_id": adapter_id,
+        "tenant": "acme",
+        "version": "v1",
+        "base_model_hash": BASE_HASH,
+        "rank": 8,
+        "alpha": 16,
+        "target_modules": ["q_proj", "v_proj"],
+        "weights_uri": f"s3://adapters/{adapter_id}/",
+        "checksum": sha(adapter_id),
+    }
+    body.update(over)
+    return body
+
+
+def control_server(
+    store: ControlStore, *, auth: ControlAuth | None = None, replica_token: str | None = None
+) -> ServerThread:
+    """The control app on a real loopback port (not started)."""
+    app = build_control_app(
+        store,
+        auth or ControlAuth(token_sha256(ADMIN_TOKEN), None),
+        http=httpx.AsyncClient(timeout=10),
+        replica_token=lambda: replica_token,
+    )
+    return ServerThread(app)
+
+
+def reasons_of(resp: httpx.Response) -> list[str]:
+    error: dict[str, Any] = resp.json()["error"]
+    out: list[str] = error["reasons"]
+    return out
+
+
+Check = Callable[[], Any]

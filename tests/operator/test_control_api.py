@@ -1,0 +1,271 @@
+"""The control API over real HTTP in standalone (folder) mode, forwarding to a real-HTTP replica.
+
+The store is a manifests folder (what `lorafleet up` watches); the replica is the gateway tests'
+real-HTTP stand-in for an agent (tests/gateway/fake_replica.py), listed in the folder's
+replicas file as the standalone supervisor writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from openapi_spec_validator import validate
+
+from lorafleet_core.manifests import load_folder, write_object
+from lorafleet_core.names import KIND_ADAPTER, KIND_ALIAS
+from lorafleet_core.records import AdapterRecord
+from lorafleet_operator.control.store import FolderStore
+from tests.gateway.fake_replica import FakeReplica
+from tests.gateway.servers import ServerThread
+from tests.operator.control_support import (
+    AGENT_TOKEN,
+    AUTH,
+    control_server,
+    reasons_of,
+    registration,
+)
+from tests.operator.factories import OTHER_HASH, pool_body
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def replica() -> Iterator[tuple[FakeReplica, str]]:
+    fake = FakeReplica("pool-0")
+    with ServerThread(fake.app()) as server:
+        yield fake, server.url
+
+
+@pytest.fixture
+def folder(tmp_path: Path, replica: tuple[FakeReplica, str]) -> Path:
+    pool = pool_body("pool", engine={"maxRank": 16})
+    del pool["metadata"]["namespace"]
+    write_object(tmp_path, pool)
+    url = replica[1]
+    (tmp_path / "replicas.yaml").write_text(
+        yaml.safe_dump({"replicas": [{"id": "pool-0", "dataUrl": url, "internalUrl": url}]})
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def api(folder: Path) -> Iterator[httpx.Client]:
+    with (
+        control_server(FolderStore(folder), replica_token=AGENT_TOKEN) as server,
+        httpx.Client(base_url=server.url, timeout=10) as client,
+    ):
+        yield client
+
+
+def adapters(folder: Path) -> dict[str, dict[str, Any]]:
+    return {o.name: o.body for o in load_folder(folder).of_kind(KIND_ADAPTER)}
+
+
+def test_register_writes_the_manifest_and_an_identical_repeat_is_idempotent(api, folder):
+    resp = api.post("/internal/adapters", json=registration("acme-sup-v1"), headers=AUTH)
+    assert resp.status_code == 201, resp.text
+    stored = adapters(folder)["acme-sup-v1"]
+    assert stored["spec"]["rank"] == 8
+    assert stored["spec"]["tenant"] == "acme"
+    assert stored["metadata"]["labels"]["lorafleet.dev/tenant"] == "acme"
+    again = api.post("/internal/adapters", json=registration("acme-sup-v1"), headers=AUTH)
+    assert again.status_code == 200
+    assert again.json()["created"] is False
+
+
+def test_register_same_id_with_another_spec_is_409_and_keeps_the_stored_version(api, folder):
+    assert api.post("/internal/adapters", json=registration("v1"), headers=AUTH).status_code == 201
+    resp = api.post("/internal/adapters", json=registration("v1", rank=4), headers=AUTH)
+    assert resp.status_code == 409
+    assert resp.json()["error"]["code"] == "adapter_conflict"
+    assert resp.json()["error"]["type"] == "conflict_error"
+    assert adapters(folder)["v1"]["spec"]["rank"] == 8
+
+
+@pytest.mark.parametrize(
+    ("over", "expected"),
+    [
+        ({"rank": 32}, ["RankTooHigh"]),
+        ({"target_modules": ["q_proj", "lm_head"]}, ["TargetModulesNotAllowed"]),
+        ({"base_model_hash": OTHER_HASH}, ["BaseModelMismatch"]),
+        ({"weights_uri": "http://example.com/a/"}, ["spec.weightsUri"]),
+        ({"checksum": "md5:abc"}, ["spec.checksum"]),
+        ({"tenant": "Acme_Corp"}, ["spec.tenant"]),
+        ({"rank": 0}, ["spec.rank"]),
+        ({"alpha": -1}, ["spec.alpha"]),
+        ({"target_modules": []}, ["spec.targetModules"]),
+        ({"target_modules": ["q_proj", "q_proj"]}, ["Duplicate value"]),
+        ({"adapter_id": "Not_A_Name"}, ["adapter_id"]),
+        ({"rank": 64, "target_modules": ["q_proj", "lm_head"]}, ["RankTooHigh", "TargetModules"]),
+        (
+            {"checksum": "x", "weights_uri": "ftp://x", "rank": 0},
+            ["checksum", "weightsUri", "rank"],
+        ),
+        ({"rank": "many"}, ["rank"]),
+        ({"extra_field": 1}, ["extra_field"]),
+    ],
+)
+def test_register_refuses_with_every_reason_and_writes_nothing(api, folder, over, expected):
+    body = registration(**{"adapter_id": "bad-one", **over})
+    resp = api.post("/internal/adapters", json=body, headers=AUTH)
+    assert resp.status_code == 422, resp.text
+    error = resp.json()["error"]
+    assert set(error) >= {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error"
+    reasons = reasons_of(resp)
+    for word in expected:
+        assert any(word in r for r in reasons), (word, reasons)
+    assert len(reasons) >= len(expected)
+    assert adapters(folder) == {}
+
+
+def test_register_missing_field_names_it(api):
+    body = registration("no-checksum")
+    del body["checksum"]
+    resp = api.post("/internal/adapters", json=body, headers=AUTH)
+    assert resp.status_code == 422
+    assert any("checksum" in r for r in reasons_of(resp))
+
+
+def test_alias_deploy_then_rollback_by_pointing_back(api, folder):
+    for v in ("sup-v1", "sup-v2"):
+        api.post("/internal/adapters", json=registration(v), headers=AUTH).raise_for_status()
+    first = api.put(
+        "/internal/aliases/acme/support:prod", json={"adapter_id": "sup-v1"}, headers=AUTH
+    )
+    assert first.status_code == 200, first.text
+    assert first.json()["previous_adapter_id"] is None
+    deploy = api.put(
+        "/internal/aliases/acme%2Fsupport:prod", json={"adapter_id": "sup-v2"}, headers=AUTH
+    )
+    assert deploy.json() | {} == {
+        "alias": "acme/support:prod",
+        "object_name": "acme-support-prod",
+        "adapter_id": "sup-v2",
+        "previous_adapter_id": "sup-v1",
+    }
+    back = api.put(
+        "/internal/aliases/acme/support:prod", json={"adapter_id": "sup-v1"}, headers=AUTH
+    )
+    assert back.json()["previous_adapter_id"] == "sup-v2"
+    aliases = load_folder(folder).of_kind(KIND_ALIAS)
+    assert [(a.name, a.body["spec"]["adapter"]) for a in aliases] == [
+        ("acme-support-prod", "sup-v1")
+    ]
+
+
+def test_alias_refuses_unknown_foreign_unservable_and_malformed(api, folder):
+    api.post("/internal/adapters", json=registration("other-v1", tenant="other"), headers=AUTH)
+    cases = [
+        ("acme/support:prod", "missing", 404, "adapter_not_found"),
+        ("acme/support:prod", "other-v1", 409, "alias_refused"),
+        ("not a model", "other-v1", 422, "invalid_alias"),
+    ]
+    for alias, adapter, status, code in cases:
+        resp = api.put(f"/internal/aliases/{alias}", json={"adapter_id": adapter}, headers=AUTH)
+        assert (resp.status_code, resp.json()["error"]["code"]) == (status, code), resp.text
+    # An adapter the pools reject (written around the API) cannot be deployed either.
+    bad = registration("big-v1", rank=64)
+    write_object(folder, _manifest(bad))
+    resp = api.put("/internal/aliases/acme/big:prod", json={"adapter_id": "big-v1"}, headers=AUTH)
+    assert resp.status_code == 409
+    assert "RankTooHigh" in resp.json()["error"]["message"]
+    assert load_folder(folder).of_kind(KIND_ALIAS) == []
+
+
+def _manifest(reg: dict[str, Any]) -> dict[str, Any]:
+    from lorafleet_core.adapter_registration import AdapterRegistration
+
+    return AdapterRegistration.model_validate(reg).manifest()
+
+
+def test_load_state_unload_are_forwarded_with_the_registry_record_and_credential(api, replica):
+    fake, _url = replica
+    api.post("/internal/adapters", json=registration("fwd-v1"), headers=AUTH).raise_for_status()
+    resp = api.post("/internal/replicas/pool-0/adapters/fwd-v1/load", headers=AUTH)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["adapter_id"] == "fwd-v1"
+    sent = fake.loads[-1]
+    assert sent == AdapterRecord.model_validate(
+        {**_record_fields(registration("fwd-v1")), "id": "fwd-v1"}
+    )
+    assert fake.load_headers[-1]["authorization"] == f"Bearer {AGENT_TOKEN}"
+    state = api.get("/internal/replicas/pool-0/state", headers=AUTH)
+    assert state.status_code == 200
+    assert state.json()["replica_id"] == "pool-0"
+    assert "fwd-v1" in state.json()["disk_adapters"]
+    gone = api.post("/internal/replicas/pool-0/adapters/fwd-v1/unload", headers=AUTH)
+    assert gone.status_code == 200
+    assert fake.unloads[-1] == "fwd-v1"
+    assert fake.load_headers[-1]["authorization"] == f"Bearer {AGENT_TOKEN}"
+
+
+def _record_fields(reg: dict[str, Any]) -> dict[str, Any]:
+    keep = ("tenant", "base_model_hash", "rank", "alpha", "target_modules", "weights_uri")
+    return {k: reg[k] for k in keep} | {"checksum": reg["checksum"]}
+
+
+def test_replica_errors_are_openai_shaped(api, replica):
+    fake, _url = replica
+    api.post("/internal/adapters", json=registration("err-v1"), headers=AUTH).raise_for_status()
+    missing = api.post("/internal/replicas/pool-9/adapters/err-v1/load", headers=AUTH)
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "no_replica")
+    unknown = api.post("/internal/replicas/pool-0/adapters/nope/load", headers=AUTH)
+    assert (unknown.status_code, unknown.json()["error"]["code"]) == (404, "adapter_not_found")
+    fake.reject_loads = True
+    try:
+        refused = api.post("/internal/replicas/pool-0/adapters/err-v1/load", headers=AUTH)
+    finally:
+        fake.reject_loads = False
+    assert (refused.status_code, refused.json()["error"]["code"]) == (422, "adapter_rejected")
+
+
+ROUTES = [
+    ("POST", "/internal/adapters"),
+    ("PUT", "/internal/aliases/acme/support:prod"),
+    ("POST", "/internal/replicas/pool-0/adapters/a/load"),
+    ("POST", "/internal/replicas/pool-0/adapters/a/unload"),
+    ("GET", "/internal/replicas/pool-0/state"),
+]
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"authorization": "Bearer wrong"}, {"authorization": "Basic YWRtaW46YWRtaW4="}],
+    ids=["none", "wrong-token", "not-bearer"],
+)
+def test_every_route_refuses_without_the_admin_credential(api, replica, headers):
+    fake, _url = replica
+    before = len(fake.load_headers)
+    for method, path in ROUTES:
+        resp = api.request(method, path, headers=headers, json=registration("x"))
+        assert resp.status_code == 401, (method, path, resp.text)
+        assert resp.json()["error"]["type"] == "authentication_error"
+        assert resp.headers["www-authenticate"] == "Bearer"
+    assert len(fake.load_headers) == before  # nothing reached the replica
+
+
+def test_openapi_document_is_valid_and_lists_every_route(api):
+    resp = api.get("/internal/openapi.json")
+    assert resp.status_code == 200
+    doc = resp.json()
+    validate(doc)
+    paths = set(doc["paths"])
+    assert {
+        "/internal/adapters",
+        "/internal/aliases/{alias}",
+        "/internal/replicas/{replica_id}/adapters/{adapter_id}/load",
+        "/internal/replicas/{replica_id}/adapters/{adapter_id}/unload",
+        "/internal/replicas/{replica_id}/state",
+    } <= paths
+    assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    body = doc["paths"]["/internal/adapters"]["post"]["requestBody"]
+    schema_ref = body["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    required = set(doc["components"]["schemas"][schema_ref]["required"])
+    assert {"adapter_id", "version", "base_model_hash", "rank", "alpha"} <= required
+    assert {"target_modules", "weights_uri", "checksum"} <= required
