@@ -45,6 +45,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             model=args.model.resolve() if args.model else None,
             pool=args.pool,
             banner=banner,
+            control_port=args.control_port,
         )
     )
 
@@ -79,6 +80,13 @@ def register(subparsers: Any) -> None:
         type=int,
         default=9090,
         help="gateway metrics/health port (0: any free port)",
+    )
+    p.add_argument(
+        "--control-port",
+        type=int,
+        default=None,
+        help="port of the control API (default: any free port; the admin token is written to "
+        "<state-dir>/control-token)",
     )
     p.add_argument("--pool", default=None, help="ReplicaPool to serve (default: the only one)")
     p.add_argument(

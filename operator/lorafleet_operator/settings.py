@@ -94,6 +94,10 @@ class OperatorSettings(BaseSettings):
         description="Standalone mode: the manifests folder the control API writes to (instead "
         "of a cluster).",
     )
+    control_replicas_file: Path | None = Field(
+        default=None,
+        description="Standalone mode: the replicas file (default: the one in control_manifests).",
+    )
     replica_token: SecretStr | None = Field(
         default=None,
         description="The agents' internal credential, sent on forwarded load/unload calls.",

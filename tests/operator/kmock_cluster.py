@@ -72,6 +72,10 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         if method == "POST" and isinstance(meta, dict) and not meta.get("name"):
             # kmock ignores generateName (kopf's events use it): name them like the server.
             meta["name"] = f"{meta.get('generateName', 'obj-')}{next(_suffixes):06d}"
+        if method == "POST" and isinstance(meta, dict):
+            # As `Cluster.create` does for the tests' own objects: a create by a component
+            # (the control API) gets the constant resourceVersion kopf's patches test for.
+            meta.setdefault("resourceVersion", "1")
         if method in {"POST", "PATCH", "PUT", "DELETE"} and request.resource is not None:
             self.write_log.append((method, request.resource.plural or "", request.name))
         if method == "PATCH":

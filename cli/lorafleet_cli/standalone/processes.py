@@ -174,3 +174,39 @@ def gateway_process(
         health_url=f"http://{LOOPBACK}:{internal_port}/readyz",
         start_timeout_s=60.0,
     )
+
+
+def control_process(
+    *,
+    manifests_dir: Path,
+    replicas_file: Path,
+    port: int,
+    token_sha256: str,
+    replica_token: str = "",
+    python: str = sys.executable,
+    log_dir: Path,
+) -> ProcessSpec:
+    """The control API (lorafleet_operator.control) writing the manifests folder.
+
+    It gets the admin token's hash only (the token itself is in a 0600 file for the user);
+    `replica_token` is the agents' internal credential, for forwarded load/unload calls.
+    """
+    p = "LORAFLEET_OPERATOR_"
+    env = {
+        f"{p}CONTROL_HOST": LOOPBACK,
+        f"{p}CONTROL_PORT": str(port),
+        f"{p}CONTROL_MANIFESTS": str(manifests_dir),
+        f"{p}CONTROL_REPLICAS_FILE": str(replicas_file),
+        f"{p}CONTROL_TOKEN_SHA256": token_sha256,
+    }
+    if replica_token:
+        env[f"{p}REPLICA_TOKEN"] = replica_token
+    return ProcessSpec(
+        name="control",
+        argv=[python, "-m", "lorafleet_operator.control"],
+        env=env,
+        log_file=log_dir / "control.log",
+        # The OpenAPI document is served without a credential: it is the readiness signal.
+        health_url=f"http://{LOOPBACK}:{port}/internal/openapi.json",
+        start_timeout_s=60.0,
+    )

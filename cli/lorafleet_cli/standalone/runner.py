@@ -10,6 +10,7 @@ newest first, whole process groups (see supervisor).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import secrets
@@ -40,6 +41,7 @@ from lorafleet_core.replica_state import ReplicaState
 UP_STATUS_FILE = "up.json"
 RECONCILE_STATUS_FILE = "reconcile.json"
 REPLICAS_FILE = "replicas.json"
+CONTROL_TOKEN_FILE = "control-token"  # noqa: S105 (a file name)
 
 
 class StandaloneSettings(BaseSettings):
@@ -64,6 +66,7 @@ class UpOptions:
     model: Path | None
     pool: str | None
     banner: str | None = None  # printed when everything is ready (demo usage)
+    control_port: int | None = None  # the control API's port (None: any free one)
 
 
 class UpError(RuntimeError):
@@ -214,6 +217,31 @@ def _start_processes(
         )
     )
     sup.wait_ready(gateway, stop=lambda: bool(stop))
+    control_port = opts.control_port or free_port()
+    control = sup.start(
+        processes.control_process(
+            manifests_dir=opts.manifests_dir.resolve(),
+            replicas_file=(opts.state_dir / REPLICAS_FILE).resolve(),
+            port=control_port,
+            token_sha256=write_control_token(opts.state_dir),
+            log_dir=logs,
+        )
+    )
+    sup.wait_ready(control, stop=lambda: bool(stop))
+    _say(
+        f"control API on http://{processes.LOOPBACK}:{control_port}/internal "
+        f"(admin token in {opts.state_dir / CONTROL_TOKEN_FILE})"
+    )
+
+
+def write_control_token(state_dir: Path) -> str:
+    """A fresh admin token for this run in `<state>/control-token` (0600); returns its sha256."""
+    token = secrets.token_urlsafe(32)
+    path = state_dir / CONTROL_TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def run_up(opts: UpOptions) -> int:

@@ -55,7 +55,7 @@ def build_from_settings(
     cluster through `api`."""
     store: ControlStore
     if settings.control_manifests is not None:
-        store = FolderStore(settings.control_manifests)
+        store = FolderStore(settings.control_manifests, settings.control_replicas_file)
         api = None  # no TokenReview without a cluster
     else:
         if api is None:

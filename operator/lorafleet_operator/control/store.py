@@ -65,8 +65,9 @@ class ControlStore(Protocol):
 
 
 class FolderStore:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, replicas: Path | None = None) -> None:
         self.folder = folder
+        self._replicas = replicas  # None: the replicas file in the folder
         self.description = f"folder {folder}"
         self._lock = asyncio.Lock()  # one writer at a time: a create checks, then writes
 
@@ -89,8 +90,8 @@ class FolderStore:
             await asyncio.to_thread(write_object, self.folder, body)
 
     async def replica_url(self, replica_id: str) -> str | None:
-        path = replicas_file(self.folder)
-        if path is None:
+        path = self._replicas or replicas_file(self.folder)
+        if path is None or not path.is_file():
             return None
         try:
             endpoints = await asyncio.to_thread(read_replicas, path)
