@@ -70,15 +70,19 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="module")
-def replica() -> Iterator[FakeReplica]:
+def replica_server() -> Iterator[tuple[FakeReplica, int]]:
     fake = FakeReplica("ctl-0")
     with ServerThread(fake.app()) as server:
-        fake.port = int(server.url.rsplit(":", 1)[1])  # type: ignore[attr-defined]
-        yield fake
+        yield fake, server.ports[0]
 
 
 @pytest.fixture(scope="module")
-def api(cluster: Cluster, replica: FakeReplica) -> Iterator[httpx.Client]:
+def replica(replica_server: tuple[FakeReplica, int]) -> FakeReplica:
+    return replica_server[0]
+
+
+@pytest.fixture(scope="module")
+def api(cluster: Cluster, replica_server: tuple[FakeReplica, int]) -> Iterator[httpx.Client]:
     port = _free_port()
     env = {
         "LORAFLEET_OPERATOR_API_SERVER": cluster.url,
@@ -96,7 +100,7 @@ def api(cluster: Cluster, replica: FakeReplica) -> Iterator[httpx.Client]:
     pool = pool_body("ctl", engine={"maxRank": 16})
     del pool["metadata"]["namespace"]
     cluster.create(cluster.path("replicapools"), pool)
-    port_of_replica: int = replica.port  # type: ignore[attr-defined]
+    port_of_replica = replica_server[1]
     cluster.create(cluster.path("pods", group="v1"), pod_body("ctl-0", "ctl", port_of_replica))
     args = [
         "run",
