@@ -456,3 +456,30 @@ def test_chart_names_its_maintainers():
 def test_values_schema_refuses_typos_at_every_level(values):
     with pytest.raises(helm_python.HelmError):
         helm_python.Chart.load(CHART).validate_schema(values)
+
+
+def test_control_api_is_off_by_default_and_rendered_whole_when_enabled():
+    assert not [d for d in render() if d["metadata"]["name"] == "lf-lorafleet-control"]
+    control = {"enabled": True, "tokenSecret": "ctl", "serviceAccounts": ["ci:pipeline"]}
+    docs = render({"operator": {"control": control}})
+    validate_builtin(docs)
+    (deploy,) = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("operator")
+    ]
+    pod = deploy["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["LORAFLEET_OPERATOR_CONTROL_PORT"] == "8102"
+    assert env["LORAFLEET_OPERATOR_CONTROL_SERVICE_ACCOUNTS"] == "ci:pipeline"
+    assert (
+        env["LORAFLEET_OPERATOR_CONTROL_TOKEN_SHA256_FILE"] == "/etc/lorafleet/control/token-sha256"
+    )
+    assert pod["volumes"][0]["secret"]["secretName"] == "ctl"
+    (svc,) = [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-control")]
+    assert svc["spec"]["type"] == "ClusterIP"
+    rules = [r for d in by_kind(docs, "Role") + by_kind(docs, "ClusterRole") for r in d["rules"]]
+    assert {
+        "resources": ["tokenreviews"],
+        "verbs": ["create"],
+        "apiGroups": ["authentication.k8s.io"],
+    } in rules
+    assert any("create" in r["verbs"] and "loraadapters" in r["resources"] for r in rules)
