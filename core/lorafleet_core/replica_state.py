@@ -5,6 +5,22 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class AdapterActivity(BaseModel):
+    """One adapter's traffic on one replica over the last 60 s.
+
+    Counts, not ratios, so the operator can add them up across replicas: the fleet's GPU hit
+    rate of an adapter is the sum of `gpu_hits` over the sum of `requests`.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    requests: int = Field(default=0, ge=0, description="requests admitted in the window")
+    gpu_hits: int = Field(
+        default=0, ge=0, description="of those, requests that found the adapter in a GPU slot"
+    )
+    tokens_per_second: float = Field(default=0.0, ge=0, description="tokens/s served")
+
+
 class ReplicaState(BaseModel):
     """A replica's adapters by tier and its load, as of `timestamp`.
 
@@ -28,6 +44,10 @@ class ReplicaState(BaseModel):
     )
     tokens_per_second: dict[str, float] = Field(
         default_factory=dict, description="adapter id -> tokens/s served over the last minute"
+    )
+    adapters: dict[str, AdapterActivity] = Field(
+        default_factory=dict,
+        description="adapter id -> its traffic; only adapters active in the last 60 s",
     )
     loads_per_min: float = 0.0
     evictions_per_min: float = 0.0

@@ -110,6 +110,7 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
             except CacheFull as exc:
                 return _error(503, str(exc), "cache_full", **base)
             headers = {**base, HEADER_ADAPTER_TIER: lease.tier.value}
+            stats.count_request(adapter_id, lease.tier)
             request_id = request_ids.current.get()  # vllm_client sends it on to vLLM
             try:
                 # Retries once after a resync when vLLM lost the registration (it restarted).

@@ -43,6 +43,7 @@ def replica_state(manager: AdapterManager, stats: RequestStats, replica_id: str)
         running_requests=max(stats.running, 0),
         tokens_in_flight=max(stats.tokens_in_flight, 0),
         tokens_per_second=stats.tokens_per_second(),
+        adapters=stats.adapter_activity(),
         loads_per_min=manager.loads.per_min(),
         evictions_per_min=manager.evictions.per_min(),
         timestamp=time.time(),

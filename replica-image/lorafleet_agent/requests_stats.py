@@ -6,7 +6,9 @@ from collections import defaultdict
 from typing import Any
 
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
+from lorafleet_core.replica_state import AdapterActivity
 from lorafleet_core.sse import SseFramer, event_json
+from lorafleet_core.tiers import Tier
 from lorafleet_core.tokens import estimate, parse_header
 
 
@@ -25,6 +27,8 @@ class RequestStats:
         self.running = 0
         self.tokens_in_flight = 0
         self.tokens: defaultdict[str, RateWindow] = defaultdict(RateWindow)
+        self.requests: defaultdict[str, RateWindow] = defaultdict(RateWindow)
+        self.gpu_hits: defaultdict[str, RateWindow] = defaultdict(RateWindow)
 
     def admit(self, tokens: int) -> None:
         self.queued += 1
@@ -48,6 +52,30 @@ class RequestStats:
         if n > 0:
             self.tokens[adapter_id].add(n)
             self.metrics.tokens_out.inc(n)
+
+    def count_request(self, adapter_id: str, tier: Tier) -> None:
+        """One request served from `tier` (where the agent found the adapter for it)."""
+        self.requests[adapter_id].add()
+        if tier is Tier.GPU:
+            self.gpu_hits[adapter_id].add()
+
+    def adapter_activity(self) -> dict[str, AdapterActivity]:
+        """Adapters active in the last window: requests, GPU hits, tokens/s (ReplicaState)."""
+        tps = self.tokens_per_second()
+        out: dict[str, AdapterActivity] = {}
+        for aid in sorted(set(self.requests) | set(tps)):
+            window = self.requests.get(aid)
+            requests = round(window.per_min()) if window is not None else 0
+            hits = self.gpu_hits.get(aid)
+            gpu = round(hits.per_min()) if hits is not None else 0
+            if requests or tps.get(aid):
+                out[aid] = AdapterActivity(
+                    requests=requests, gpu_hits=gpu, tokens_per_second=tps.get(aid, 0.0)
+                )
+            elif window is not None:  # idle for a whole window: forget it (bounded state)
+                self.requests.pop(aid, None)
+                self.gpu_hits.pop(aid, None)
+        return out
 
     def tokens_per_second(self) -> dict[str, float]:
         rates = {a: w.per_min() / 60.0 for a, w in self.tokens.items()}

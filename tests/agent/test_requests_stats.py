@@ -47,3 +47,24 @@ def test_tokens_in_flight_are_the_gateways_figure_else_the_shared_estimate():
     assert request_tokens("4321", body) == 4321
     assert request_tokens(None, body) == estimate(body) == 38 // 4 + 1 + 10
     assert request_tokens("not-a-number", {"prompt": ""}) == 1 + DEFAULT_MAX_TOKENS
+
+
+def test_adapter_activity_counts_requests_gpu_hits_and_tokens_per_adapter():
+    from lorafleet_agent.metrics import AgentMetrics
+    from lorafleet_agent.requests_stats import RequestStats
+    from lorafleet_core.replica_state import ReplicaState
+    from lorafleet_core.tiers import Tier
+
+    stats = RequestStats(AgentMetrics())
+    for tier in (Tier.GPU, Tier.GPU, Tier.DISK):
+        stats.count_request("hot", tier)
+    stats.count_request("cold", Tier.REMOTE)
+    stats.count_tokens("hot", 120)
+    got = stats.adapter_activity()
+    assert set(got) == {"hot", "cold"}
+    assert (got["hot"].requests, got["hot"].gpu_hits) == (3, 2)
+    assert got["hot"].tokens_per_second == 2.0  # 120 tokens over the 60 s window
+    assert (got["cold"].requests, got["cold"].gpu_hits) == (1, 0)
+    # It travels in the state contract and parses back.
+    state = ReplicaState(replica_id="r", adapters=got)
+    assert ReplicaState.model_validate_json(state.model_dump_json()).adapters == got
