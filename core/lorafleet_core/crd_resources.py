@@ -93,6 +93,12 @@ RESOURCES: tuple[ResourceKind, ...] = (
             ),
             _AGE,
             *_condition_columns("Ready"),
+            PrinterColumn(
+                "GPU-Hit", "number", ".status.stats.gpuHitRate", "Share of requests on GPU", 1
+            ),
+            PrinterColumn(
+                "Tok/s", "number", ".status.stats.tokensPerSecond", "Tokens/s, last minute", 1
+            ),
         ),
     ),
     ResourceKind(

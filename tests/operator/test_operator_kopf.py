@@ -372,3 +372,30 @@ def test_autoscaler_follows_scraped_state(cluster, operator):
     finally:
         for s in servers:
             s.close()
+
+
+def test_scraped_adapter_stats_reach_the_status_and_raise_a_hot_adapters_owners(cluster, operator):
+    servers = make_pool(
+        cluster, "stats", 4, autoscaling={"enabled": False, "pollIntervalSeconds": 0.3}
+    )
+    try:
+        make_adapter(cluster, "stats-hot")
+        eventually(lambda: status(cluster, "loraadapters", "stats-hot").get("ownerCount") == 2)
+        hot = {"requests": 300, "gpu_hits": 240, "tokens_per_second": 1500.0}
+        for s in servers[:2]:  # 3,000 tok/s in all: three owners at 1,000 each
+            s.set_load(adapters={"stats-hot": hot}, tokens_per_second={"stats-hot": 1500.0})
+        st = eventually(
+            lambda: (s := status(cluster, "loraadapters", "stats-hot")).get("stats") and s
+        )
+        assert st["stats"]["requestsPerMinute"] == 600
+        assert st["stats"]["tokensPerSecond"] == 3000.0
+        assert st["stats"]["gpuHitRate"] == 0.8
+        assert st["stats"]["replicas"] == 2
+        eventually(lambda: status(cluster, "loraadapters", "stats-hot").get("ownerCount") == 3)
+        # Steady traffic: the figures are not rewritten on every pass (at most once a minute).
+        before = cluster.writes_by_name("loraadapters").get("stats-hot", 0)
+        eventually(lambda: all(s.hits >= 8 for s in servers), what="more scrapes")
+        assert cluster.writes_by_name("loraadapters").get("stats-hot", 0) == before
+    finally:
+        for s in servers:
+            s.close()

@@ -15,6 +15,7 @@ Split by resource: `common` (patterns, CamelModel, Condition, ObjectMeta), `adap
 
 from lorafleet_core.models.adapter import (
     AdapterPhase,
+    AdapterStats,
     LoRAAdapter,
     LoRAAdapterSpec,
     LoRAAdapterStatus,
@@ -70,6 +71,7 @@ __all__ = [
     "AdapterAliasStatus",
     "AdapterName",
     "AdapterPhase",
+    "AdapterStats",
     "AliasHistoryEntry",
     "AnyResource",
     "AutoscalingSpec",

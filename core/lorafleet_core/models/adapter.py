@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -93,6 +94,27 @@ class LoRAAdapterSpec(CamelModel):
         return self
 
 
+class AdapterStats(CamelModel):
+    """The adapter's traffic across the fleet over the last minute, as the operator last wrote it.
+
+    Written at most once a minute per adapter and only on a meaningful change
+    (lorafleet_core.planning.adapter_stats), so steady traffic costs no writes.
+    """
+
+    requests_per_minute: int = Field(
+        ge=0, description="Requests over the last minute, all replicas."
+    )
+    tokens_per_second: float = Field(ge=0, description="Tokens/s served, all replicas.")
+    gpu_hit_rate: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Share of requests that found the adapter in a GPU slot; unset when idle.",
+    )
+    replicas: int = Field(ge=0, description="Replicas that served it in the window.")
+    updated_at: datetime = Field(description="When these figures were written (RFC 3339).")
+
+
 class LoRAAdapterStatus(CamelModel):
     """Written by the operator: validation outcome, placement and readiness."""
 
@@ -118,6 +140,9 @@ class LoRAAdapterStatus(CamelModel):
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation this status was computed for."
+    )
+    stats: AdapterStats | None = Field(
+        default=None, description="Traffic over the last minute (requests, tokens/s, GPU hits)."
     )
 
 

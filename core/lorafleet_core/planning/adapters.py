@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from lorafleet_core.models import (
     AdapterPhase,
+    AdapterStats,
     LoRAAdapter,
     LoRAAdapterSpec,
     LoRAAdapterStatus,
@@ -207,6 +208,7 @@ class AdapterInputs:
     ready_replicas: int = 0
     failed_on: Mapping[str, str] = field(default_factory=dict)  # replica -> reason
     blocked_by_aliases: list[str] = field(default_factory=list)
+    stats: AdapterStats | None = None  # planned by planning.adapter_stats (rate-bounded)
 
 
 def plan_adapter_status(
@@ -285,4 +287,5 @@ def plan_adapter_status(
         owners=owners,
         owner_count=owner_count,
         observed_generation=gen,
+        stats=inputs.stats,
     )

@@ -21,6 +21,7 @@ from lorafleet_core.models import (
     LoRAAdapterStatus,
     ReplicaPool,
 )
+from lorafleet_core.planning import adapter_stats
 from lorafleet_core.planning.adapters import (
     AdapterInputs,
     Validation,
@@ -167,7 +168,8 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             for r in replicas:
                 plan.pod_annotations[r] = "[]"
 
-    # 3. adapter status.
+    # 3. adapter status, with traffic figures written at a bounded rate (adapter_stats).
+    measured = adapter_stats.aggregate(snap.states)
     for entry in snap.adapters:
         if entry.name not in validations:
             continue
@@ -179,6 +181,11 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             ready_replicas=len(replicas_of.get(v.pool or "", [])),
             failed_on=failed_on.get(entry.name, {}),
             blocked_by_aliases=plan.blocked_deletions.get(entry.name, []),
+            stats=adapter_stats.plan_stats(
+                entry.status.stats if entry.status else None,
+                measured.get(entry.name, adapter_stats.IDLE) if snap.states else None,
+                now,
+            ),
         )
         plan.adapter_status[entry.name] = _adapter_status(entry, inputs, now)
 
