@@ -474,6 +474,13 @@ def test_control_api_is_off_by_default_and_rendered_whole_when_enabled():
         env["LORAFLEET_OPERATOR_CONTROL_TOKEN_SHA256_FILE"] == "/etc/lorafleet/control/token-sha256"
     )
     assert pod["volumes"][0]["secret"]["secretName"] == "ctl"
+    (replica_token,) = [
+        e for e in pod["containers"][0]["env"] if e["name"] == "LORAFLEET_OPERATOR_REPLICA_TOKEN"
+    ]
+    assert replica_token["valueFrom"]["secretKeyRef"] == {
+        "name": "default-internal",
+        "key": "agent-token",
+    }
     (svc,) = [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-control")]
     assert svc["spec"]["type"] == "ClusterIP"
     rules = [r for d in by_kind(docs, "Role") + by_kind(docs, "ClusterRole") for r in d["rules"]]

@@ -224,6 +224,7 @@ def _start_processes(
             replicas_file=(opts.state_dir / REPLICAS_FILE).resolve(),
             port=control_port,
             token_sha256=write_control_token(opts.state_dir),
+            replica_token=token,  # forwarded load/unload calls carry the agents' credential
             log_dir=logs,
         )
     )
