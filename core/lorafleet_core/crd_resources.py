@@ -92,13 +92,13 @@ RESOURCES: tuple[ResourceKind, ...] = (
                 "Owners", "integer", ".status.ownerCount", "How many replicas keep it warm"
             ),
             _AGE,
-            *_condition_columns("Ready"),
             PrinterColumn(
                 "GPU-Hit", "number", ".status.stats.gpuHitRate", "Share of requests on GPU", 1
             ),
             PrinterColumn(
                 "Tok/s", "number", ".status.stats.tokensPerSecond", "Tokens/s, last minute", 1
             ),
+            *_condition_columns("Ready"),
         ),
     ),
     ResourceKind(

@@ -375,11 +375,12 @@ def test_autoscaler_follows_scraped_state(cluster, operator):
 
 
 def test_scraped_adapter_stats_reach_the_status_and_raise_a_hot_adapters_owners(cluster, operator):
+    h = "sha256:" + "e" * 64  # its own base model: no other test's pool can take the adapter
     servers = make_pool(
-        cluster, "stats", 4, autoscaling={"enabled": False, "pollIntervalSeconds": 0.3}
+        cluster, "stats", 4, base_hash=h, autoscaling={"enabled": False, "pollIntervalSeconds": 0.3}
     )
     try:
-        make_adapter(cluster, "stats-hot")
+        make_adapter(cluster, "stats-hot", base_hash=h)
         eventually(lambda: status(cluster, "loraadapters", "stats-hot").get("ownerCount") == 2)
         hot = {"requests": 300, "gpu_hits": 240, "tokens_per_second": 1500.0}
         for s in servers[:2]:  # 3,000 tok/s in all: three owners at 1,000 each
