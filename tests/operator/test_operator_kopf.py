@@ -392,6 +392,9 @@ def test_scraped_adapter_stats_reach_the_status_and_raise_a_hot_adapters_owners(
         assert st["stats"]["tokensPerSecond"] == 3000.0
         assert st["stats"]["gpuHitRate"] == 0.8
         assert st["stats"]["replicas"] == 2
+        roles = {p["replica"]: p["role"] for p in st["placements"]}
+        assert set(roles.values()) <= {"owner", "spill"}
+        assert {r for r, role in roles.items() if role == "owner"} == set(st["owners"])
         eventually(lambda: status(cluster, "loraadapters", "stats-hot").get("ownerCount") == 3)
         # Steady traffic: the figures are not rewritten on every pass (at most once a minute).
         before = cluster.writes_by_name("loraadapters").get("stats-hot", 0)

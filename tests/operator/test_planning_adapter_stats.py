@@ -108,3 +108,53 @@ def test_fleet_plan_puts_stats_in_the_status_and_hot_traffic_raises_owners():
     )
     again = plan_fleet(applied, T0 + timedelta(seconds=5), FleetParams(2000, 0.5))
     assert again.adapter_status["hot"].stats == st.stats
+
+
+def test_placements_list_owners_then_spills_by_tier_and_refresh_only_when_asked():
+    from lorafleet_core.models.adapter import MAX_PLACEMENTS
+    from lorafleet_core.planning.adapter_stats import plan_placements
+
+    states = {
+        "r0": ReplicaState(replica_id="r0", disk_adapters=["a"]),
+        "r1": ReplicaState(
+            replica_id="r1", gpu_adapters=["a"], adapters={"a": AdapterActivity(requests=3)}
+        ),
+        "r2": ReplicaState(replica_id="r2", ram_adapters=["a"]),
+        "r3": ReplicaState(replica_id="r3"),
+    }
+    got = plan_placements("a", [], ["r0", "r3"], states, T0, refresh=True)
+    assert [(p.replica, p.role, p.tier) for p in got] == [
+        ("r0", "owner", "disk"),
+        ("r3", "owner", "remote"),
+        ("r1", "spill", "gpu"),
+        ("r2", "spill", "ram"),
+    ]
+    assert [p.last_used for p in got] == [None, None, T0, None]
+    later = T0 + timedelta(minutes=3)
+    moved = {**states, "r1": ReplicaState(replica_id="r1", disk_adapters=["a"])}
+    assert plan_placements("a", got, ["r0", "r3"], moved, later, refresh=False) == got
+    again = plan_placements("a", got, ["r0", "r3"], moved, later, refresh=True)
+    r1 = next(p for p in again if p.replica == "r1")
+    assert (r1.tier, r1.last_used) == ("disk", T0)  # last use remembered
+    many = {
+        f"r{i:03d}": ReplicaState(replica_id=f"r{i:03d}", disk_adapters=["a"]) for i in range(99)
+    }
+    assert len(plan_placements("a", [], [], many, T0, refresh=True)) == MAX_PLACEMENTS
+
+
+def test_fleet_plan_writes_placements_with_the_stats_not_on_every_tier_change():
+    hot = AdapterActivity(requests=60, gpu_hits=60, tokens_per_second=100)
+    states = {f"pool-{i}": ReplicaState(replica_id=f"pool-{i}") for i in range(3)}
+    states["pool-2"] = ReplicaState(replica_id="pool-2", gpu_adapters=["a"], adapters={"a": hot})
+    snap = FleetSnapshot(
+        pools=[pool()], adapters=[entry("a")], aliases=[], pods=pod_views("pool", 3), states=states
+    )
+    first = plan_fleet(snap, T0).adapter_status["a"]
+    assert {p.replica for p in first.placements} >= set(first.owners)
+    assert any(p.tier == "gpu" for p in first.placements)
+    # The GPU copy is evicted seconds later: placements wait for the next stats refresh.
+    moved = {**states, "pool-2": ReplicaState(replica_id="pool-2", adapters={"a": hot})}
+    applied = dataclasses.replace(
+        snap, adapters=[dataclasses.replace(snap.adapters[0], status=first)], states=moved
+    )
+    assert plan_fleet(applied, T0 + timedelta(seconds=5)).adapter_status["a"] == first

@@ -19,6 +19,7 @@ from lorafleet_core.models.adapter import (
     LoRAAdapter,
     LoRAAdapterSpec,
     LoRAAdapterStatus,
+    Placement,
 )
 from lorafleet_core.models.alias import (
     AdapterAlias,
@@ -86,6 +87,7 @@ __all__ = [
     "LoRAAdapterStatus",
     "ModuleName",
     "ObjectMeta",
+    "Placement",
     "PodMetadata",
     "ReplicaBounds",
     "ReplicaId",

@@ -115,6 +115,24 @@ class AdapterStats(CamelModel):
     updated_at: datetime = Field(description="When these figures were written (RFC 3339).")
 
 
+class Placement(CamelModel):
+    """Where one copy of the adapter is: a replica, its role there, the tier it sits in."""
+
+    replica: ReplicaId = Field(description="Replica id (pod name).")
+    role: Literal["owner", "spill"] = Field(
+        description="owner: placement assigns it here; spill: loaded here on demand."
+    )
+    tier: Literal["gpu", "ram", "disk", "remote"] = Field(
+        description="Where the replica holds it (remote: an owner that has not fetched it yet)."
+    )
+    last_used: datetime | None = Field(
+        default=None, description="Last time a request for it was seen on this replica."
+    )
+
+
+MAX_PLACEMENTS = 32
+
+
 class LoRAAdapterStatus(CamelModel):
     """Written by the operator: validation outcome, placement and readiness."""
 
@@ -143,6 +161,12 @@ class LoRAAdapterStatus(CamelModel):
     )
     stats: AdapterStats | None = Field(
         default=None, description="Traffic over the last minute (requests, tokens/s, GPU hits)."
+    )
+    placements: list[Placement] = Field(
+        default_factory=list,
+        max_length=MAX_PLACEMENTS,
+        description="Where the adapter is: owners first, then by tier (at most 32; refreshed "
+        "with the stats, at most once a minute, and whenever the owners change).",
     )
 
 

@@ -1,4 +1,4 @@
-"""Per-adapter traffic across replicas, and when it is worth writing to the LoRAAdapter status.
+"""Per-adapter traffic and placements across replicas, and when to write them to the status.
 
 Replicas report counts per adapter (lorafleet_core.replica_state.AdapterActivity); summed over
 replicas they give the fleet's requests per minute, tokens/s and GPU hit rate (GPU hits over
@@ -19,11 +19,13 @@ is visible within about a minute.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
-from lorafleet_core.models import AdapterStats
+from lorafleet_core.models import AdapterStats, Placement
+from lorafleet_core.models.adapter import MAX_PLACEMENTS
 from lorafleet_core.replica_state import ReplicaState
 
 MIN_INTERVAL = timedelta(minutes=1)
@@ -112,3 +114,56 @@ def _stats(m: Measured, now: datetime) -> AdapterStats:
         replicas=m.replicas,
         updated_at=now,
     )
+
+
+_TIER_ORDER = {"gpu": 0, "ram": 1, "disk": 2, "remote": 3}
+
+
+def plan_placements(
+    adapter_id: str,
+    old: Sequence[Placement],
+    owners: Sequence[str],
+    states: Mapping[str, ReplicaState],
+    now: datetime,
+    *,
+    refresh: bool,
+) -> list[Placement]:
+    """Where the adapter is, for the status: every owner, and every other replica holding it.
+
+    Only recomputed when `refresh` (the stats were just rewritten, or the owners changed), so
+    a tier moving back and forth costs no writes in between; `old` is kept otherwise. An owner
+    whose state is unknown is listed as `remote`. Bounded to MAX_PLACEMENTS entries: owners
+    first, then by tier (gpu, ram, disk) and replica id.
+    """
+    if not refresh:
+        return list(old)
+    last_used = {p.replica: p.last_used for p in old}
+    out = []
+    for rid in sorted(set(owners) | set(states)):
+        state = states.get(rid)
+        tier = _tier_on(adapter_id, state)
+        if tier is None and rid not in owners:
+            continue
+        active = state is not None and adapter_id in state.adapters
+        out.append(
+            Placement(
+                replica=rid,
+                role="owner" if rid in owners else "spill",
+                tier=tier or "remote",
+                last_used=now if active else last_used.get(rid),
+            )
+        )
+    out.sort(key=lambda p: (p.role != "owner", _TIER_ORDER[p.tier], p.replica))
+    return out[:MAX_PLACEMENTS]
+
+
+def _tier_on(adapter_id: str, state: ReplicaState | None) -> Literal["gpu", "ram", "disk"] | None:
+    if state is None:
+        return None
+    if adapter_id in state.gpu_adapters:
+        return "gpu"
+    if adapter_id in state.ram_adapters:
+        return "ram"
+    if adapter_id in state.disk_adapters:
+        return "disk"
+    return None

@@ -26,6 +26,7 @@ from lorafleet_core.models import (
     LoRAAdapter,
     LoRAAdapterSpec,
     LoRAAdapterStatus,
+    Placement,
     ReplicaPool,
 )
 from lorafleet_core.planning.conditions import condition, merge_conditions
@@ -209,6 +210,7 @@ class AdapterInputs:
     failed_on: Mapping[str, str] = field(default_factory=dict)  # replica -> reason
     blocked_by_aliases: list[str] = field(default_factory=list)
     stats: AdapterStats | None = None  # planned by planning.adapter_stats (rate-bounded)
+    placements: list[Placement] = field(default_factory=list)  # idem
 
 
 def plan_adapter_status(
@@ -288,4 +290,5 @@ def plan_adapter_status(
         owner_count=owner_count,
         observed_generation=gen,
         stats=inputs.stats,
+        placements=list(inputs.placements) if owners else [],
     )

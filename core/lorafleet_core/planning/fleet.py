@@ -174,6 +174,10 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
         if entry.name not in validations:
             continue
         v = validations[entry.name]
+        old = entry.status or LoRAAdapterStatus()
+        stats = adapter_stats.plan_stats(
+            old.stats, measured.get(entry.name, adapter_stats.IDLE) if snap.states else None, now
+        )
         inputs = AdapterInputs(
             validation=v,
             owners=owners.get(entry.name, []),
@@ -181,10 +185,14 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             ready_replicas=len(replicas_of.get(v.pool or "", [])),
             failed_on=failed_on.get(entry.name, {}),
             blocked_by_aliases=plan.blocked_deletions.get(entry.name, []),
-            stats=adapter_stats.plan_stats(
-                entry.status.stats if entry.status else None,
-                measured.get(entry.name, adapter_stats.IDLE) if snap.states else None,
+            stats=stats,
+            placements=adapter_stats.plan_placements(
+                entry.name,
+                old.placements,
+                owners.get(entry.name, []),
+                snap.states,
                 now,
+                refresh=stats is not old.stats or owners.get(entry.name, []) != old.owners,
             ),
         )
         plan.adapter_status[entry.name] = _adapter_status(entry, inputs, now)
