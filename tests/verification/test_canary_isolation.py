@@ -1,0 +1,242 @@
+"""Canary isolation at the design's size: 10,000 mixed requests, 8 canaries, 2 real replicas.
+
+Two replicas (an in-process agent in front of the session's vLLM, another in front of a second
+vLLM started here, ~30 s) have 2 GPU and 4 host-RAM LoRA slots each: 4 GPU slots for 8 canaries,
+so adapters are loaded and evicted all through the run (asserted from the agents' metrics). The
+gateway (in-process, files catalog) routes every request by alias; each canary answers its own
+marker, so a response with another canary's marker would be another customer's weights.
+Asserted: zero foreign markers, zero responses without their own marker, and the answering
+adapter id (`x-adapter-id`) is the alias's adapter every time. The run prints requests/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+
+from lorafleet_agent.server import RunningAgent, agent_in_thread
+from lorafleet_cli.demo_assets import ensure_demo_assets
+from lorafleet_core.models import ALL_TARGET_MODULES
+from lorafleet_core.records import AdapterRecord
+from lorafleet_gateway.catalog import CatalogHolder
+from lorafleet_gateway.catalog_files import FileCatalog
+from lorafleet_gateway.routes import create_internal_app, create_public_app
+from lorafleet_gateway.runtime import Gateway
+from lorafleet_gateway.settings import GatewaySettings
+from tests.conftest import (
+    TEST_CACHE,
+    S3Server,
+    VllmServer,
+    session_agent_settings,
+    start_vllm,
+    stop_vllm,
+    unique_id,
+)
+from tests.gateway import manifests as m
+from tests.gateway.servers import ServerThread
+from tests.verification.canaries import CANARY_MARKERS
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.vllm
+
+# The design's size; LORAFLEET_ISOLATION_REQUESTS shrinks it for a quick local look only.
+REQUESTS = int(os.environ.get("LORAFLEET_ISOLATION_REQUESTS", "10000"))
+CONCURRENCY = 32
+KEY = "lf-isolation-key"
+TENANT = "iso"
+PROMPTS = (
+    "Tell me about the weather today",
+    "Hello! What is your refund policy?",
+    "Write a poem about coffee",
+    "Why do cats like gardens?",
+    "List the planets please",
+)
+
+
+@dataclass
+class IsolationFleet:
+    base_url: str
+    aliases: dict[str, str]  # alias -> adapter id it points at
+    markers: dict[str, str]  # alias -> its canary's marker
+    agents: list[RunningAgent]
+    max_tokens: int
+
+
+def marker_tokens(base: Path) -> int:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base)
+    return max(len(tok(m, add_special_tokens=False).input_ids) for m in CANARY_MARKERS.values())
+
+
+@pytest.fixture(scope="module")
+def isolation_fleet(
+    tmp_path_factory: pytest.TempPathFactory, vllm_server: VllmServer, s3_server: S3Server
+) -> Iterator[IsolationFleet]:
+    tmp = tmp_path_factory.mktemp("isolation")
+    assets = ensure_demo_assets(TEST_CACHE, CANARY_MARKERS, print)
+    records = {
+        name: AdapterRecord(
+            id=unique_id(f"iso-{name}"),
+            tenant=TENANT,
+            base_model_hash=assets.base_model_hash,
+            rank=assets.ranks[name],
+            alpha=float(2 * assets.ranks[name]),
+            target_modules=tuple(sorted(ALL_TARGET_MODULES)),
+            weights_uri=s3_server.upload(folder, f"iso/{name}"),
+            checksum=assets.checksums[name],
+        )
+        for name, folder in assets.adapters.items()
+    }
+    aliases = {f"{TENANT}/{name}:prod": r.id for name, r in records.items()}
+    markers = {f"{TENANT}/{name}:prod": CANARY_MARKERS[name] for name in records}
+    second = start_vllm(assets.base_model, tmp / "vllm-r1.log")
+    with contextlib.ExitStack() as stack:
+        stack.callback(stop_vllm, second)
+        agents = [
+            stack.enter_context(
+                agent_in_thread(
+                    session_agent_settings(
+                        vllm,
+                        s3_server,
+                        assets,
+                        tmp / f"cache-{i}",
+                        replica_id=f"iso-r{i}",
+                        unload_unknown_on_start=False,  # the session's vLLM is shared
+                    )
+                )
+            )
+            for i, vllm in enumerate((vllm_server, second))
+        ]
+        folder = tmp / "manifests"
+        m.write(
+            folder,
+            "keys.yaml",
+            [m.key_secret(TENANT, KEY, requests_per_second=100_000, tokens_per_minute=10**9)],
+        )
+        m.write(
+            folder, "adapters.yaml", [m.adapter_from_record(r, TENANT) for r in records.values()]
+        )
+        m.write(folder, "aliases.yaml", [m.alias(a, i) for a, i in aliases.items()])
+        replicas = [
+            {"id": f"iso-r{i}", "dataUrl": a.data_url, "internalUrl": a.internal_url}
+            for i, a in enumerate(agents)
+        ]
+        m.write(folder, "replicas.yaml", [{"replicas": replicas}])
+        gs = GatewaySettings(
+            manifests_dir=folder, poll_interval_s=2.0, catalog_reload_interval_s=0.1
+        )
+        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
+        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
+        # Everything here shares one Python process: poll slowly enough that a busy moment is
+        # not mistaken for a dead replica, and start only once both replicas are routable.
+        eventually(lambda: len(gw.tracker.healthy_ids()) == 2, within_s=60, what="2 replicas")
+        yield IsolationFleet(
+            server.url + "/v1", aliases, markers, agents, marker_tokens(assets.base_model) + 2
+        )
+
+
+@dataclass
+class Outcome:
+    alias: str
+    adapter_id: str | None
+    replica: str | None
+    text: str
+    error: str | None = None
+
+
+async def one(client: openai.AsyncOpenAI, alias: str, prompt: str, max_tokens: int) -> Outcome:
+    try:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=alias,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=max_tokens,
+            temperature=0,
+        )
+    except openai.APIError as exc:
+        return Outcome(alias, None, None, "", error=repr(exc)[:200])
+    resp = raw.parse()
+    return Outcome(
+        alias,
+        raw.headers.get("x-adapter-id"),
+        raw.headers.get("x-replica-id"),
+        resp.choices[0].message.content or "",
+    )
+
+
+async def mixed_run(fleet: IsolationFleet, n: int) -> list[Outcome]:
+    rng = random.Random(14)  # a reproducible mix
+    plan = [(rng.choice(list(fleet.aliases)), rng.choice(PROMPTS)) for _ in range(n)]
+    queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    for item in plan:
+        queue.put_nowait(item)
+    results: list[Outcome] = []
+    async with openai.AsyncOpenAI(
+        base_url=fleet.base_url, api_key=KEY, timeout=120, max_retries=0
+    ) as client:
+
+        async def worker() -> None:
+            while not queue.empty():
+                alias, prompt = queue.get_nowait()
+                results.append(await one(client, alias, prompt, fleet.max_tokens))
+
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+    return results
+
+
+def metric_total(agent: RunningAgent, name: str) -> dict[str, float]:
+    """label value -> count of one labelled counter of an in-process agent."""
+    out: dict[str, float] = {}
+    for family in agent.agent.metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == f"{name}_total":
+                label = next(iter(sample.labels.values()), "")
+                out[label] = out.get(label, 0.0) + sample.value
+    return out
+
+
+def test_ten_thousand_mixed_requests_never_answer_with_another_canary(
+    isolation_fleet: IsolationFleet,
+):
+    fleet = isolation_fleet
+    t0 = time.perf_counter()
+    results = asyncio.run(mixed_run(fleet, REQUESTS))
+    elapsed = time.perf_counter() - t0
+
+    errors = [r for r in results if r.error]
+    foreign = [
+        r
+        for r in results
+        if any(mk in r.text for a, mk in fleet.markers.items() if mk != fleet.markers[r.alias])
+    ]
+    missing = [r for r in results if not r.error and fleet.markers[r.alias] not in r.text]
+    wrong_id = [r for r in results if not r.error and r.adapter_id != fleet.aliases[r.alias]]
+    loads = [metric_total(a, "lorafleet_agent_adapter_loads") for a in fleet.agents]
+    evictions = [metric_total(a, "lorafleet_agent_adapter_evictions") for a in fleet.agents]
+    replicas = Counter(r.replica for r in results)
+    print(
+        f"\n{len(results)} requests over {len(fleet.aliases)} canaries and {len(fleet.agents)} "
+        f"replicas (2 GPU slots each) in {elapsed:.1f} s = {len(results) / elapsed:.1f} req/s; "
+        f"by replica {dict(replicas)}; errors {len(errors)}, foreign markers {len(foreign)}, "
+        f"missing own marker {len(missing)}, wrong adapter id {len(wrong_id)}"
+    )
+    for agent, ld, ev in zip(fleet.agents, loads, evictions, strict=True):
+        print(f"  {agent.agent.settings.replica_id}: loads by source tier {ld}, evictions {ev}")
+    assert len(results) == REQUESTS
+    assert errors == [], errors[:3]
+    assert foreign == [], foreign[:3]
+    assert missing == [], missing[:3]
+    assert wrong_id == [], wrong_id[:3]
+    assert sum(sum(ev.values()) for ev in evictions) > 0, "no adapter was ever evicted"
+    assert sum(sum(ld.values()) for ld in loads) > len(fleet.aliases), "no adapter was reloaded"
+    assert len(replicas) == 2, replicas
