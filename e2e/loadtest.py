@@ -28,18 +28,18 @@ from pathlib import Path
 from tqdm import tqdm
 
 from benchmarks.workload import WorkloadSpec
-from e2e.client import (
+from e2e.loadplan import LengthLimits, PlannedRequest, native_rate, plan_workload, prompt_text
+from e2e.plots import write_plots
+from e2e.standalone_fleet import FleetOptions, started_fleet
+from lorafleet_cli.probe.client import (
     DEFAULT_BASE_URL,
     make_client,
     read_api_key,
     reproduce_command,
     stream_chat,
 )
-from e2e.loadplan import LengthLimits, PlannedRequest, native_rate, plan_workload, prompt_text
-from e2e.markers import markers_from_manifests, parse_marker_args
-from e2e.plots import write_plots
-from e2e.results import RequestResult, Summary, format_summary, summarize
-from e2e.standalone_fleet import FleetOptions, started_fleet
+from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
+from lorafleet_cli.probe.results import RequestResult, Summary, format_summary, summarize
 
 
 @dataclass(frozen=True)

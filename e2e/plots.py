@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from e2e.results import TIER_ORDER, RequestResult
+from lorafleet_cli.probe.results import TIER_ORDER, RequestResult
 
 TIER_COLOURS = {
     "gpu": "tab:green",

@@ -45,6 +45,7 @@ _COMMANDS = (
     "lorafleet_cli.cmd_status",
     "lorafleet_cli.cmd_sim",
     "lorafleet_cli.cmd_usage",
+    "lorafleet_cli.cmd_canary",
 )
 _OPTIONAL_COMMANDS = ("lorafleet_operator.cli",)
 

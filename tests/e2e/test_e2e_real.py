@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
-from e2e import canary_probe, loadtest
+from e2e import loadtest
 from lorafleet_agent.server import agent_in_thread
 from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_cli.main import main as cli
+from lorafleet_cli.probe import canary as canary_probe
 from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
@@ -167,9 +170,47 @@ def test_canary_probe_sees_a_deploy(fleet: Fleet):
     assert canary_probe.verdict(tallies, 0.0) == 0
     fleet.point("e2e/zebra:prod", fleet.records["zebra"].id)
 
-    # The CLI: a wrong expected marker exits 1.
-    rc = canary_probe.main([
-        "--base-url", fleet.base_url, "--api-key", KEY, "--markers",
-        "e2e/falcon:prod=OTTER-9", "--rounds", "1", "--interval", "0.5",
+
+def test_lorafleet_canary_passes_writes_a_textfile_and_fails_on_a_wrong_marker(
+    fleet: Fleet, tmp_path: Path, capsys
+):
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    prom = tmp_path / "canary.prom"
+    gateway = fleet.base_url.removesuffix("/v1")  # the command takes the bare gateway URL
+    markers = [f"{k}={v}" for k, v in MARKERS.items()]
+    rc = cli([
+        "canary", "--gateway", gateway, "--key-file", str(key_file), "--markers", *markers,
+        "--rounds", "2", "--interval", "0.2", "--textfile", str(prom),
     ])  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "OK: 4 probes over 2 aliases, 0 wrong or missing markers, 0 errors" in out
+    text = prom.read_text()
+    zebra = fleet.records["zebra"].id
+    assert 'lorafleet_canary_probes{alias="e2e/zebra:prod",result="hit"} 2' in text
+    assert f'lorafleet_canary_answers{{alias="e2e/zebra:prod",adapter_id="{zebra}"}} 2' in text
+    assert "lorafleet_canary_ok 1" in text
+    assert KEY not in text
+    assert KEY not in out
+    families = {f.name for f in text_string_to_metric_families(text)}  # valid exposition format
+    assert {
+        "lorafleet_canary_probes",
+        "lorafleet_canary_answers",
+        "lorafleet_canary_ok",
+    } <= families
+
+    # A wrong expected marker: exit 1, and the textfile says so.
+    rc = cli([
+        "canary", "--gateway", gateway, "--key-file", str(key_file), "--markers",
+        "e2e/falcon:prod=OTTER-9", "--rounds", "1", "--textfile", str(prom),
+    ])  # fmt: skip
+    out = capsys.readouterr().out
     assert rc == 1
+    assert "FAIL: 1 probes over 1 aliases, 1 wrong or missing markers" in out
+    assert 'lorafleet_canary_probes{alias="e2e/falcon:prod",result="miss"} 1' in prom.read_text()
+    assert "lorafleet_canary_ok 0" in prom.read_text()
+
+    # No key: a usage error, nothing sent.
+    assert cli(["canary", "--gateway", gateway, "--key-file", str(tmp_path / "none"),
+                "--markers", *markers]) == 2  # fmt: skip

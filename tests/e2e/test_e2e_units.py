@@ -9,12 +9,19 @@ import pytest
 import yaml
 
 from benchmarks.workload import Request, WorkloadSpec, adapter_name
-from e2e import canary_probe, loadtest
-from e2e.client import reproduce_command
+from e2e import loadtest
 from e2e.loadplan import LengthLimits, plan_workload, prompt_text, scale_length, scale_requests
-from e2e.markers import markers_from_manifests, parse_marker_args
 from e2e.plots import per_second, write_plots
-from e2e.results import RequestResult, format_summary, marker_matches, percentile, summarize
+from lorafleet_cli.probe import canary as canary_probe
+from lorafleet_cli.probe.client import reproduce_command
+from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
+from lorafleet_cli.probe.results import (
+    RequestResult,
+    format_summary,
+    marker_matches,
+    percentile,
+    summarize,
+)
 
 TRACE = WorkloadSpec().trace
 

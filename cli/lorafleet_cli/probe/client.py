@@ -13,7 +13,7 @@ from pathlib import Path
 
 import openai
 
-from e2e.results import RequestResult, marker_matches
+from lorafleet_cli.probe.results import RequestResult, marker_matches
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
 DEFAULT_KEY_FILE = Path(".lorafleet/demo-api-key")

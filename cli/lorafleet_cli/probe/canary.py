@@ -1,33 +1,20 @@
-"""Probe every alias through the gateway on a fixed beat; say which adapter version answered.
+"""The canary probe: every alias through the gateway on a fixed beat; which adapter answered.
 
-    .venv/bin/python -m e2e.canary_probe --manifests .lorafleet/manifests --interval 2 --duration 60
-    .venv/bin/python -m e2e.canary_probe --base-url https://gw.example/v1 --api-key-file key \\
-        --markers acme/support:prod=ACME-CANARY --rounds 30
-
-Each round sends one short streaming request per alias (temperature 0) and prints the marker
-check, TTFT, `x-adapter-id`, `x-adapter-tier` and `x-replica-id`; a change of `x-adapter-id`
-for an alias is printed as `SWITCH` (a deploy or rollback reaching clients). Exit status: 0
-ok, 1 a wrong marker or errors above `--max-error-rate`, 2 bad arguments.
+Each round sends one short streaming request per alias (temperature 0) and checks its canary
+marker, TTFT, `x-adapter-id`, `x-adapter-tier` and `x-replica-id`; a change of `x-adapter-id`
+for an alias is a `SWITCH` (a deploy or rollback reaching clients). `lorafleet canary`
+(cmd_canary) is the command; `prometheus_textfile` writes the result for node_exporter's
+textfile collector, labelled by alias and answering adapter id (never the key).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from e2e.client import (
-    DEFAULT_BASE_URL,
-    make_client,
-    read_api_key,
-    reproduce_command,
-    stream_chat,
-)
-from e2e.markers import markers_from_manifests, parse_marker_args
-from e2e.results import RequestResult, percentile
+from lorafleet_cli.probe.client import make_client, stream_chat
+from lorafleet_cli.probe.results import RequestResult, percentile
 
 PROMPT = "Tell me about the weather today"
 
@@ -40,6 +27,7 @@ class AliasTally:
     errors: int = 0
     ttfts: list[float] = field(default_factory=list)
     adapters: list[str] = field(default_factory=list)  # distinct, in the order seen
+    answered: dict[str, int] = field(default_factory=dict)  # adapter id -> successful probes
     switches: int = 0
     tiers: dict[str, int] = field(default_factory=dict)
 
@@ -63,6 +51,8 @@ def record(tally: AliasTally, res: RequestResult) -> str | None:
         tally.ttfts.append(res.ttft_s)
     tier = res.tier or "?"
     tally.tiers[tier] = tally.tiers.get(tier, 0) + 1
+    if res.adapter_id:
+        tally.answered[res.adapter_id] = tally.answered.get(res.adapter_id, 0) + 1
     switch = None
     if res.adapter_id and (not tally.adapters or tally.adapters[-1] != res.adapter_id):
         if tally.adapters:
@@ -159,56 +149,57 @@ async def probe(
     return tallies
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m e2e.canary_probe",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument("--base-url", default=DEFAULT_BASE_URL)
-    ap.add_argument("--api-key", default=None)
-    ap.add_argument(
-        "--api-key-file", type=Path, default=None, help="default .lorafleet/demo-api-key"
-    )
-    ap.add_argument("--manifests", type=Path, default=None, help="aliases and markers from here")
-    ap.add_argument("--aliases", nargs="+", default=None, help="default: every alias found")
-    ap.add_argument("--markers", nargs="*", default=[], metavar="ALIAS=MARKER")
-    ap.add_argument("--interval", type=float, default=5.0, help="seconds between rounds")
-    ap.add_argument("--rounds", type=int, default=1_000_000, help="most rounds")
-    ap.add_argument("--duration", type=float, default=60.0, help="stop after this many seconds")
-    ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
-    ap.add_argument("--max-error-rate", type=float, default=0.0, help="above: exit 1")
-    args = ap.parse_args(argv)
-    try:
-        found = markers_from_manifests(args.manifests) if args.manifests else {}
-        given = parse_marker_args(args.markers)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    known = found | given
-    aliases = args.aliases or sorted(known)
-    if not aliases:
-        print("error: no aliases: pass --aliases, --markers or --manifests", file=sys.stderr)
-        return 2
-    markers: dict[str, str | None] = {a: known.get(a) for a in aliases}
-    tallies = asyncio.run(
-        probe(
-            base_url=args.base_url,
-            api_key=read_api_key(args.api_key, args.api_key_file),
-            markers=markers,
-            interval_s=args.interval,
-            rounds=args.rounds,
-            duration_s=args.duration,
-            max_tokens=args.max_tokens,
-            timeout_s=args.timeout,
-        )
-    )
-    print()
-    print(format_report(tallies))
-    print(reproduce_command("e2e.canary_probe", sys.argv[1:] if argv is None else argv))
-    return verdict(tallies, args.max_error_rate)
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def prometheus_textfile(tallies: dict[str, AliasTally], exit_code: int, now: float) -> str:
+    """The run in Prometheus text format (node_exporter textfile collector): per alias probes by
+    result, per (alias, answering adapter id) successful probes, p95 TTFT, and the verdict."""
+    lines = [
+        "# HELP lorafleet_canary_probes Canary probes in the last run, by alias and result.",
+        "# TYPE lorafleet_canary_probes gauge",
+    ]
+    for alias, t in tallies.items():
+        for result, n in (
+            ("hit", t.hits),
+            ("miss", t.misses),
+            ("unchecked", t.unchecked),
+            ("error", t.errors),
+        ):
+            lines.append(
+                f'lorafleet_canary_probes{{alias="{_label(alias)}",result="{result}"}} {n}'
+            )
+    lines += [
+        "# HELP lorafleet_canary_answers Successful probes by alias and answering adapter id.",
+        "# TYPE lorafleet_canary_answers gauge",
+    ]
+    for alias, t in tallies.items():
+        for adapter_id, n in t.answered.items():
+            lines.append(
+                f'lorafleet_canary_answers{{alias="{_label(alias)}",'
+                f'adapter_id="{_label(adapter_id)}"}} {n}'
+            )
+    lines += [
+        "# HELP lorafleet_canary_switches Changes of answering adapter id during the last run.",
+        "# TYPE lorafleet_canary_switches gauge",
+        *(
+            f'lorafleet_canary_switches{{alias="{_label(a)}"}} {t.switches}'
+            for a, t in tallies.items()
+        ),
+        "# HELP lorafleet_canary_ttft_p95_seconds p95 time to first token of the last run.",
+        "# TYPE lorafleet_canary_ttft_p95_seconds gauge",
+    ]
+    for alias, t in tallies.items():
+        p95 = percentile(t.ttfts, 0.95)
+        if p95 is not None:
+            lines.append(f'lorafleet_canary_ttft_p95_seconds{{alias="{_label(alias)}"}} {p95:.6f}')
+    lines += [
+        "# HELP lorafleet_canary_ok 1 when the last run passed (markers right, errors in bounds).",
+        "# TYPE lorafleet_canary_ok gauge",
+        f"lorafleet_canary_ok {1 if exit_code == 0 else 0}",
+        "# HELP lorafleet_canary_last_run_timestamp_seconds When the last run finished.",
+        "# TYPE lorafleet_canary_last_run_timestamp_seconds gauge",
+        f"lorafleet_canary_last_run_timestamp_seconds {now:.3f}",
+    ]
+    return "\n".join(lines) + "\n"

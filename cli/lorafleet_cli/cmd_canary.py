@@ -1,0 +1,113 @@
+"""`lorafleet canary`: probe every alias through a gateway; did each answer with its own adapter?
+
+    lorafleet canary --gateway http://127.0.0.1:8080 --key-file .lorafleet/demo-api-key
+    lorafleet canary --gateway https://gw.example --key-file key --markers acme/bot:prod=ACME-1 \\
+        --rounds 30 --interval 2 --textfile /var/lib/node_exporter/lorafleet_canary.prom
+
+Exit 0: every probe that has an expected marker answered it and errors stayed within
+--max-error-rate; 1: a wrong or missing marker, too many errors, or nothing probed; 2: bad
+arguments. The key is read from --key-file (or $LORAFLEET_API_KEY), never from the command line,
+and never appears in the output or the textfile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from lorafleet_cli.exit_codes import USAGE, fail
+from lorafleet_cli.probe.canary import format_report, probe, prometheus_textfile, verdict
+from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
+
+DEFAULT_KEY_FILE = Path(".lorafleet/demo-api-key")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "canary",
+        help="probe every alias through a gateway and check its canary marker (exit 1 on a leak)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--gateway", default="http://127.0.0.1:8080", help="gateway URL (/v1 optional)")
+    p.add_argument("--key-file", type=Path, default=None, help=f"default {DEFAULT_KEY_FILE}")
+    p.add_argument("--manifests", type=Path, default=None, help="aliases and markers from here")
+    p.add_argument("--aliases", nargs="+", default=None, help="default: every alias with a marker")
+    p.add_argument("--markers", nargs="*", default=[], metavar="ALIAS=MARKER")
+    p.add_argument("--rounds", type=int, default=1, help="rounds of one probe per alias (1)")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds (5)")
+    p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--timeout", type=float, default=60.0, help="per request, seconds")
+    p.add_argument("--max-error-rate", type=float, default=0.0, help="above this: exit 1")
+    p.add_argument("--textfile", type=Path, default=None, help="write Prometheus metrics here")
+    p.set_defaults(func=run)
+
+
+def base_url(gateway: str) -> str:
+    url = gateway.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def read_key(key_file: Path | None) -> str:
+    if key_file is None and os.environ.get("LORAFLEET_API_KEY"):
+        return os.environ["LORAFLEET_API_KEY"].strip()
+    path = key_file or DEFAULT_KEY_FILE
+    try:
+        key = path.read_text().strip()
+    except OSError as exc:
+        raise ValueError(f"cannot read the API key: {exc}") from exc
+    if not key:
+        raise ValueError(f"{path} is empty")
+    return key
+
+
+def write_atomically(path: Path, text: str) -> None:
+    # node_exporter may read at any moment: never let it see half a file.
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.rounds < 1 or args.interval < 0:
+        return fail("--rounds must be >= 1 and --interval >= 0", USAGE)
+    try:
+        found = markers_from_manifests(args.manifests) if args.manifests else {}
+        given = parse_marker_args(args.markers)
+        key = read_key(args.key_file)
+    except ValueError as exc:
+        return fail(exc, USAGE)
+    known = found | given
+    aliases = args.aliases or sorted(known)
+    if not aliases:
+        return fail("no aliases: pass --aliases, --markers or --manifests", USAGE)
+    markers: dict[str, str | None] = {a: known.get(a) for a in aliases}
+    tallies = asyncio.run(
+        probe(
+            base_url=base_url(args.gateway),
+            api_key=key,
+            markers=markers,
+            interval_s=args.interval,
+            rounds=args.rounds,
+            duration_s=float("inf"),
+            max_tokens=args.max_tokens,
+            timeout_s=args.timeout,
+        )
+    )
+    code = verdict(tallies, args.max_error_rate)
+    print()
+    print(format_report(tallies))
+    probes = sum(t.probes for t in tallies.values())
+    misses = sum(t.misses for t in tallies.values())
+    errors = sum(t.errors for t in tallies.values())
+    print(
+        f"{'OK' if code == 0 else 'FAIL'}: {probes} probes over {len(tallies)} aliases, "
+        f"{misses} wrong or missing markers, {errors} errors"
+    )
+    if args.textfile is not None:
+        write_atomically(args.textfile, prometheus_textfile(tallies, code, time.time()))
+    return code
