@@ -35,6 +35,7 @@ from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import (
     TEST_CACHE,
+    TEST_INTERNAL_TOKEN,
     S3Server,
     VllmServer,
     session_agent_settings,
@@ -134,7 +135,10 @@ def isolation_fleet(
         ]
         m.write(folder, "replicas.yaml", [{"replicas": replicas}])
         gs = GatewaySettings(
-            manifests_dir=folder, poll_interval_s=2.0, catalog_reload_interval_s=0.1
+            manifests_dir=folder,
+            poll_interval_s=2.0,
+            replica_token=TEST_INTERNAL_TOKEN,
+            catalog_reload_interval_s=0.1,
         )
         gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
         server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
