@@ -37,6 +37,12 @@ def _parse(url: str, resp: httpx.Response) -> ReplicaState:
         raise StateUnavailable(url, f"not a replica state: {exc.error_count()} errors") from exc
 
 
+# A GET is safe to repeat. A pooled keep-alive connection the replica's server closed just as
+# the request went out (a poll interval close to uvicorn's 5 s keep-alive) fails with
+# "server disconnected without sending a response": one retry on a fresh connection.
+_STALE_CONNECTION = httpx.RemoteProtocolError
+
+
 def _unavailable(url: str, exc: httpx.HTTPError) -> StateUnavailable:
     return StateUnavailable(url, repr(exc), timed_out=isinstance(exc, httpx.TimeoutException))
 
@@ -47,7 +53,10 @@ async def fetch_state(
     """The replica's state now, within the client's timeouts; raises StateUnavailable."""
     url = state_url(internal_url, replica_id)
     try:
-        resp = await client.get(url)
+        try:
+            resp = await client.get(url)
+        except _STALE_CONNECTION:
+            resp = await client.get(url)
     except httpx.HTTPError as exc:
         raise _unavailable(url, exc) from exc
     return _parse(url, resp)
@@ -57,7 +66,10 @@ def fetch_state_sync(client: httpx.Client, internal_url: str, replica_id: str) -
     """As `fetch_state`, for synchronous callers (the CLI)."""
     url = state_url(internal_url, replica_id)
     try:
-        resp = client.get(url)
+        try:
+            resp = client.get(url)
+        except _STALE_CONNECTION:
+            resp = client.get(url)
     except httpx.HTTPError as exc:
         raise _unavailable(url, exc) from exc
     return _parse(url, resp)
