@@ -17,6 +17,8 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from lorafleet_core.secret_file import SecretFile
+
 
 class MissingCredential(RuntimeError):
     """The agent was configured without a token and without explicitly allowing that."""
@@ -32,23 +34,14 @@ class InternalAuth:
                 "(or LORAFLEET_AGENT_ALLOW_UNAUTHENTICATED_INTERNAL=true for a throwaway test)"
             )
         self._fixed = _digest(token.get_secret_value()) if token is not None else None
-        self._file = token_file
-        self._file_state: tuple[float, bytes | None] = (-1.0, None)
+        self._file = SecretFile(token_file, _digest) if token_file is not None else None
         self.required = token is not None or token_file is not None
 
     def _expected(self) -> bytes | None:
         if self._fixed is not None:
             return self._fixed
-        if self._file is None:
-            return None
-        try:
-            mtime = self._file.stat().st_mtime
-            if mtime != self._file_state[0]:
-                value = self._file.read_text().strip()
-                self._file_state = (mtime, _digest(value) if value else None)
-        except OSError:
-            self._file_state = (-1.0, None)  # unreadable: refuse everything until it is back
-        return self._file_state[1]
+        # An unreadable file refuses everything until it is back.
+        return self._file.current() if self._file is not None else None
 
     def allows(self, authorization: str | None) -> bool:
         """True when `authorization` is `Bearer <the token>` (or no credential is required)."""

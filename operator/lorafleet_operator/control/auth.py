@@ -20,6 +20,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from lorafleet_core.secret_file import SecretFile
+
 log = logging.getLogger(__name__)
 
 REVIEW_CACHE_S = 60.0
@@ -41,8 +43,9 @@ class ControlAuth:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fixed = bytes.fromhex(token_sha256) if token_sha256 else None
-        self._file = token_sha256_file
-        self._file_state: tuple[float, bytes | None] = (-1.0, None)
+        self._file = (
+            SecretFile(token_sha256_file, bytes.fromhex) if token_sha256_file is not None else None
+        )
         self._accounts = service_accounts
         self._api = api
         self._clock = clock
@@ -51,16 +54,8 @@ class ControlAuth:
     def _expected(self) -> bytes | None:
         if self._fixed is not None:
             return self._fixed
-        if self._file is None:
-            return None
-        try:
-            mtime = self._file.stat().st_mtime
-            if mtime != self._file_state[0]:
-                text = self._file.read_text().strip()
-                self._file_state = (mtime, bytes.fromhex(text) if text else None)
-        except (OSError, ValueError):
-            self._file_state = (-1.0, None)  # unreadable: refuse admin tokens until it is back
-        return self._file_state[1]
+        # An unreadable file refuses admin tokens until it is back.
+        return self._file.current() if self._file is not None else None
 
     async def allows(self, authorization: str | None) -> bool:
         scheme, _, offered = (authorization or "").partition(" ")
