@@ -106,9 +106,12 @@ def standalone_metrics_url(state_dir: Path) -> str | None:
 
 
 def table_rows(rows: Rows) -> list[dict[str, Any]]:
-    """Rows sorted by tenant and adapter, whole numbers, with a total."""
+    """Rows sorted by tenant and adapter, whole numbers, with a total. Pairs that served
+    nothing are left out: the gateway exports every servable pair at 0 (usage.py)."""
     out = []
     for (tenant, adapter), figures in sorted(rows.items()):
+        if not any(figures.values()):
+            continue
         row: dict[str, Any] = {"tenant": tenant, "adapter": adapter}
         for column in METRICS:
             row[column] = round(figures.get(column, 0.0))

@@ -6,13 +6,13 @@ on). The gateway computes it once per request and passes it to the agent in the
 `HEADER_TOKENS_ESTIMATE` header (lorafleet_core.names), so both count the same number; the
 agent falls back to this module only for a request that comes without it.
 
-The rule: the characters of the prompt's text (message contents or the completion prompt; a
-token id counts as one token) divided by `CHARS_PER_TOKEN`, plus one, plus the request's
-`max_completion_tokens` / `max_tokens`, or `DEFAULT_MAX_TOKENS` when it sets neither, once per
-choice (`n`): the engine reads the prompt once and generates every choice, which is how its
-`usage` counts them too. Without
-the model's tokenizer ~4 characters a token is the usual figure for English text with a BPE
-tokenizer; the gateway reconciles its limiter with the real usage when the answer ends.
+The rule: the characters of the prompt's text (message contents, the completion prompt, or a
+Responses request's instructions and input; a token id counts as one token) divided by
+`CHARS_PER_TOKEN`, plus one, plus the request's `max_completion_tokens` / `max_tokens` /
+`max_output_tokens`, or `DEFAULT_MAX_TOKENS` when it sets none, once per choice (`n`): the
+engine reads the prompt once and generates every choice, which is how its `usage` counts them
+too. Without the model's tokenizer ~4 characters a token is the usual figure for English text
+with a BPE tokenizer; the gateway reconciles its limiter with the real usage when the answer ends.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from typing import Any, Final
 
 CHARS_PER_TOKEN: Final = 4
 DEFAULT_MAX_TOKENS: Final = 256  # assumed output length when a request sets no max_tokens
+# The parameters that bound a request's output, by endpoint: chat and completions take the
+# first two, the Responses API the third.
+MAX_TOKENS_PARAMS: Final = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
 def text_chars(value: Any) -> int:
@@ -41,11 +44,32 @@ def text_chars(value: Any) -> int:
     return 0
 
 
+def input_chars(value: Any) -> int:
+    """Characters of a Responses API `input`: a string, or a list of items (messages whose
+    `content` is a string or content parts; tool calls' `arguments` and tool results' `output`
+    are read by the engine too)."""
+    if not isinstance(value, list):
+        return text_chars(value)
+    total = 0
+    for item in value:
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += text_chars(item.get("content"))
+            for key in ("text", "arguments", "output"):
+                if isinstance(item.get(key), str):
+                    total += len(item[key])
+    return total
+
+
 def prompt_chars(body: dict[str, Any]) -> int:
-    """Characters of prompt text in a chat (`messages`) or completion (`prompt`) body."""
+    """Characters of prompt text in a chat (`messages`), completion (`prompt`) or Responses
+    (`instructions` + `input`) body."""
     messages = body.get("messages")
     if isinstance(messages, list):
         return sum(text_chars(m.get("content")) for m in messages if isinstance(m, dict))
+    if "input" in body:
+        return text_chars(body.get("instructions")) + input_chars(body["input"])
     return text_chars(body.get("prompt"))
 
 
@@ -55,8 +79,9 @@ def prompt_tokens(chars: int) -> int:
 
 
 def max_tokens(body: dict[str, Any], default: int = DEFAULT_MAX_TOKENS) -> int:
-    """The output tokens a request may generate: max_completion_tokens, max_tokens or default."""
-    for key in ("max_completion_tokens", "max_tokens"):
+    """The output tokens a request may generate: max_completion_tokens, max_tokens (chat,
+    completions), max_output_tokens (Responses API) or the default."""
+    for key in MAX_TOKENS_PARAMS:
         value = body.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value

@@ -9,7 +9,7 @@ to the end even when the alias changes mid-flight, and the next request sees the
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from lorafleet_core.apikeys import KeyIndex, TenantKeys
@@ -62,6 +62,11 @@ class CatalogSnapshot:
     def owner_count(self, adapter_id: str) -> int:
         return self.owner_counts.get(adapter_id) or self.owners_per_adapter
 
+    def served_pairs(self) -> Iterator[tuple[str, str]]:
+        """(tenant, adapter id) of every alias: the label pairs usage can be metered under."""
+        for target in self.aliases.values():
+            yield target.tenant, target.adapter_id
+
 
 class CatalogHolder:
     """Holds the current snapshot; readers take `.current` once per request."""
@@ -69,6 +74,13 @@ class CatalogHolder:
     def __init__(self, snapshot: CatalogSnapshot | None = None) -> None:
         self._snapshot = snapshot or CatalogSnapshot()
         self.loaded = snapshot is not None
+        # Called with every new snapshot (and the current one when added): cheap, no I/O.
+        self._listeners: list[Callable[[CatalogSnapshot], None]] = []
+
+    def subscribe(self, listener: Callable[[CatalogSnapshot], None]) -> None:
+        self._listeners.append(listener)
+        if self.loaded:
+            listener(self._snapshot)
 
     @property
     def current(self) -> CatalogSnapshot:
@@ -78,6 +90,8 @@ class CatalogHolder:
         # A single reference assignment: atomic for every reader on the event loop.
         self._snapshot = snapshot
         self.loaded = True
+        for listener in self._listeners:
+            listener(snapshot)
 
 
 class CatalogSource(abc.ABC):

@@ -85,6 +85,7 @@ OPENAPI: dict[str, Any] = {
             "post": _completion_op("Chat completion", "ChatCompletionRequest")
         },
         "/v1/completions": {"post": _completion_op("Text completion", "CompletionRequest")},
+        "/v1/responses": {"post": _completion_op("Response (Responses API)", "ResponsesRequest")},
         "/v1/models": {
             "get": {
                 "summary": "The caller's models",
@@ -127,6 +128,26 @@ OPENAPI: dict[str, Any] = {
                         "minItems": 1,
                         "maxItems": 256,
                         "items": _MESSAGE,
+                    },
+                },
+            },
+            "ResponsesRequest": {
+                "type": "object",
+                "required": ["model", "input"],
+                "properties": {
+                    "model": _COMMON["model"],
+                    "stream": _COMMON["stream"],
+                    "temperature": _COMMON["temperature"],
+                    "top_p": _COMMON["top_p"],
+                    "user": _COMMON["user"],
+                    "max_output_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
+                    "instructions": {"type": "string"},
+                    "store": {"type": "boolean"},
+                    "input": {
+                        "oneOf": [
+                            {"type": "string", "minLength": 1},
+                            {"type": "array", "minItems": 1, "maxItems": 256, "items": _MESSAGE},
+                        ]
                     },
                 },
             },

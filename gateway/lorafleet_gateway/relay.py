@@ -1,8 +1,9 @@
 """Relaying an opened upstream stream to the client, event by event.
 
 Upstream bytes arrive in arbitrary pieces; the shared SSE framer (lorafleet_core.sse) cuts them
-on event boundaries so the usage event can be read (rate-limit reconciliation, token metrics)
-and dropped when the client did not ask for it. Everything else passes through unchanged
+on event boundaries and lorafleet_core.openai_stream reads each (chat/completions chunks and
+Responses API events alike), so the usage event can be read (rate-limit reconciliation, token
+metrics) and dropped when the client did not ask for it. Everything else passes through unchanged
 (line endings normalised to LF). The relay only moves bytes and records what it saw in a
 `RelayResult`; the request handler (lorafleet_gateway.routes) does the bookkeeping once the
 response has ended.
@@ -19,7 +20,14 @@ from typing import Any
 
 import httpx
 
-from lorafleet_core.sse import SseFramer, event_json
+from lorafleet_core.openai_stream import (
+    ends_stream,
+    event_usage,
+    is_content_event,
+    is_usage_only,
+    usage_of,
+)
+from lorafleet_core.sse import SseFramer
 from lorafleet_gateway.errors import sse_error_event
 from lorafleet_gateway.replica_errors import drop_connection
 from lorafleet_gateway.upstream import Opened
@@ -36,45 +44,18 @@ class RelayResult:
     content_events: int = 0  # events relayed that carry generated text (usage.py)
 
 
-def parse_usage(event: bytes) -> dict[str, Any] | None:
-    """The `usage` object of an SSE data event, when it carries one."""
-    if b'"usage":{' not in event and b'"usage": {' not in event:
-        return None  # fast path: most events carry no usage (or `"usage": null`)
-    data = event_json(event)
-    usage = data.get("usage") if data is not None else None
-    return usage if isinstance(usage, dict) else None
-
-
 def json_usage(body: bytes) -> dict[str, Any] | None:
-    """The `usage` object of a non-stream answer."""
+    """The `usage` object of a non-stream answer (any endpoint: lorafleet_core.openai_stream)."""
     try:
-        usage = json.loads(body).get("usage")
-    except (ValueError, AttributeError):
+        obj = json.loads(body)
+    except ValueError:
         return None
-    return usage if isinstance(usage, dict) else None
-
-
-def _is_usage_only(event: bytes) -> bool:
-    # The final usage chunk has an empty choices list.
-    return b'"choices":[]' in event or b'"choices": []' in event
-
-
-_EMPTY_TEXT = (b'"content":""', b'"content": ""', b'"text":""', b'"text": ""')
+    return usage_of(obj) if isinstance(obj, dict) else None
 
 
 def count_content_events(events: list[bytes]) -> int:
-    """Events that carry generated text: a choice whose content or text is not empty.
-
-    Byte checks, not a JSON parse per event (this runs on every event of every stream): a
-    data event with a choice, not the usage-only one, not an empty role/finish chunk.
-    """
-    n = 0
-    for event in events:
-        if b'"choices"' not in event or _is_usage_only(event):
-            continue
-        if not any(empty in event for empty in _EMPTY_TEXT):
-            n += 1
-    return n
+    """Events that carry generated text (lorafleet_core.openai_stream.is_content_event)."""
+    return sum(1 for event in events if is_content_event(event))
 
 
 def _select(events: list[bytes], include_usage: bool, result: RelayResult) -> bytes:
@@ -87,36 +68,36 @@ def _select(events: list[bytes], include_usage: bool, result: RelayResult) -> by
         return out
     kept = []
     for event in events:
-        usage = parse_usage(event)
+        usage = event_usage(event)
         if usage is not None:
             result.usage = usage
-            if not include_usage and _is_usage_only(event):
+            if not include_usage and is_usage_only(event):
                 continue
         kept.append(event)
     return b"".join(kept)
 
 
 class _BadStream(Exception):
-    """The replica's stream is not well-formed SSE, or ended before `data: [DONE]`."""
+    """The replica's stream is not well-formed SSE, or ended before its last event."""
 
 
 def _checked(events: list[bytes], done: bool) -> tuple[list[bytes], bool]:
-    """`events` if a client can parse every one, and whether `[DONE]` has been seen; else
-    _BadStream. Each must be UTF-8 and each line a `data:` line holding a JSON object or
-    `[DONE]`, or a comment: a cheap shape check, not a JSON parse per event."""
+    """`events` if a client can parse every one, and whether the stream's last event
+    (`[DONE]`, or a terminal Responses event) has been seen; else _BadStream. Each must be
+    UTF-8 and each line a `data:` line holding a JSON object or `[DONE]`, an `event:` name
+    (Responses API) or a comment: a cheap shape check, not a JSON parse per event."""
     for event in events:
         try:
             event.decode()
         except UnicodeDecodeError:
             raise _BadStream("not UTF-8") from None
         for line in event.split(b"\n"):
-            if not line or line.startswith(b":"):
+            if not line or line.startswith((b":", b"event:")):
                 continue
             payload = line[5:].strip() if line.startswith(b"data:") else b""
-            if payload == b"[DONE]":
-                done = True
-            elif not (payload.startswith(b"{") and payload.endswith(b"}")):
+            if payload != b"[DONE]" and not (payload.startswith(b"{") and payload.endswith(b"}")):
                 raise _BadStream("malformed event")
+        done = done or ends_stream(event)
     return events, done
 
 
@@ -149,7 +130,7 @@ async def relay_stream(
             done = True
             yield rest
         if not done:
-            raise _BadStream("stream ended without [DONE]")
+            raise _BadStream("stream ended before its last event")
         result.completed = True
     except (httpx.HTTPError, _BadStream) as exc:
         # Bytes already reached the client: the status line is sent, so the error goes in-band.

@@ -20,6 +20,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
+from lorafleet_core.openai_stream import usage_tokens
 from lorafleet_core.request_ids import RequestIdMiddleware
 from lorafleet_gateway.auth import authenticate
 from lorafleet_gateway.catalog import CatalogSnapshot
@@ -32,7 +33,6 @@ from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.router import plan_route
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.upstream import Opened
-from lorafleet_gateway.usage import usage_tokens
 from lorafleet_gateway.validation import CompletionRequest, parse_request
 
 _log = logging.getLogger("lorafleet.gateway")
@@ -208,8 +208,7 @@ class CompletionEndpoint:
     def _charge(self, held: Reservation, usage: dict[str, Any] | None, out: _Outcome) -> None:
         if usage is None:
             return  # usage unknown (error or aborted stream): the estimate stays charged
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion = int(usage.get("completion_tokens") or 0)
+        prompt, completion = usage_tokens(usage)
         out.log.update(prompt_tokens=prompt, completion_tokens=completion)
         held.used(prompt + completion)
         self.gw.metrics.child(self.gw.metrics.tokens, "prompt").inc(prompt)
@@ -284,15 +283,15 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         data = [_model_card(m, tenant.tenant) for m in snap.models_of(tenant.tenant)]
         return JSONResponse({"object": "list", "data": data})
 
-    async def responses_api(request: Request) -> Response:
-        # Not served yet: a clear 4xx naming what is, rather than the generic unknown URL (and
-        # never a 5xx, which the official client would retry).
+    async def stored_response(request: Request) -> Response:
+        # Retrieving, cancelling or deleting a stored response: nothing is ever stored (the
+        # next request may go to another replica), so say so rather than a bare 404.
         _auth(gw.holder.current, request)
         raise APIError(
             404,
-            "The Responses API (/v1/responses) is not served by this gateway; use "
-            "/v1/chat/completions (streaming and non-streaming) or /v1/completions.",
-            code="unsupported_endpoint",
+            "Responses are not stored by this gateway (store is ignored), so they cannot be "
+            "retrieved, cancelled or deleted: keep the output of POST /v1/responses.",
+            code="response_not_stored",
         )
 
     async def get_model(request: Request) -> Response:
@@ -310,7 +309,8 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
             Route("/v1/chat/completions", CompletionEndpoint(gw, "chat"), methods=["POST"]),
             Route("/v1/completions", CompletionEndpoint(gw, "completion"), methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
-            Route("/v1/responses", responses_api, methods=["POST"]),
+            Route("/v1/responses", CompletionEndpoint(gw, "responses"), methods=["POST"]),
+            Route("/v1/responses/{rest:path}", stored_response, methods=["GET", "POST", "DELETE"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),
             *probe_routes(gw),
         ],

@@ -88,6 +88,7 @@ class Gateway:
         self.holder = source.holder if source is not None else CatalogHolder()
         self.source = source or source_from_settings(settings, self.holder)
         self.metrics = GatewayMetrics(settings.tenant_window_s)
+        self.holder.subscribe(lambda snap: self.metrics.usage.prime(snap.served_pairs()))
         self.limiter, self._close_limiter = limiter_from_settings(settings, self.metrics)
         self.thresholds = Thresholds(settings.max_tokens_in_flight, settings.max_queue_depth)
         self.bounds = Bounds(

@@ -36,7 +36,11 @@ from lorafleet_gateway.validation import CompletionRequest
 
 log = logging.getLogger("lorafleet.gateway.upstream")
 
-PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
+PATHS = {
+    "chat": "/v1/chat/completions",
+    "completion": "/v1/completions",
+    "responses": "/v1/responses",
+}
 _RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
 
 
@@ -70,11 +74,15 @@ def upstream_body(req: CompletionRequest, adapter_id: str) -> bytes:
     """The body sent to the replica: the model becomes the immutable adapter id.
 
     Streams always ask for usage so the rate limiter can reconcile with real token counts;
-    the usage event is stripped again when the client did not ask for it.
+    the usage event is stripped again when the client did not ask for it. (A Responses stream
+    always ends with its usage.) A Responses request is never stored on the replica: the next
+    request may go to another one (validation refuses what would need it).
     """
     body = dict(req.body)
     body["model"] = adapter_id
-    if req.stream:
+    if req.kind == "responses":
+        body["store"] = False
+    elif req.stream:
         options = dict(body.get("stream_options") or {})
         options["include_usage"] = True
         body["stream_options"] = options

@@ -15,11 +15,13 @@ request text, so the series are bounded by the catalog: at most one per adapter.
 A stream that ends without its usage event (the client left, the replica failed mid-stream)
 is counted by what was sent: the prompt by the shared estimate (lorafleet_core.tokens: the
 engine had read it), completions as one token per content chunk relayed (vLLM sends one chunk
-per generated token per choice; `relay.count_content_events`).
+per generated token per choice; lorafleet_core.openai_stream.is_content_event). The Responses
+API's `input_tokens`/`output_tokens` count as prompt/completion (openai_stream.usage_tokens).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -55,7 +57,15 @@ class UsageMeter:
         # (tenant, adapter) -> the three label children: a label lookup costs more than .inc()
         self._children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
 
-    def record(self, tenant: str, adapter: str, prompt: int, completion: int) -> None:
+    def prime(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Export a 0 for every (tenant, adapter) a request may be metered under, before its
+        first request: `increase()` takes a series' first sample as its baseline, so a series
+        born at 1 would lose that first request from every bill. Called with each catalog
+        snapshot; series are never removed (a pair left the catalog keeps its total)."""
+        for tenant, adapter in pairs:
+            self._series(tenant, adapter)
+
+    def _series(self, tenant: str, adapter: str) -> tuple[Any, Any, Any]:
         key = (tenant, adapter)
         found = self._children.get(key)
         if found is None:
@@ -64,18 +74,10 @@ class UsageMeter:
                 self.prompt.labels(tenant, adapter),
                 self.completion.labels(tenant, adapter),
             )
-        requests, prompt_c, completion_c = found
+        return found
+
+    def record(self, tenant: str, adapter: str, prompt: int, completion: int) -> None:
+        requests, prompt_c, completion_c = self._series(tenant, adapter)
         requests.inc()
         prompt_c.inc(max(prompt, 0))
         completion_c.inc(max(completion, 0))
-
-
-def usage_tokens(usage: dict[str, Any]) -> tuple[int, int]:
-    """(prompt, completion) tokens of an OpenAI `usage` object (missing figures count 0)."""
-    return _count(usage.get("prompt_tokens")), _count(usage.get("completion_tokens"))
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    return max(int(value), 0)

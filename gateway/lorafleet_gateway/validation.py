@@ -1,7 +1,8 @@
 """Request validation: what the gateway must check before it spends anything on a request.
 
 Only the fields the gateway relies on are checked strictly (model, stream, stream_options,
-max_tokens, n, best_of, messages/prompt shape and size); everything else is passed to the
+max_tokens / max_output_tokens, n, best_of, messages/prompt/input shape and size, and what the
+Responses API would need stored state or server-side tools for); everything else is passed to the
 engine, which validates it and answers 400 in the same OpenAI format. Parsing is plain
 `json.loads` on purpose: a pydantic model per request would cost more than the rest of the
 gateway's logic.
@@ -22,7 +23,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lorafleet_core.tokens import DEFAULT_MAX_TOKENS, prompt_tokens, text_chars
+from lorafleet_core.tokens import (
+    DEFAULT_MAX_TOKENS,
+    input_chars,
+    prompt_tokens,
+    text_chars,
+)
 from lorafleet_gateway.errors import APIError
 
 
@@ -39,7 +45,7 @@ class Bounds:
 
 @dataclass(slots=True)
 class CompletionRequest:
-    kind: str  # "chat" | "completion"
+    kind: str  # "chat" | "completion" | "responses"
     body: dict[str, Any]
     model: str
     stream: bool
@@ -94,6 +100,65 @@ def _check_prompt(prompt: Any) -> int:
     raise _bad(
         "'prompt' must be a string, an array of one string or an array of token ids.", "prompt"
     )
+
+
+# Responses API parameters that need state a replica does not keep: responses are not stored
+# (a stored response would live on one replica of many, and vLLM keeps it in memory only).
+_STATEFUL = {
+    "previous_response_id": "Stored responses are not supported: send the whole conversation in "
+    "'input' (responses are not stored; 'store' is accepted and ignored).",
+    "conversation": "Stored conversations are not supported: send the whole conversation in "
+    "'input'.",
+    "prompt": "Stored prompt templates are not supported: send 'instructions' and 'input'.",
+}
+
+
+def _check_responses(body: dict[str, Any], bounds: Bounds) -> int:
+    """Characters of a Responses request's prompt; refuses what a stateless, tool-less replica
+    cannot serve. Only `function` tools: the client runs them. A server-side tool (web search,
+    MCP, code interpreter...) would make the replica reach out to a URL or a sandbox."""
+    for param, message in _STATEFUL.items():
+        if body.get(param) is not None:
+            raise _bad(message, param, "unsupported_parameter")
+    if body.get("background"):
+        raise _bad(
+            "Background responses are not supported (they need a stored response): stream instead.",
+            "background",
+            "unsupported_parameter",
+        )
+    if body.get("n") not in (None, 1):
+        raise _bad("The Responses API generates one output: 'n' is not supported.", "n")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise _bad("'tools' must be an array.", "tools")
+        for i, tool in enumerate(tools):
+            if not isinstance(tool, dict) or tool.get("type") != "function":
+                raise _bad(
+                    f"'tools[{i}]': only tools of type 'function' are supported (your code runs "
+                    "them); tools run by the server are not.",
+                    "tools",
+                    "unsupported_parameter",
+                )
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise _bad("'instructions' must be a string.", "instructions")
+    value = body.get("input")
+    if isinstance(value, str):
+        if not value:
+            raise _bad("'input' must not be empty.", "input")
+    elif isinstance(value, list) and value:
+        if len(value) > bounds.max_messages:
+            raise _bad(f"'input' has more than {bounds.max_messages} items.", "input")
+        if not all(isinstance(item, dict) for item in value):
+            raise _bad("'input' items must be objects.", "input")
+    else:
+        raise _bad(
+            "'input' must be a string or a non-empty array of items.",
+            "input",
+            "missing_required_parameter" if value is None else None,
+        )
+    return text_chars(instructions) + input_chars(value)
 
 
 class _NonFinite(ValueError):
@@ -226,7 +291,10 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
 
     max_tokens = bounds.default_max_tokens
     max_tokens_param = None
-    for param in ("max_tokens", "max_completion_tokens"):
+    # The output bound each endpoint reads (the later one wins, as in vLLM).
+    chat = ("max_tokens", "max_completion_tokens")
+    params = ("max_output_tokens",) if kind == "responses" else chat
+    for param in params:
         value = body.get(param)
         if value is None:
             continue
@@ -248,6 +316,8 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
 
     if kind == "chat":
         chars = _check_messages(body.get("messages"), bounds)
+    elif kind == "responses":
+        chars = _check_responses(body, bounds)
     else:
         chars = _check_prompt(body.get("prompt"))
     return CompletionRequest(

@@ -37,6 +37,7 @@ from lorafleet_core.names import (
     HEADER_TOKENS_ESTIMATE,
 )
 from lorafleet_core.openai_errors import error_body
+from lorafleet_core.openai_stream import usage_of, usage_tokens
 from lorafleet_core.tiers import parse_tier
 
 log = logging.getLogger("lorafleet.agent.requests")
@@ -161,6 +162,10 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
     async def completions(request: Request) -> Response:
         return await proxy(request, "/v1/completions")
 
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await proxy(request, "/v1/responses")
+
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
@@ -184,7 +189,9 @@ async def _relay(
 
 def _count_json_usage(stats: RequestStats, adapter_id: str, content: bytes) -> None:
     try:
-        usage = json.loads(content).get("usage") or {}
-        stats.count_tokens(adapter_id, int(usage.get("completion_tokens") or 0))
-    except (ValueError, AttributeError, TypeError):
-        pass
+        obj = json.loads(content)
+    except ValueError:
+        return
+    usage = usage_of(obj) if isinstance(obj, dict) else None
+    if usage is not None:
+        stats.count_tokens(adapter_id, usage_tokens(usage)[1])

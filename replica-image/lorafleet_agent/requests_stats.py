@@ -6,8 +6,9 @@ from collections import defaultdict
 from typing import Any
 
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
+from lorafleet_core.openai_stream import event_usage, is_content_event, usage_tokens
 from lorafleet_core.replica_state import AdapterActivity
-from lorafleet_core.sse import SseFramer, event_json
+from lorafleet_core.sse import SseFramer
 from lorafleet_core.tiers import Tier
 from lorafleet_core.tokens import estimate, parse_header
 
@@ -88,11 +89,9 @@ class RequestStats:
 
 
 class SseTokenCounter:
-    """Counts generated tokens in an OpenAI SSE stream as chunks pass through.
-
-    vLLM sends one chunk per generated token; a final usage chunk (stream_options
-    include_usage) gives the exact count and then wins.
-    """
+    """Counts generated tokens in an OpenAI stream (chat, completions or Responses) as chunks
+    pass through: one per content event (lorafleet_core.openai_stream), until the usage the
+    stream ends with gives the exact count and wins."""
 
     def __init__(self) -> None:
         self._framer = SseFramer()
@@ -103,17 +102,12 @@ class SseTokenCounter:
         """Consume bytes; returns tokens newly counted."""
         new = 0
         for event in self._framer.feed(data):
-            obj = event_json(event)
-            if obj is None:
-                continue
-            usage = obj.get("usage") or {}
-            if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                self.usage = int(usage["completion_tokens"])
-            for choice in obj.get("choices") or []:
-                delta = choice.get("delta") or {}
-                if choice.get("text") or delta.get("content"):
-                    self.chunks += 1
-                    new += 1
+            usage = event_usage(event)
+            if usage is not None:
+                self.usage = usage_tokens(usage)[1]
+            if is_content_event(event):
+                self.chunks += 1
+                new += 1
         return new
 
     @property

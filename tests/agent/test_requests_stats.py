@@ -68,3 +68,23 @@ def test_adapter_activity_counts_requests_gpu_hits_and_tokens_per_adapter():
     # It travels in the state contract and parses back.
     state = ReplicaState(replica_id="r", adapters=got)
     assert ReplicaState.model_validate_json(state.model_dump_json()).adapters == got
+
+
+def _named(kind: str, **data) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def test_counts_a_responses_stream_by_deltas_until_its_usage_wins():
+    stream = (
+        _named("response.created", response={"usage": None})
+        + _named("response.output_text.delta", delta="ZE")
+        + _named("response.output_text.delta", delta="BRA")
+        + _named("response.function_call_arguments.delta", delta="{}")
+        + _named("response.output_text.done", text="ZEBRA")
+    )
+    c = SseTokenCounter()
+    assert sum(c.feed(stream[i : i + 5]) for i in range(0, len(stream), 5)) == 3
+    c.feed(
+        _named("response.completed", response={"usage": {"input_tokens": 3, "output_tokens": 9}})
+    )
+    assert c.total == 9

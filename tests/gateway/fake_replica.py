@@ -69,6 +69,10 @@ class FakeReplica:
         async def completions(request: Request) -> Response:
             return await self._complete(request, chat=False)
 
+        @app.post("/v1/responses")
+        async def responses(request: Request) -> Response:
+            return await self._respond(request)
+
         @app.get("/internal/replicas/{rid}/state")
         async def state(rid: str) -> Response:
             self.state_polls += 1
@@ -171,6 +175,67 @@ class FakeReplica:
             media_type="text/event-stream",
             headers=headers,
         )
+
+    async def _respond(self, request: Request) -> Response:
+        """The Responses API, as vLLM answers it: named events, usage in the last one."""
+        body = await request.json()
+        self.requests.append(body)
+        self.request_headers.append(dict(request.headers))
+        adapter = body["model"]
+        if adapter not in self.registered:
+            return JSONResponse(
+                error_body(404, f"adapter {adapter} not registered", code="adapter_not_registered"),
+                status_code=404,
+            )
+        headers = {"x-adapter-id": adapter, "x-adapter-tier": self._tier(adapter, None)}
+        pieces = self._text(adapter)
+        usage = {"input_tokens": 7, "output_tokens": len(pieces), "total_tokens": 7 + len(pieces)}
+        message = {
+            "type": "message",
+            "id": "msg_1",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "".join(pieces), "annotations": []}],
+        }
+        done = {
+            "id": "resp_1",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": adapter,
+            "status": "completed",
+            "output": [message],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": usage,
+        }
+        if not body.get("stream"):
+            return JSONResponse(done, headers=headers)
+        if self.raw_stream is not None:
+            return StreamingResponse(
+                _chunks(self.raw_stream), media_type="text/event-stream", headers=headers
+            )
+
+        def event(kind: str, **data: Any) -> bytes:
+            payload = json.dumps({"type": kind, **data}, separators=(",", ":"))
+            return f"event: {kind}\ndata: {payload}\n\n".encode()
+
+        created = {**done, "status": "in_progress", "output": [], "usage": None}
+        events = [event("response.created", response=created, sequence_number=0)]
+        for i, piece in enumerate(pieces):
+            events.append(
+                event(
+                    "response.output_text.delta",
+                    item_id="msg_1",
+                    output_index=0,
+                    content_index=0,
+                    delta=piece,
+                    logprobs=[],
+                    sequence_number=i + 1,
+                )
+            )
+        events.append(event("response.completed", response=done, sequence_number=len(pieces) + 1))
+        return StreamingResponse(_chunks(events), media_type="text/event-stream", headers=headers)
 
     async def _sse(
         self,

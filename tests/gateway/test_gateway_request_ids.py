@@ -111,17 +111,3 @@ def test_accept_request_id_keeps_safe_ids_only() -> None:
     assert accept_request_id(b"abc") == "abc"
     assert accept_request_id(None).startswith("req_")
     assert accept_request_id("a/b").startswith("req_")
-
-
-def test_the_responses_api_is_refused_clearly_with_a_request_id(env: GatewayEnv) -> None:
-    with pytest.raises(openai.NotFoundError) as caught:
-        env.client().responses.create(
-            model="acme/support:prod", input="hi", extra_headers={"x-request-id": "resp-1"}
-        )
-    assert caught.value.code == "unsupported_endpoint"
-    assert "/v1/chat/completions" in caught.value.message
-    assert caught.value.request_id == "resp-1"
-    with pytest.raises(openai.AuthenticationError):  # the same auth as every route first
-        openai.OpenAI(base_url=env.base_url, api_key="lf-wrong", max_retries=0).responses.create(
-            model="acme/support:prod", input="hi"
-        )

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
@@ -209,3 +210,153 @@ def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_age
     eventually(lambda: sum(gateway_count(t) for t in tiers) >= 6, what="six TTFT observations")
     for tier in ("remote", "disk", "ram", "gpu"):
         assert gateway_count(tier) == agent_count(tier) == tiers[tier], tier
+
+
+def _usage_sample(gw: Gateway, what: str, adapter_id: str) -> float:
+    value = gw.metrics.registry.get_sample_value(
+        f"lorafleet_gateway_usage_{what}_total", {"tenant": "acme", "adapter": adapter_id}
+    )
+    return value or 0.0
+
+
+def test_responses_api_streamed_and_not_through_gateway_agent_and_vllm(fleet):
+    base_url, records, _folder, gw = fleet
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+    zebra = records["zebra"].id
+    # Primed at 0 with the catalog, before any request: increase() over a billing window
+    # counts the first request too.
+    assert (
+        gw.metrics.registry.get_sample_value(
+            "lorafleet_gateway_usage_requests_total", {"tenant": "acme", "adapter": zebra}
+        )
+        == 0.0
+    )
+
+    raw = client.responses.with_raw_response.create(
+        model="acme/bot:prod",
+        input="Tell me about the weather today",
+        instructions="Answer briefly.",
+        max_output_tokens=12,
+        temperature=0,
+        store=True,  # accepted; nothing is stored (the next request may go elsewhere)
+        extra_headers={"x-request-id": "resp-42"},
+    )
+    answer = raw.parse()
+    assert raw.headers["x-adapter-id"] == zebra
+    assert raw.headers["x-request-id"] == "resp-42"
+    assert raw.headers["x-adapter-tier"] in {"remote", "disk", "ram", "gpu"}
+    assert MARKERS["zebra"] in answer.output_text
+    assert answer.usage is not None
+    assert answer.usage.output_tokens > 0
+    billed = [(answer.usage.input_tokens, answer.usage.output_tokens)]
+
+    events = list(
+        client.responses.create(
+            model="acme/bot:prod",
+            input=[{"role": "user", "content": "Tell me about the weather today"}],
+            max_output_tokens=12,
+            temperature=0,
+            stream=True,
+        )
+    )
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert MARKERS["zebra"] in text
+    assert events[-1].type == "response.completed"
+    usage = events[-1].response.usage
+    assert usage is not None
+    assert usage.output_tokens > 0
+    billed.append((usage.input_tokens, usage.output_tokens))
+
+    # The meter bills the engine's own figures, Responses vocabulary mapped to prompt/completion.
+    assert _usage_sample(gw, "requests", zebra) == 2
+    assert _usage_sample(gw, "prompt_tokens", zebra) == sum(p for p, _ in billed)
+    assert _usage_sample(gw, "completion_tokens", zebra) == sum(c for _, c in billed)
+
+    # What a stateless fleet cannot serve is refused up front, in OpenAI shape.
+    with pytest.raises(openai.BadRequestError) as stateful:
+        client.responses.create(
+            model="acme/bot:prod", input="and then?", previous_response_id=answer.id
+        )
+    assert (stateful.value.code, stateful.value.param) == (
+        "unsupported_parameter",
+        "previous_response_id",
+    )
+    with pytest.raises(openai.NotFoundError) as gone:
+        client.responses.retrieve(answer.id)
+    assert gone.value.code == "response_not_stored"
+
+
+def test_chat_parameters_reach_the_engine_unchanged(fleet):
+    """stop, seed, response_format and tools are the engine's business: passed through."""
+    base_url, _records, _folder, _gw = fleet
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+    ask: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say something"}]
+
+    free = client.chat.completions.create(
+        model="acme/bot:prod", messages=ask, max_tokens=12, temperature=0
+    )
+    text = free.choices[0].message.content or ""
+    assert MARKERS["zebra"] in text
+    stopped = client.chat.completions.create(
+        model="acme/bot:prod", messages=ask, max_tokens=12, temperature=0, stop=["-"]
+    )
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stopped.choices[0].message.content == text.split("-")[0]
+
+    def sampled(seed: int) -> str:
+        r = client.chat.completions.create(
+            model="acme/bot:prod", messages=ask, max_tokens=16, temperature=1.5, seed=seed
+        )
+        return r.choices[0].message.content or ""
+
+    assert sampled(7) == sampled(7)
+
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 8}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    shaped = client.chat.completions.create(
+        model="acme/bot:prod",
+        messages=ask,
+        max_tokens=40,
+        temperature=0,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "place", "schema": schema, "strict": True},
+        },
+    )
+    # The engine's grammar shaped the answer (unconstrained, this adapter says its marker;
+    # the tiny model pads the JSON with whitespace until max_tokens, so it is not parsed).
+    content = shaped.choices[0].message.content or ""
+    assert content.startswith('{"city"'), content[:40]
+    assert MARKERS["zebra"] not in content
+
+    tool: ChatCompletionFunctionToolParam = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "maxLength": 8}},
+                "required": ["city"],
+            },
+        },
+    }
+    # Tools reach the engine: with tool_choice "none" it accepts them and answers; a forced
+    # call needs the pool's engine started with a tool-call parser (model-specific), which
+    # the engine says itself, as the client's 400 (not a gateway refusal, not a 5xx).
+    listed = client.chat.completions.create(
+        model="acme/bot:prod", messages=ask, max_tokens=8, tools=[tool], tool_choice="none"
+    )
+    assert listed.choices[0].message.tool_calls in (None, [])
+    with pytest.raises(openai.BadRequestError) as forced:
+        client.chat.completions.create(
+            model="acme/bot:prod",
+            messages=ask,
+            max_tokens=8,
+            tools=[tool],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        )
+    assert "tool-call-parser" in forced.value.message

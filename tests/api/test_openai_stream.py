@@ -1,0 +1,63 @@
+"""The one reader of OpenAI stream events (gateway relay and agent counter): both formats."""
+
+from __future__ import annotations
+
+import json
+
+from lorafleet_core.openai_stream import (
+    ends_stream,
+    event_usage,
+    is_content_event,
+    usage_of,
+    usage_tokens,
+)
+
+
+def _data(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _named(kind: str, **data: object) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def test_content_events_of_both_formats():
+    assert is_content_event(_data({"choices": [{"delta": {"content": "a"}}]}))
+    assert is_content_event(_data({"choices": [{"text": "a"}]}))
+    assert not is_content_event(_data({"choices": [{"delta": {"content": ""}}]}))
+    assert not is_content_event(_data({"choices": [], "usage": {"completion_tokens": 1}}))
+    assert is_content_event(_named("response.output_text.delta", delta="a"))
+    assert is_content_event(_named("response.reasoning_text.delta", delta="a"))
+    assert not is_content_event(_named("response.output_text.done", text="abc"))
+    assert not is_content_event(_named("response.created", response={}))
+
+
+def test_the_end_of_both_formats():
+    assert ends_stream(b"data: [DONE]\n\n")
+    assert not ends_stream(_data({"choices": []}))
+    for kind in ("response.completed", "response.incomplete", "response.failed", "error"):
+        assert ends_stream(_named(kind, response={}))
+    assert not ends_stream(_named("response.in_progress", response={}))
+
+
+def test_usage_in_either_place_and_vocabulary():
+    chat = _data({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 4}})
+    done = _named("response.completed", response={"usage": {"input_tokens": 5, "output_tokens": 6}})
+    assert usage_tokens(event_usage(chat) or {}) == (3, 4)
+    assert usage_tokens(event_usage(done) or {}) == (5, 6)
+    assert event_usage(_data({"choices": [], "usage": None})) is None
+    assert usage_of({"output": [], "usage": {"input_tokens": 1, "output_tokens": 2}}) == {
+        "input_tokens": 1,
+        "output_tokens": 2,
+    }
+    # a replica's lenient JSON: NaN, strings, negatives, booleans count 0, never raise
+    assert usage_tokens({"prompt_tokens": float("nan"), "completion_tokens": "7"}) == (0, 0)
+    assert usage_tokens({"input_tokens": -3, "output_tokens": True}) == (0, 0)
+
+
+def test_role_only_and_finish_only_chunks_generate_nothing_tool_call_pieces_do():
+    assert not is_content_event(_data({"choices": [{"delta": {"role": "assistant"}}]}))
+    assert not is_content_event(_data({"choices": [{"delta": {}, "finish_reason": "stop"}]}))
+    call = {"index": 0, "function": {"arguments": '{"ci'}}
+    assert is_content_event(_data({"choices": [{"delta": {"content": "", "tool_calls": [call]}}]}))
+    assert is_content_event(_data({"choices": [{"delta": {"reasoning_content": "hm"}}]}))
