@@ -44,7 +44,12 @@ def register(sub: Any) -> None:
     p.add_argument("--trace", type=Path, default=None, help="trace CSV (default ../shared/traces)")
     p.add_argument("--poisson", action="store_true", help="Poisson arrivals, trace lengths")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--router", choices=ROUTERS, default="shipped")
+    p.add_argument(
+        "--router",
+        choices=ROUTERS,
+        default="affinity",
+        help="the gateway routing_policy to simulate (default affinity, as shipped)",
+    )
     p.add_argument("--replicas", type=int, default=None, help="replica count (default 26)")
     p.add_argument(
         "--set",

@@ -12,7 +12,7 @@ from lorafleet_gateway.edge_protocol import edge_protocol
 from lorafleet_gateway.reqlog import configure_logging
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.settings import GatewaySettings
+from lorafleet_gateway.settings import GatewaySettings, settings_from_env
 
 
 def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
@@ -52,7 +52,7 @@ async def serve(settings: GatewaySettings) -> None:
 
 
 def main() -> None:
-    settings = GatewaySettings()
+    settings = settings_from_env()
     configure_logging(settings.log_level)
     # uvloop when installed (as uvicorn.run would pick it): it roughly halves the event loop's
     # per-request cost, most of what a proxy spends.

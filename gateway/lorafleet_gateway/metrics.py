@@ -123,7 +123,8 @@ class GatewayMetrics:
         )
         self.routing = PromCounter(
             "lorafleet_gateway_routing",
-            "Routing outcomes: owner_resident, owner, spill, saturated, retry, load_on_demand",
+            "Routing outcomes: owner_resident, owner, spill, saturated, random, retry, "
+            "load_on_demand",
             ["outcome"],
             registry=r,
         )

@@ -24,10 +24,19 @@ before it shipped. The returned candidate list is also the retry order: the rest
 (least loaded first), then the other replicas (rendezvous order, or least loaded first with
 spill="least_loaded"), overloaded replicas last by load. Ties break in rendezvous order so
 every gateway makes the same choice from the same state.
+
+`policy` (the gateway's `routing_policy` setting) picks the rule set; the simulator's routing
+A/B runs the same three through this function:
+- `affinity` (default): all of the above;
+- `least_loaded`: the same without residency (rules 2 and 3 only; a spill goes to the first
+  non-overloaded replica in spill order, never to a GPU holder);
+- `random`: uniform over the healthy replicas, ignoring owners and load (a baseline for A/B
+  tests; the rest of the replicas, in snapshot order, are the retry order).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -54,12 +63,31 @@ def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:
     return max(local_now, polled + local_now - local_at_poll)
 
 
+POLICIES = ("affinity", "least_loaded", "random")
+SPILLS = ("rendezvous", "least_loaded")
+
+# Draws of the `random` policy when the caller passes no generator (the gateway): which replica
+# a baseline request lands on needs no secrecy, only uniformity.
+_RANDOM = random.Random()  # noqa: S311
+
+
 @dataclass(frozen=True, slots=True)
 class Thresholds:
+    """The router's knobs: overload thresholds, bounded-load factor, spill order, policy."""
+
     max_tokens_in_flight: int = 16384
     max_queue_depth: int = 32
     balance: float = 1.25  # bounded load vs the fleet mean; 0 = the absolute thresholds only
     spill: str = "rendezvous"  # or "least_loaded"
+    policy: str = "affinity"  # or "least_loaded", "random"
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"routing policy must be one of {'|'.join(POLICIES)}: {self.policy!r}")
+        if self.spill not in SPILLS:
+            raise ValueError(f"routing spill must be one of {'|'.join(SPILLS)}: {self.spill!r}")
+        if not self.balance >= 0:  # also refuses NaN
+            raise ValueError(f"routing balance must be 0 or more: {self.balance!r}")
 
     def overloaded(self, view: ReplicaView, token_cap: int | None = None) -> bool:
         """Over the queue threshold, or over `token_cap` (default: the absolute threshold)."""
@@ -80,7 +108,7 @@ class Thresholds:
 @dataclass(frozen=True, slots=True)
 class RoutePlan:
     candidates: tuple[str, ...]  # first = the choice; the rest = retry order
-    outcome: str  # owner_resident | owner | spill | saturated | none
+    outcome: str  # owner_resident | owner | spill | saturated | random | none
     owners: tuple[str, ...] = ()
 
 
@@ -89,10 +117,18 @@ def plan_route(
     replicas: Mapping[str, ReplicaView],
     k: int,
     thresholds: Thresholds,
+    rng: random.Random | None = None,
 ) -> RoutePlan:
-    """The replicas to try for `adapter_id`, best first, and why the first was chosen."""
+    """The replicas to try for `adapter_id`, best first, and why the first was chosen.
+
+    `rng` draws the `random` policy's choice (the simulator passes its seeded generator).
+    """
     if not replicas:
         return RoutePlan((), "none")
+    if thresholds.policy == "random":
+        live = list(replicas)
+        first = live[(rng or _RANDOM).randrange(len(live))]
+        return RoutePlan((first, *(r for r in live if r != first)), "random")
     order = _ranked(adapter_id, tuple(replicas))
     n = len(order)
     n_owners = min(max(1, k), n)
@@ -114,14 +150,15 @@ def plan_route(
         ok_others = [r for _, r in sorted(ranked_others, key=_load)]
     over = [r for _, r in sorted(((loads[i], order[i]) for i in range(n) if not ok[i]), key=_load)]
 
-    resident = [r for r in ok_owner_ids if adapter_id in replicas[r].gpu_adapters]
+    affinity = thresholds.policy == "affinity"
+    resident = [r for r in ok_owner_ids if affinity and adapter_id in replicas[r].gpu_adapters]
     if resident:
         first, outcome = resident[0], "owner_resident"
     elif ok_owner_ids:
         first, outcome = ok_owner_ids[0], "owner"
     elif ok_others:
         first, outcome = ok_others[0], "spill"
-        if thresholds.spill == "rendezvous":
+        if affinity and thresholds.spill == "rendezvous":
             # A replica that already holds the adapter in a GPU slot (an earlier spill) first.
             first = next((r for r in ok_others if adapter_id in replicas[r].gpu_adapters), first)
     else:

@@ -82,6 +82,17 @@ def limiter_from_settings(
     return RateLimiter(defaults, max_tenants=settings.rate_limit_tenants_max), _nothing_to_close
 
 
+def thresholds_from_settings(settings: GatewaySettings) -> Thresholds:
+    """The router's knobs as the settings name them."""
+    return Thresholds(
+        settings.max_tokens_in_flight,
+        settings.max_queue_depth,
+        balance=settings.routing_balance,
+        spill=settings.routing_spill,
+        policy=settings.routing_policy,
+    )
+
+
 class Gateway:
     def __init__(self, settings: GatewaySettings, source: CatalogSource | None = None) -> None:
         self.settings = settings
@@ -90,7 +101,7 @@ class Gateway:
         self.metrics = GatewayMetrics(settings.tenant_window_s)
         self.holder.subscribe(lambda snap: self.metrics.usage.prime(snap.served_pairs()))
         self.limiter, self._close_limiter = limiter_from_settings(settings, self.metrics)
-        self.thresholds = Thresholds(settings.max_tokens_in_flight, settings.max_queue_depth)
+        self.thresholds = thresholds_from_settings(settings)
         self.bounds = Bounds(
             settings.max_body_bytes,
             settings.max_tokens_limit,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.tokens import DEFAULT_MAX_TOKENS
@@ -49,6 +49,27 @@ class GatewaySettings(BaseSettings):
     )
     max_queue_depth: int = Field(default=32, ge=0, description="a replica above this is overloaded")
     max_attempts: int = Field(default=3, ge=1, description="replicas tried per request")
+
+    # Routing policy (lorafleet_gateway.router; each rule measured in the simulator first,
+    # docs/performance.md). `random` and `least_loaded` are baselines for A/B tests.
+    routing_policy: Literal["affinity", "least_loaded", "random"] = Field(
+        default="affinity",
+        description="affinity: the adapter's owners, the one holding it in a GPU slot first; "
+        "least_loaded: the least-loaded owner, residency ignored; random: uniform over "
+        "healthy replicas",
+    )
+    routing_balance: float = Field(
+        default=1.25,
+        ge=0,
+        allow_inf_nan=False,
+        description="a replica is also overloaded above this x the fleet's mean tokens in "
+        "flight (bounded load); 0 = max_tokens_in_flight alone",
+    )
+    routing_spill: Literal["rendezvous", "least_loaded"] = Field(
+        default="rendezvous",
+        description="where a request goes when every owner is overloaded: the next replica "
+        "in the adapter's rendezvous order (stays cached there) or the least-loaded replica",
+    )
 
     # Rate limits (defaults; a tenant's key Secret may override them).
     requests_per_second: float = Field(default=20.0, gt=0)
@@ -120,3 +141,24 @@ class GatewaySettings(BaseSettings):
         description="per-tenant SLO counters are exported for tenants active this recently",
     )
     log_level: str = "INFO"
+
+
+def settings_from_env() -> GatewaySettings:
+    """The process's settings; invalid ones end the process with one line per bad variable.
+
+    A wrong routing policy or bound must stop the gateway at start-up (the pod crash-loops
+    with the reason in its log), not route by a default the operator did not choose.
+    """
+    try:
+        return GatewaySettings()
+    except ValidationError as exc:
+        raise SystemExit(invalid_settings_message(exc)) from None
+
+
+def invalid_settings_message(exc: ValidationError) -> str:
+    prefix = str(GatewaySettings.model_config.get("env_prefix", ""))
+    lines = ["lorafleet gateway: invalid settings, not starting"]
+    for error in exc.errors():
+        name = prefix + "_".join(str(part) for part in error["loc"]).upper()
+        lines.append(f"  {name}={error.get('input')!r}: {error['msg']}")
+    return "\n".join(lines)

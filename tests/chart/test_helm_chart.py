@@ -154,6 +154,38 @@ def test_gateway_limits_are_set_from_values_and_reach_the_settings():
     assert (settings.max_n, settings.max_messages, settings.max_body_bytes) == (8, 64, 4194304)
 
 
+def test_gateway_routing_values_reach_the_router_settings():
+    from lorafleet_gateway.runtime import thresholds_from_settings
+    from lorafleet_gateway.settings import GatewaySettings
+
+    def thresholds(values: dict[str, Any]) -> Any:
+        (gateway,) = [
+            d for d in by_kind(render(values), "Deployment") if "gateway" in d["metadata"]["name"]
+        ]
+        container = gateway["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        return thresholds_from_settings(
+            GatewaySettings.model_validate(
+                {k.removeprefix("LORAFLEET_GATEWAY_").lower(): v for k, v in env.items()}
+            )
+        )
+
+    assert thresholds_from_settings(GatewaySettings()) == thresholds({})  # same defaults
+    routing = {"policy": "random", "balance": 2, "spill": "least_loaded"}
+    routing |= {"maxTokensInFlight": 40000, "maxQueueDepth": 8}
+    t = thresholds({"gateway": {"routing": routing}})
+    assert (t.policy, t.balance, t.spill) == ("random", 2.0, "least_loaded")
+    assert (t.max_tokens_in_flight, t.max_queue_depth) == (40000, 8)
+
+
+@pytest.mark.parametrize(
+    "routing", [{"policy": "round_robin"}, {"spill": "anywhere"}, {"balance": -1}]
+)
+def test_bad_gateway_routing_values_are_refused(routing):
+    with pytest.raises(helm_python.HelmError):
+        helm_python.Chart.load(CHART).validate_schema({"gateway": {"routing": routing}})
+
+
 def test_unknown_gateway_limit_is_refused():
     with pytest.raises(Exception, match=r"maxTokenz|additional"):
         helm_python.Chart.load(CHART).validate_schema({"gateway": {"limits": {"maxTokenz": 1}}})

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from lorafleet_core.placement import owners, ranked
-from lorafleet_gateway.router import ReplicaView, Thresholds, plan_route
+from lorafleet_gateway.router import POLICIES, ReplicaView, Thresholds, plan_route
 
 R = [f"r{i}" for i in range(6)]
 T = Thresholds(max_tokens_in_flight=1000, max_queue_depth=10)
@@ -95,6 +99,58 @@ def test_resident_owner_far_above_the_fleet_mean_yields_to_the_other_owner():
     v[own[0]] = ReplicaView(9000, 0, frozenset({A}))  # 9000 > 1.25 x mean (3167)
     plan = plan_route(A, v, 2, T)
     assert (plan.candidates[0], plan.outcome) == (own[1], "owner")
+
+
+def test_least_loaded_policy_ignores_residency_among_owners_and_spills():
+    t = Thresholds(max_tokens_in_flight=1000, max_queue_depth=10, policy="least_loaded")
+    own = owners(A, R, 2)
+    v = views(**{own[0]: 100})
+    v[own[1]] = ReplicaView(900, 0, frozenset({A}))  # affinity would take this one
+    assert plan_route(A, v, 2, T).candidates[0] == own[1]
+    plan = plan_route(A, v, 2, t)
+    assert (plan.candidates[0], plan.outcome) == (own[0], "owner")
+    order = ranked(A, R)
+    v = views(**{own[0]: 5000, own[1]: 5000})
+    v[order[4]] = ReplicaView(100, 0, frozenset({A}))
+    assert plan_route(A, v, 2, T).candidates[0] == order[4]
+    assert plan_route(A, v, 2, t).candidates[0] == order[2]  # rendezvous order only
+
+
+def test_random_policy_is_uniform_over_healthy_replicas_whatever_owns_or_holds():
+    t = Thresholds(policy="random")
+    v = views(**dict.fromkeys(owners(A, R, 2), 100000))  # owners overloaded: ignored too
+    rng = random.Random(1)
+    firsts = Counter(plan_route(A, v, 2, t, rng).candidates[0] for _ in range(6000))
+    assert set(firsts) == set(R)
+    assert all(800 < n < 1200 for n in firsts.values()), firsts
+    plan = plan_route(A, v, 2, t, rng)
+    assert plan.outcome == "random"
+    assert sorted(plan.candidates) == sorted(R)  # the rest is the retry order
+    assert plan_route(A, {}, 2, t).outcome == "none"
+
+
+def test_same_seed_same_random_choices():
+    t = Thresholds(policy="random")
+    a, b = random.Random(5), random.Random(5)
+    v = views()
+    assert [plan_route(A, v, 2, t, a).candidates for _ in range(20)] == [
+        plan_route(A, v, 2, t, b).candidates for _ in range(20)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"policy": "round_robin"}, "routing policy must be one of affinity|least_loaded|random"),
+        ({"spill": "anywhere"}, "routing spill must be one of rendezvous|least_loaded"),
+        ({"balance": -0.5}, "routing balance must be 0 or more"),
+        ({"balance": float("nan")}, "routing balance must be 0 or more"),
+    ],
+)
+def test_unknown_routing_knobs_are_refused(knobs, message):
+    with pytest.raises(ValueError, match=message.replace("|", r"\|")):
+        Thresholds(**knobs)
+    assert POLICIES == ("affinity", "least_loaded", "random")
 
 
 def test_owner_count_from_status():

@@ -22,6 +22,7 @@ from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMes
 from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_core.placement import ranked
 from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
@@ -47,6 +48,7 @@ KEY = "lf-acme-vllm-key"
 
 @pytest.fixture
 def fleet(
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     vllm_server: VllmServer,
     s3_server: S3Server,
@@ -96,6 +98,7 @@ def fleet(
             poll_interval_s=0.5,
             catalog_reload_interval_s=0.1,
             replica_token=TEST_INTERNAL_TOKEN,
+            routing_policy=getattr(request, "param", "affinity"),
         )
         gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
         server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
@@ -360,3 +363,29 @@ def test_chat_parameters_reach_the_engine_unchanged(fleet):
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
         )
     assert "tool-call-parser" in forced.value.message
+
+
+@pytest.mark.parametrize("fleet", ["random", "affinity"], indirect=True)
+def test_routing_policy_random_spreads_an_adapter_and_affinity_keeps_it_on_its_owner(fleet):
+    base_url, records, _folder, gw = fleet
+    policy = gw.settings.routing_policy
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+    served: Counter[str] = Counter()
+    for i in range(24):  # one at a time: loads are equal, only the policy decides
+        raw = client.completions.with_raw_response.create(
+            model="acme/bot:prod", prompt=f"Hello number {i}", max_tokens=8, temperature=0
+        )
+        assert MARKERS["zebra"] in raw.parse().choices[0].text
+        served[raw.headers["x-replica-id"]] += 1
+    routed = gw.metrics.registry.get_sample_value(
+        "lorafleet_gateway_routing_total", {"outcome": "random"}
+    )
+    if policy == "random":
+        # uniform over both healthy replicas (all 24 on one: p = 2 / 2**24)
+        assert set(served) == {"gw-r0", "gw-r1"}, served
+        assert routed == 24
+    else:
+        # the adapter's first owner by rendezvous serves every request: one copy stays hot
+        owner = ranked(records["zebra"].id, ["gw-r0", "gw-r1"])[0]
+        assert served == {owner: 24}, served
+        assert not routed

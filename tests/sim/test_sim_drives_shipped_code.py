@@ -35,6 +35,19 @@ def test_engine_calls_the_gateway_router_and_the_operator_planners():
     assert used(gateway, "ReplicaView") is router.ReplicaView
 
 
+def test_the_routing_ab_compares_the_gateways_own_policies():
+    # random and least-loaded owner are the gateway's routing_policy values, not sim variants
+    assert engine.ROUTERS is router.POLICIES
+    w = build(mix=Mix.zipf(50, 1.0), rate=5, duration_s=30, seed=3)
+    for policy in router.POLICIES:
+        eng = Engine(w, ReplicaParams(), FleetParams(replicas=4), router=policy)
+        assert eng.thresholds.policy == policy
+    random_run = Engine(w, ReplicaParams(), FleetParams(replicas=4), router="random").run()
+    assert {engine.OUTCOMES[o] for o in random_run.outcome} == {"random"}
+    for module in (engine, gateway):  # no routing draw of the simulator's own
+        assert "randrange" not in Path(inspect.getfile(module)).read_text()
+
+
 def test_replicas_hold_the_agents_cache_policy_object():
     assert used(replica, "CachePolicy") is cache_policy.CachePolicy
     assert used(agent_manager, "CachePolicy") is cache_policy.CachePolicy

@@ -17,9 +17,9 @@ def test_affinity_beats_random_and_residency_beats_least_loaded_owner():
     fp = FleetParams(replicas=6)
     hits = {
         r: summarize(r, Engine(w, rp, fp, router=r).run(), 200.0)["gpu_hit_pct"]
-        for r in ("random", "least-loaded-owner", "shipped")
+        for r in ("random", "least_loaded", "affinity")
     }
-    assert hits["random"] + 10 < hits["least-loaded-owner"] <= hits["shipped"]
+    assert hits["random"] + 10 < hits["least_loaded"] <= hits["affinity"]
 
 
 def test_sim_command_prints_table_and_writes_json_markdown_plot(tmp_path, capsys):

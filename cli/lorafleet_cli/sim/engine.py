@@ -25,9 +25,12 @@ from lorafleet_core.placement import owners as rendezvous_owners
 from lorafleet_core.planning.adapters import plan_owner_count
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
 from lorafleet_core.replica_state import ReplicaState
-from lorafleet_gateway.router import Thresholds, plan_route
+from lorafleet_gateway.router import POLICIES, Thresholds, plan_route
 
-ROUTERS = ("shipped", "least-loaded-owner", "random")
+# The routers the simulator compares are the gateway's own policies (`routing_policy`), run
+# through the same `plan_route`; the earlier names of the first two are still accepted.
+ROUTERS = POLICIES
+_ROUTER_ALIASES = {"shipped": "affinity", "least-loaded-owner": "least_loaded"}
 OUTCOMES = ("owner_resident", "owner", "spill", "saturated", "random", "failed")
 _OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
 
@@ -48,12 +51,13 @@ class Engine:
         rp: ReplicaParams,
         fp: FleetParams,
         *,
-        router: str = "shipped",
+        router: str = "affinity",
         seed: int = 0,
         events: Sequence[FleetEvent] = (),
         duration_s: float | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> None:
+        router = _ROUTER_ALIASES.get(router, router)
         if router not in ROUTERS:
             raise ValueError(f"router must be one of {ROUTERS}")
         n = len(workload)
@@ -74,7 +78,7 @@ class Engine:
         self._gateway_of = [0] * n
         self.rng = random.Random(seed ^ 0x5EED)
         self.thresholds = Thresholds(
-            fp.max_tokens_in_flight, fp.max_queue_depth, fp.balance, fp.spill
+            fp.max_tokens_in_flight, fp.max_queue_depth, fp.balance, fp.spill, policy=router
         )
         self.heap: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
         self._seq = 0
@@ -83,10 +87,7 @@ class Engine:
         self.k: dict[str, int] = {}  # adapters with more owners than the default
         self.capacity_tps = fp.replica_capacity_tps or rp.max_seqs / rp.decode_s
         self.replicas: list[Replica] = []
-        self.gateways = [
-            GatewayView(hide_residency=router == "least-loaded-owner")
-            for _ in range(max(1, fp.gateways))
-        ]
+        self.gateways = [GatewayView() for _ in range(max(1, fp.gateways))]
         # The pool has been running at its starting count: without this the first decision
         # (no requests in flight yet) would scale straight down to the minimum.
         self.scale_state = ScaleState(((0.0, fp.replicas),))
@@ -147,19 +148,9 @@ class Engine:
         gw = self.gateways[gw_index]
         views = gw.views
         name = self.names[self.adapter_of[req]]
-        if self.router == "random":
-            live = list(views)
-            if not live:
-                self.outcome[req] = _OUTCOME_CODE["failed"]
-                return
-            first = live[self.rng.randrange(len(live))]
-            candidates: Sequence[str] = (first, *(r for r in live if r != first))
-            outcome = "random"
-        else:
-            plan = plan_route(
-                name, views, self.k.get(name, self.fp.owners_per_adapter), self.thresholds
-            )
-            candidates, outcome = plan.candidates, plan.outcome
+        k = self.k.get(name, self.fp.owners_per_adapter)
+        plan = plan_route(name, views, k, self.thresholds, self.rng)
+        candidates, outcome = plan.candidates, plan.outcome
         by_id = self._by_id
         for rid in candidates:
             replica = by_id[rid]
@@ -182,7 +173,7 @@ class Engine:
 
     def _poll(self, now: float, _: Any) -> None:
         states = []
-        residency = self.router == "shipped"
+        residency = self.router == "affinity"  # the only policy that reads GPU residency
         for r in self.replicas:
             if r.alive and not r.draining:
                 gpu = r.cache.slots.gpu_set() if residency else frozenset()

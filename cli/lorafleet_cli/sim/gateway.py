@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from lorafleet_gateway.router import ReplicaView, blended_tokens
 
-EMPTY: frozenset[str] = frozenset()
-
 
 class GatewayView:
-    def __init__(self, hide_residency: bool) -> None:
-        self.hide_residency = hide_residency
+    def __init__(self) -> None:
         self.polled: dict[str, tuple[int, int, frozenset[str]]] = {}
         self.local: dict[str, int] = {}
         self.local_at_poll: dict[str, int] = {}
@@ -28,8 +25,6 @@ class GatewayView:
         self.polled = {}
         self.views = {}
         for rid, tokens, queue, gpu in states:
-            if self.hide_residency:
-                gpu = EMPTY
             self.polled[rid] = (tokens, queue, gpu)
             mine = local.get(rid, 0)
             self.local_at_poll[rid] = mine

@@ -1,8 +1,9 @@
 """Named runs: each scenario is a list of runs (name, workload, parameters, router, events).
 
 steady       the design's peak: 40 req/s for an hour, 5,000 adapters Zipf 1.0, 26 replicas
-routing-ab   the same requests routed four ways: random, least-loaded owner, the shipped router
-             before the simulator's routing study, and as shipped now
+routing-ab   the same requests routed four ways: the gateway's routing_policy random,
+             least_loaded and affinity (the shipped router) before the simulator's routing study
+             and as shipped now
 thrash       slots far below the active set: evictions/min over the alert's threshold
 ramp         traffic ramps 25% -> 100% -> 50% with the autoscaler on (new replicas pay base
              start + warm-up + cold caches)
@@ -37,7 +38,7 @@ class Inputs:
     trace: Path | None = None
     poisson: bool = False
     mix_file: Path | None = None
-    router: str = "shipped"
+    router: str = "affinity"
     replica: ReplicaParams = field(default_factory=ReplicaParams)
     fleet: FleetParams = field(default_factory=FleetParams)
 
@@ -84,9 +85,9 @@ def routing_ab(i: Inputs) -> list[Run]:
     before = replace(i.fleet, balance=0.0, spill="least_loaded")
     return [
         Run("random", w, i.replica, i.fleet, "random", [], i.warmup_s),
-        Run("least-loaded owner", w, i.replica, i.fleet, "least-loaded-owner", [], i.warmup_s),
-        Run("shipped, before", w, i.replica, before, "shipped", [], i.warmup_s),
-        Run("shipped", w, i.replica, i.fleet, "shipped", [], i.warmup_s),
+        Run("least-loaded owner", w, i.replica, i.fleet, "least_loaded", [], i.warmup_s),
+        Run("shipped, before", w, i.replica, before, "affinity", [], i.warmup_s),
+        Run("shipped", w, i.replica, i.fleet, "affinity", [], i.warmup_s),
     ]
 
 
