@@ -11,7 +11,8 @@
 2. A throwaway `lorafleet up` as the load test starts it (`e2e.standalone_fleet`: 1 replica,
    gpuSlots 2, hostRamSlots 4, the 3 demo canaries + 3 copies each = 12 aliases), then the
    probes of `benchmarks.calibration_probes` (prefill rate and request path, time per output
-   token at batch 1/4/16), then the trace replays at each `--rates` (the load test's plan:
+   token at batch 1/2/4/8/16), then for each of `--rates` the probes again and a trace replay
+   (the load test's plan:
    `e2e.loadplan`, Zipf(`--zipf`) over the 12 aliases, lengths scaled to the demo's 256-token
    context), recording TTFT and `x-adapter-tier` per request.
 3. Every planned prompt is tokenized with the demo model's tokenizer and chat template (what
@@ -103,6 +104,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         doc["decode"] = probe_decode(target, vllm_url)
         doc["replays"] = []
         for rate in args.rates:
+            # Probed again right before each replay: on a machine shared with other jobs the
+            # engine's and the path's speed drift within minutes (load average in the JSON).
+            probes = {"loadavg": load_average(), "prefill": probe_prefill(target, vllm_url, reps=4),
+                      "decode": probe_decode(target, vllm_url, reps=2)}  # fmt: skip
             base = WorkloadSpec(args.trace, 1.0, len(fleet.aliases), args.zipf, args.seed)
             sample = max(2, min(args.max_requests, int(rate * args.duration) + 1))
             speedup = rate / native_rate(base, sample)
@@ -137,6 +142,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     "loadavg_before": load_before,
                     "loadavg_after": load_average(),
                     "engine": engine,
+                    "probes": probes,
                     "requests": rows,
                 }
             )
@@ -159,7 +165,7 @@ def main() -> int:
     ap.add_argument("--measure", action="store_true", help="run the real stack (vLLM)")
     ap.add_argument("--from", dest="from_", type=Path, default=None, help="a measured JSON")
     ap.add_argument("--rates", type=float, nargs="+", default=[2.0, 5.0])
-    ap.add_argument("--duration", type=float, default=120.0, help="seconds of trace per rate")
+    ap.add_argument("--duration", type=float, default=90.0, help="seconds of trace per rate")
     ap.add_argument("--max-requests", type=int, default=1000)
     ap.add_argument("--zipf", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)

@@ -49,9 +49,14 @@ def measured_params(doc: dict[str, Any]) -> dict[str, float]:
     a, b = doc["decode"]["fit_s"]  # vLLM's time per output token = a + b * batch
     return {
         "prefill_tps": float(doc["prefill"]["prefill_tps"]),
+        "prefill_step_s": max(0.0, float(doc["prefill"]["prefill_fit_s"][0])),
         "decode_s": max(0.0, float(a)),
         "decode_s_per_seq": max(0.0, float(b)),
-        "path_s": float(doc["prefill"]["path_s_median"]),
+        # Everything but the engine step that computes the prompt: the client's TTFT minus
+        # vLLM's prefill time (so vLLM's own front end, tokenizing and IPC, is in it too).
+        "path_s": statistics.median(
+            r["client_ttft_s"] - r["vllm_prefill_s"] for r in doc["prefill"]["rows"]
+        ),
         "ram_s": load("ram", 0.0),
         "disk_s": load("disk", 0.040),
         "remote_s": load("remote", 0.400),
@@ -64,9 +69,11 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
     lines = [
         "| parameter | measured | how |",
         "|---|---|---|",
-        f"| prefill_tps | {m['prefill_tps']:,.0f} tokens/s | vLLM prefill time = "
+        f"| prefill_step_s, prefill_tps | {1000 * m['prefill_step_s']:.1f} ms + "
+        f"{m['prefill_tps']:,.0f} tokens/s | vLLM prefill time = "
         f"{1000 * a:.1f} ms + {1e6 * b:.1f} us/token (fit over {len(pre['rows'])} requests) |",
-        f"| path_s | {1000 * m['path_s']:.1f} ms | client TTFT - vLLM TTFT, median, idle |",
+        f"| path_s | {1000 * m['path_s']:.1f} ms | client TTFT - vLLM prefill time, median, "
+        f"idle (of which client TTFT - vLLM TTFT {1000 * pre['path_s_median']:.1f} ms) |",
     ]
     lines.append(
         f"| decode_s, decode_s_per_seq | {1000 * m['decode_s']:.1f} ms + "
@@ -127,6 +134,14 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
     curves: list[tuple[str, list[float], list[float]]] = []
     worst = 0.0
     for rep in doc["replays"]:
+        if "probes" in rep:  # probed just before this replay: its own parameters
+            local = {**doc, **rep["probes"]}
+            m = measured_params(local)
+            rp, fp = cal.sim_params(m, FLEET)
+            rp = params.with_overrides(rp, args.set)
+            fp = params.with_overrides(fp, args.set)
+            head = f"Probed before the {rep['rate']:g} req/s replay (load average "
+            md += [f"{head}{rep['probes']['loadavg']:.1f}):", "", *_param_lines(m, local), ""]
         reqs = cal.replayed(rep["requests"])
         w = cal.workload_of(reqs, rep["workload"])
         eng = Engine(w, rp, fp, router="shipped", seed=args.seed).run()
@@ -134,6 +149,11 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
         pred = cal.predicted_figures(w.at, eng.first_token, eng.tier, args.measure_from)
         rows = cal.compare(meas, pred)
         worst = max([worst, *(abs(r.error) for r in rows[:2] if not math.isnan(r.error))])
+        e = rep.get("engine", {})
+        in_engine = e.get("request_queue_time_mean_s", 0.0) + e.get(
+            "request_prefill_time_mean_s", 0.0
+        )
+        rows += cal.inside_outside(reqs, eng.first_token, eng.tier, rp, in_engine)
         tok = [r["engine_prompt_tokens"] / r["planned_prompt_tokens"] for r in rep["requests"]]
         got = [r["prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]
         eng_tok = [r["engine_prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]

@@ -92,16 +92,26 @@ def test_measured_parameters_come_from_the_probes():
     doc = {
         "tiers": {"median_s": {"gpu": 0.027, "ram": 0.023, "disk": 0.038, "remote": 0.057}},
         "decode": {"fit_s": [0.018, 0.002], "batches": {}},
-        "prefill": {"prefill_tps": 50_000.0, "path_s_median": 0.012},
+        "prefill": {
+            "prefill_tps": 50_000.0,
+            "prefill_fit_s": [0.012, 2e-5],
+            "rows": [
+                {"client_ttft_s": 0.030, "vllm_prefill_s": 0.018},
+                {"client_ttft_s": 0.032, "vllm_prefill_s": 0.020},
+                {"client_ttft_s": 0.090, "vllm_prefill_s": 0.020},  # a stall: the median holds
+            ],
+        },
     }
     m = measured_params(doc)
     assert m["ram_s"] == 0.0  # faster than the GPU median by noise: clamped
     assert m["disk_s"] == pytest.approx(0.011)
     assert m["remote_s"] == pytest.approx(0.030)
-    assert (m["decode_s"], m["decode_s_per_seq"], m["path_s"]) == (0.018, 0.002, 0.012)
+    assert (m["decode_s"], m["decode_s_per_seq"]) == (0.018, 0.002)
+    assert m["path_s"] == pytest.approx(0.012)  # client TTFT - the engine's prefill step
     rp, fp = cal.sim_params(m, FLEET)
     assert (rp.gpu_slots, rp.ram_slots, rp.max_seqs, fp.replicas, fp.gateways) == (2, 4, 128, 1, 1)
-    assert (rp.prefill_tps, rp.path_s, rp.decode_s_per_seq) == (50_000.0, 0.012, 0.002)
+    assert (rp.prefill_tps, rp.prefill_step_s, rp.decode_s_per_seq) == (50_000.0, 0.012, 0.002)
+    assert rp.path_s == pytest.approx(0.012)
 
 
 ONE = FleetParams(replicas=1, owners_per_adapter=1, gateways=1)
@@ -147,3 +157,20 @@ def test_a_cpu_decode_step_grows_with_the_running_batch():
     five = two_adapters(*((0.0, 8, 11, 0) for _ in range(5)))
     busy = Engine(five, rp, ONE).run()
     assert busy.finish_time[0] - busy.first_token[0] == pytest.approx(10 * 0.028)
+
+
+def test_mean_ttft_splits_at_vllms_door():
+    rp = replace(ReplicaParams(), path_s=0.030, disk_s=0.010)
+    reqs = [cal.Replayed(0.0, "a", 8, 2, "gpu", 0.080), cal.Replayed(1.0, "a", 8, 2, "disk", 0.100)]
+    # predicted TTFTs 60 ms (gpu) and 1.07 - 1.0 = 70 ms (disk: 10 ms of load)
+    rows = cal.inside_outside(reqs, [0.060, 1.070], [0, 2], rp, engine_mean_s=0.040)
+    inside, outside = rows
+    assert (inside.measured, inside.predicted) == pytest.approx((40.0, 30.0))
+    assert (outside.measured, outside.predicted) == pytest.approx((50.0, 35.0))
+
+
+def test_a_cpu_prefill_step_pays_a_fixed_cost_before_its_tokens():
+    rp = replace(ReplicaParams(), prefill_step_s=0.012, prefill_tps=10_000.0, ram_s=0.0)
+    rp = replace(rp, decode_s=0.005)
+    eng = Engine(two_adapters((0.0, 100, 1, 0)), rp, ONE).run()
+    assert eng.first_token[0] == pytest.approx(0.012 + 100 / 10_000)  # not max(5 ms, 10 ms)

@@ -80,8 +80,8 @@ def sim_params(
 ) -> tuple[ReplicaParams, FleetParams]:
     """The simulator's parameters from measured figures and the real fleet's configuration.
 
-    `measured`: prefill_tps, decode_s, decode_s_per_seq, path_s, ram_s, disk_s, remote_s
-    (seconds; prefill in tokens/s).
+    `measured`: prefill_tps, prefill_step_s, decode_s, decode_s_per_seq, path_s, ram_s,
+    disk_s, remote_s (seconds; prefill in tokens/s).
     `fleet`: replicas, gpu_slots, ram_slots, max_seqs, step_token_budget, disk_bytes.
     """
     rp = replace(
@@ -95,6 +95,7 @@ def sim_params(
         prefill_tps=float(measured["prefill_tps"]),
         decode_s=float(measured["decode_s"]),
         decode_s_per_seq=float(measured.get("decode_s_per_seq", 0.0)),
+        prefill_step_s=float(measured.get("prefill_step_s", 0.0)),
         path_s=float(measured["path_s"]),
         ram_s=float(measured["ram_s"]),
         disk_s=float(measured["disk_s"]),
@@ -182,6 +183,46 @@ def compare(measured: Mapping[str, float], predicted: Mapping[str, float]) -> li
         err = relative if unit == "ms" else p - m
         rows.append(Row(name, m, p, err, unit))
     return rows
+
+
+def inside_outside(
+    reqs: Sequence[Replayed],
+    first_token: Sequence[float],
+    tier_code: Sequence[int],
+    rp: ReplicaParams,
+    engine_mean_s: float,
+) -> list[Row]:
+    """Mean TTFT split at the engine's queue, over every request of the replay (as vLLM's
+    metrics are).
+
+    Measured: vLLM's own mean queue + prefill time (`request_queue_time_seconds`,
+    `request_prefill_time_seconds`: waiting for, then computing, the prompt) and the client's
+    mean TTFT minus it (gateway, agent, adapter loads, vLLM's front end, the way back).
+    Predicted: the simulator's TTFT minus `path_s` and the tier's load time, and those two.
+    """
+    load = {0: 0.0, 1: rp.ram_s, 2: rp.disk_s, 3: rp.remote_s}
+    client = [r.ttft_s for r in reqs if r.ttft_s is not None]
+    pred = [
+        (f - r.at, load.get(c, 0.0))
+        for r, f, c in zip(reqs, first_token, tier_code, strict=True)
+        if not math.isnan(f)
+    ]
+    if not client or not pred or not engine_mean_s:
+        return []
+    m_in = 1000 * engine_mean_s
+    m_out = 1000 * (sum(client) / len(client)) - m_in
+    p_in = 1000 * sum(t - rp.path_s - lo for t, lo in pred) / len(pred)
+    p_out = 1000 * (rp.path_s + sum(lo for _, lo in pred) / len(pred))
+    return [
+        Row("mean TTFT in vLLM's engine", m_in, p_in, p_in / m_in - 1, "ms"),
+        Row(
+            "mean TTFT outside the engine",
+            m_out,
+            p_out,
+            p_out / m_out - 1 if m_out else math.nan,
+            "ms",
+        ),
+    ]
 
 
 def table(rows: Sequence[Row]) -> str:

@@ -29,6 +29,10 @@ class ReplicaParams:
     # 0 on the design's GPU (a memory-bound step costs the same for 1 or 32 sequences); the
     # CPU replica computes every row itself, so its step grows with the batch (measured).
     decode_s_per_seq: float = 0.0
+    # Fixed cost of a step that computes prompt chunks, before its per-token cost: such a step
+    # lasts prefill_step_s + batched tokens / prefill_tps (or a decode step, if longer). 0 on
+    # the design's GPU (the roofline max above); the CPU replica's prefill is additive (fit).
+    prefill_step_s: float = 0.0
     decode_s_merged: float = 0.040
     # vLLM --max-num-batched-tokens: the per-step token budget shared by decodes (one token
     # each) and prefill chunks (chunked prefill; vLLM v1 default for online serving is 2,048).

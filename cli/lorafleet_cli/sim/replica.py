@@ -10,11 +10,12 @@ for a release. Other sequences keep decoding meanwhile.
 vLLM is modelled step by step (continuous batching with chunked prefill): a step carries one
 token for every decoding sequence plus prompt chunks, first come first served, up to
 `step_token_budget` tokens; it lasts `decode_s` (+ `decode_s_per_seq` per running sequence, 0
-on a GPU), or `batched tokens / prefill_tps` when that is longer (prefill is compute bound,
-decode memory bound). At most `max_seqs` sequences are in the batch, of at most `gpu_slots`
-distinct adapters (vLLM's --max-loras check); more wait in vLLM's queue. The first token comes
-at the end of the step that finishes the prompt, so TTFT = queueing + adapter load + prefill
-(chunked, sharing steps with decodes) + `path_s` (the hops outside vLLM, 0 by default).
+on a GPU), or `prefill_step_s` (0 on a GPU) + `batched tokens / prefill_tps` when that is
+longer (prefill is compute bound, decode memory bound). At most `max_seqs` sequences are in
+the batch, of at most `gpu_slots` distinct adapters (vLLM's --max-loras check); more wait in
+vLLM's queue. The first token comes at the end of the step that finishes the prompt, so
+TTFT = queueing + adapter load + prefill (chunked, sharing steps with decodes) + `path_s`
+(the hops outside vLLM, 0 by default).
 """
 
 from __future__ import annotations
@@ -292,6 +293,8 @@ class Replica:
             prefill.popleft()
         self.done_prefill = done
         duration = (n_dec + taken) / self.p.prefill_tps
+        if taken:
+            duration += self.p.prefill_step_s
         step_s = self._decode_step_s()
         if duration < step_s:
             duration = step_s
