@@ -1,6 +1,6 @@
 """Median time to first token per adapter tier (remote, disk, ram, gpu), side by side, one run.
 
-    .venv/bin/python benchmarks/agent_tier_ttft.py [--rounds 8] [--vllm-url URL]
+    .venv/bin/python benchmarks/agent_tier_ttft.py [--rounds 8] [--vllm-url URL] [--json PATH]
 
 Starts what it needs on loopback: the demo base model and canary adapters (cached under
 .lorafleet/test-cache/), moto's S3 server with the adapters uploaded, a real vLLM (CPU) with
@@ -19,6 +19,7 @@ The tier each request reports (x-adapter-tier) is checked against the tier inten
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import secrets
 import shlex
@@ -58,6 +59,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--vllm-url", default=None, help="use a running vLLM (same slot flags)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the seconds here")
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request
 
@@ -185,6 +187,17 @@ def main() -> int:
         cells = "".join(f"{fn(results[t]) * 1000:>12.1f}" for t in TIERS)
         print(f"  {label:>12}{cells}")
     print(f"  tier header mismatches: {len(mismatches)} {mismatches[:3]}")
+    if args.json is not None:  # read by benchmarks/sim_calibration.py
+        args.json.write_text(
+            json.dumps(
+                {
+                    "rounds": args.rounds,
+                    "median_s": {t: statistics.median(results[t]) for t in TIERS},
+                    "seconds": results,
+                    "mismatches": len(mismatches),
+                }
+            )
+        )
     print(
         f"command: .venv/bin/python {shlex.join(['benchmarks/agent_tier_ttft.py', *sys.argv[1:]])}"
     )

@@ -25,11 +25,22 @@ class ReplicaParams:
     # Time per output token (one decode step) with unmerged LoRA deltas (design: 50 ms; 40 ms
     # merged, which lorafleet does not do because one batch mixes many adapters).
     decode_s: float = 0.050
+    # Extra step time per running sequence: a decode step lasts decode_s + this x sequences.
+    # 0 on the design's GPU (a memory-bound step costs the same for 1 or 32 sequences); the
+    # CPU replica computes every row itself, so its step grows with the batch (measured).
+    decode_s_per_seq: float = 0.0
+    # Fixed cost of a step that computes prompt chunks, before its per-token cost: such a step
+    # lasts prefill_step_s + batched tokens / prefill_tps (or a decode step, if longer). 0 on
+    # the design's GPU (the roofline max above); the CPU replica's prefill is additive (fit).
+    prefill_step_s: float = 0.0
     decode_s_merged: float = 0.040
     # vLLM --max-num-batched-tokens: the per-step token budget shared by decodes (one token
     # each) and prefill chunks (chunked prefill; vLLM v1 default for online serving is 2,048).
     step_token_budget: int = 2048
-    # --max-loras (GPU slots, design 250) and --max-cpu-loras (host RAM, design ~385).
+    # --max-loras (GPU slots, design 250) and --max-cpu-loras (host RAM, design ~385). vLLM
+    # also caps the distinct adapters among running sequences at --max-loras: a waiting request
+    # of another adapter is skipped until one of them has no sequence left (binds only when
+    # gpu_slots < max_seqs, as on the CPU demo's 2 slots; never at the design's 250 vs 32).
     gpu_slots: int = 250
     ram_slots: int = 385
     # The agent's disk cache budget (ReplicaPool spec.cache.diskBytes default 50 GiB).
@@ -45,6 +56,11 @@ class ReplicaParams:
     # (pre-warming the adapters it owns) before the gateway sees it healthy.
     base_start_s: float = 14.0
     warmup_s: float = 10.0
+    # Fixed time on a request's path outside vLLM's steps, added to its TTFT: the gateway's and
+    # the agent's hops, vLLM's HTTP front end (tokenizing, first detokenize) and the stream back
+    # to the client. Left out of the design's figures (0: a few ms beside a 50 ms step); on the
+    # CPU stack it is measured (client TTFT minus vLLM's own, benchmarks/sim_calibration.py).
+    path_s: float = 0.0
 
     @property
     def remote_bandwidth(self) -> float:

@@ -9,10 +9,13 @@ for a release. Other sequences keep decoding meanwhile.
 
 vLLM is modelled step by step (continuous batching with chunked prefill): a step carries one
 token for every decoding sequence plus prompt chunks, first come first served, up to
-`step_token_budget` tokens; it lasts `decode_s`, or `batched tokens / prefill_tps` when that is
-longer (prefill is compute bound, decode memory bound). At most `max_seqs` sequences are in the
-batch; more wait in vLLM's queue. The first token comes at the end of the step that finishes
-the prompt, so TTFT = queueing + adapter load + prefill (chunked, sharing steps with decodes).
+`step_token_budget` tokens; it lasts `decode_s` (+ `decode_s_per_seq` per running sequence, 0
+on a GPU), or `prefill_step_s` (0 on a GPU) + `batched tokens / prefill_tps` when that is
+longer (prefill is compute bound, decode memory bound). At most `max_seqs` sequences are in
+the batch, of at most `gpu_slots` distinct adapters (vLLM's --max-loras check); more wait in
+vLLM's queue. The first token comes at the end of the step that finishes the prompt, so
+TTFT = queueing + adapter load + prefill (chunked, sharing steps with decodes) + `path_s`
+(the hops outside vLLM, 0 by default).
 """
 
 from __future__ import annotations
@@ -64,12 +67,14 @@ class Replica:
         self.decoding: list[tuple[int, int]] = []  # heap of (last step, request)
         self.done_prefill: list[int] = []  # requests whose prompt ends with the current step
         self.running = 0
+        self.active: Counter[str] = Counter()  # running sequences per adapter (--max-loras cap)
         self.step = 0
         self.stepping = False
         self.wake = 0  # id of the one step event that counts; others are stale
         # A decode-only stretch scheduled as one event (run_steps > 0): see _next_step.
         self.run_start = 0.0
         self.run_steps = 0
+        self.run_step_s = p.decode_s
         self.tokens_in_flight = 0  # prompt + output of admitted, unfinished requests
         self.queue_depth = 0  # admitted, not yet streaming (agent's definition)
         self.inflight: set[int] = set()
@@ -234,12 +239,26 @@ class Replica:
         if waiting and self.running < self.p.max_seqs:
             use = self.cache.use
             names, adapter_of, prompt = eng.names, eng.adapter_of, eng.prompt
+            # vLLM's scheduler: at most --max-loras distinct adapters among running sequences;
+            # a waiting request of another adapter is skipped (keeps its place), later ones
+            # of running adapters go ahead. Only checked where it can bind.
+            limit = self.p.gpu_slots if self.p.gpu_slots < self.p.max_seqs else 0
+            active = self.active
+            skipped: list[int] = []
             while waiting and self.running < self.p.max_seqs:
                 req = waiting.popleft()
-                if use(names[adapter_of[req]]) is not None:
+                name = names[adapter_of[req]]
+                if limit:
+                    if name not in active and len(active) >= limit:
+                        skipped.append(req)
+                        continue
+                    active[name] += 1
+                if use(name) is not None:
                     self.gpu_swaps += 1
                 self.prefill.append([req, prompt[req]])
                 self.running += 1
+            if skipped:
+                waiting.extendleft(reversed(skipped))
         if not self.running:
             self.stepping = False
             return
@@ -250,12 +269,13 @@ class Replica:
             # (_interrupt_run), exactly where a step-by-step loop would admit it.
             k = self.decoding[0][0] - self.step
             if k > 1 and self.batch_decode_steps:
+                step_s = self._decode_step_s()
                 self.done_prefill = []
-                self.run_start, self.run_steps = now, k
-                self.busy_seq_s += self.running * k * self.p.decode_s
+                self.run_start, self.run_steps, self.run_step_s = now, k, step_s
+                self.busy_seq_s += self.running * k * step_s
                 self.stepping = True
                 self.wake += 1
-                eng.schedule(now + k * self.p.decode_s, self._run_end, self.wake)
+                eng.schedule(now + k * step_s, self._run_end, self.wake)
                 return
         budget = self.p.step_token_budget - n_dec
         taken = 0
@@ -273,12 +293,19 @@ class Replica:
             prefill.popleft()
         self.done_prefill = done
         duration = (n_dec + taken) / self.p.prefill_tps
-        if duration < self.p.decode_s:
-            duration = self.p.decode_s
+        if taken:
+            duration += self.p.prefill_step_s
+        step_s = self._decode_step_s()
+        if duration < step_s:
+            duration = step_s
         self.busy_seq_s += self.running * duration
         self.stepping = True
         self.wake += 1
         eng.schedule(now + duration, self._step_end, self.wake)
+
+    def _decode_step_s(self) -> float:
+        """One decode step of the running batch (per-sequence cost 0 on the design's GPU)."""
+        return self.p.decode_s + self.p.decode_s_per_seq * self.running
 
     def _run_end(self, now: float, wake: int) -> None:
         if wake != self.wake:
@@ -289,7 +316,7 @@ class Replica:
 
     def _interrupt_run(self, now: float) -> None:
         """Cut a decode-only stretch at the end of the step in progress."""
-        decode_s = self.p.decode_s
+        decode_s = self.run_step_s
         done = min(int((now - self.run_start) / decode_s), self.run_steps - 1)
         self.busy_seq_s -= self.running * (self.run_steps - done - 1) * decode_s
         self.step += done
@@ -307,8 +334,9 @@ class Replica:
         decoding = self.decoding
         output = eng.output
         first = eng.first_token
+        path_s = self.p.path_s
         for req in self.done_prefill:
-            first[req] = now
+            first[req] = now + path_s
             self.queue_depth -= 1
             out = output[req]
             if out <= 1:
@@ -324,6 +352,11 @@ class Replica:
         name = eng.names[eng.adapter_of[req]]
         tokens = eng.prompt[req] + eng.output[req]
         self.running -= 1
+        active = self.active
+        if name in active:
+            active[name] -= 1
+            if active[name] <= 0:
+                del active[name]
         self.tokens_in_flight -= tokens
         self.tokens_served[name] += eng.output[req]  # the agent counts generated tokens
         self.inflight.discard(req)

@@ -1,0 +1,199 @@
+"""Calibrate `lorafleet sim` against the real stack: predicted vs measured TTFT and tier shares.
+
+    # measure (real vLLM, a few minutes; run alone: /work/wt/with-vllm-slot --bench ...)
+    .venv/bin/python benchmarks/sim_calibration.py --measure
+    # the simulator side again from the recorded run (no vLLM, seconds)
+    .venv/bin/python benchmarks/sim_calibration.py --from bench-results/calibration/measured.json
+
+`--measure` does, in order:
+1. `benchmarks/agent_tier_ttft.py --json` (its own vLLM, 2 GPU / 4 RAM slots): median TTFT per
+   tier; load time of a tier = its median minus the GPU median.
+2. A throwaway `lorafleet up` as the load test starts it (`e2e.standalone_fleet`: 1 replica,
+   gpuSlots 2, hostRamSlots 4, the 3 demo canaries + 3 copies each = 12 aliases), then the
+   probes of `benchmarks.calibration_probes` (prefill rate and request path, time per output
+   token at batch 1/2/4/8/16), then for each of `--rates` the probes again and a trace replay
+   (the load test's plan:
+   `e2e.loadplan`, Zipf(`--zipf`) over the 12 aliases, lengths scaled to the demo's 256-token
+   context), recording TTFT and `x-adapter-tier` per request.
+3. Every planned prompt is tokenized with the demo model's tokenizer and chat template (what
+   vLLM counts), so the simulator gets the engine's token counts, not the planner's estimate.
+
+Then, for each replay, `lorafleet sim` runs the same requests (`lorafleet_cli.sim.calibration`:
+same arrival times, same adapter per request, same token counts, one replica with the same
+slots) with the measured parameters, and the side-by-side table, JSON and a CDF PNG are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+OUT = ROOT / "bench-results" / "calibration"
+
+
+def _tokenizer_counts(base_model: Path, prompts: list[str]) -> list[int]:
+    """Prompt tokens as vLLM counts them: the model's tokenizer with its chat template."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(base_model))
+    counts = []
+    for p in prompts:
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        counts.append(len(ids))
+    return counts
+
+
+def _tiers(rounds: int) -> dict[str, Any]:
+    path = Path(tempfile.mkdtemp()) / "tiers.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "agent_tier_ttft.py"), "--rounds",
+           str(rounds), "--json", str(path)]  # fmt: skip
+    print(f"[calibration] {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    from benchmarks.calibration_probes import (
+        TOKENS_PER_WORD,
+        load_average,
+        probe_decode,
+        probe_prefill,
+        replay,
+    )
+    from benchmarks.workload import WorkloadSpec
+    from e2e.loadplan import LengthLimits, native_rate, plan_workload, prompt_text
+    from e2e.loadtest import Target
+    from e2e.standalone_fleet import FleetOptions, started_fleet
+    from lorafleet_cli.probe.markers import alias_targets
+
+    doc: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    doc["loadavg_start"] = load_average()
+    doc["tiers"] = _tiers(args.tier_rounds) if args.tier_rounds else None
+    opts = FleetOptions(replicas=1, gpu_slots=2, host_ram_slots=4, copies=3)
+    doc["fleet"] = {"replicas": 1, "gpu_slots": 2, "host_ram_slots": 4, "aliases": 12}
+    limits = LengthLimits()
+    with started_fleet(opts) as fleet:
+        target = Target(fleet.base_url, fleet.api_key, fleet.aliases, {})
+        up = json.loads((fleet.state_dir / "up.json").read_text())
+        vllm_url = up["replicas"][0]["vllmUrl"]
+        pool = yaml.safe_load((fleet.manifests / "replicapool-demo.yaml").read_text())
+        base_model = Path(pool["spec"]["baseModel"]["uri"].removeprefix("file://"))
+        doc["alias_adapter"] = alias_targets(fleet.manifests)
+        doc["aliases"] = fleet.aliases
+        vlog = next(iter(sorted((fleet.state_dir / "logs").glob("*-vllm.log"))), fleet.state_dir)
+        print("[calibration] probes", file=sys.stderr, flush=True)
+        doc["loadavg_probes"] = load_average()
+        doc["prefill"] = probe_prefill(target, vllm_url)
+        doc["decode"] = probe_decode(target, vllm_url)
+        doc["replays"] = []
+        for rate in args.rates:
+            # Probed again right before each replay: on a machine shared with other jobs the
+            # engine's and the path's speed drift within minutes (load average in the JSON).
+            probes = {"loadavg": load_average(), "prefill": probe_prefill(target, vllm_url, reps=4),
+                      "decode": probe_decode(target, vllm_url, reps=2)}  # fmt: skip
+            base = WorkloadSpec(args.trace, 1.0, len(fleet.aliases), args.zipf, args.seed)
+            sample = max(2, min(args.max_requests, int(rate * args.duration) + 1))
+            speedup = rate / native_rate(base, sample)
+            spec = WorkloadSpec(args.trace, speedup, len(fleet.aliases), args.zipf, args.seed)
+            plan = plan_workload(
+                spec=spec,
+                aliases=fleet.aliases,
+                limits=limits,
+                max_requests=args.max_requests,
+                duration_s=args.duration,
+            )
+            prompts = [prompt_text(p.prompt_tokens, p.index, TOKENS_PER_WORD) for p in plan]
+            print(f"[calibration] replay {len(plan)} requests at {rate:g} req/s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            load_before = load_average()
+            rows, elapsed, engine = replay(target, plan, vllm_url)
+            engine_tokens = _tokenizer_counts(base_model, prompts)
+            for row, p, n, text in zip(rows, plan, engine_tokens, prompts, strict=True):
+                row.update(
+                    planned_prompt_tokens=p.prompt_tokens,
+                    max_tokens=p.max_tokens,
+                    engine_prompt_tokens=n,
+                    char4_tokens=max(1, len(text) // 4),
+                    adapter=doc["alias_adapter"][p.alias],
+                )
+            doc["replays"].append(
+                {
+                    "rate": rate,
+                    "workload": spec.describe(),
+                    "duration_s": args.duration,
+                    "elapsed_s": elapsed,
+                    "loadavg_before": load_before,
+                    "loadavg_after": load_average(),
+                    "engine": engine,
+                    "probes": probes,
+                    "requests": rows,
+                }
+            )
+        doc["vllm_log_head"] = (
+            [
+                line
+                for line in vlog.read_text(errors="replace").splitlines()
+                if "max_num" in line or "chunked" in line.lower() or "max_loras" in line
+            ][:10]
+            if vlog.is_file()
+            else []
+        )
+    doc["loadavg_end"] = load_average()
+    doc["command"] = "benchmarks/sim_calibration.py " + shlex.join(sys.argv[1:])
+    return doc
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--measure", action="store_true", help="run the real stack (vLLM)")
+    ap.add_argument("--from", dest="from_", type=Path, default=None, help="a measured JSON")
+    ap.add_argument("--rates", type=float, nargs="+", default=[2.0, 5.0])
+    ap.add_argument("--duration", type=float, default=90.0, help="seconds of trace per rate")
+    ap.add_argument("--max-requests", type=int, default=1000)
+    ap.add_argument("--zipf", type=float, default=1.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trace", type=Path, default=None)
+    ap.add_argument("--tier-rounds", type=int, default=5, help="agent_tier_ttft rounds (0: skip)")
+    ap.add_argument("--measure-from", type=float, default=10.0, help="s left out on both sides")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a derived simulator parameter")  # fmt: skip
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    if args.trace is None:
+        from benchmarks.workload import DEFAULT_TRACE
+
+        args.trace = DEFAULT_TRACE
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.measure:
+        doc = measure(args)
+        path = args.out / "measured.json"
+        path.write_text(json.dumps(doc, indent=1))
+        print(f"[calibration] wrote {path}", file=sys.stderr)
+    elif args.from_ is not None:
+        doc = json.loads(args.from_.read_text())
+    else:
+        ap.error("pass --measure or --from FILE")
+    from benchmarks.sim_calibration_report import report
+
+    return report(doc, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The simulator half of the calibration: measured parameters -> `lorafleet sim` -> the table.
+
+Reads the JSON `benchmarks/sim_calibration.py --measure` wrote (no vLLM needed), derives the
+simulator's parameters from the probes, runs the simulator on each replay's exact requests and
+prints predicted vs measured p50/p95 TTFT and tier shares with their error; writes
+`calibration.json`, `calibration.md` and `calibration.png` (TTFT CDFs) next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import statistics
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from lorafleet_cli.sim import calibration as cal
+from lorafleet_cli.sim import params
+from lorafleet_cli.sim.engine import Engine
+
+# What `lorafleet up` configures for the calibration fleet (e2e.standalone_fleet, the demo pool)
+# and vLLM's CPU-build defaults for the OpenAI server (engine/arg_utils.py get_batch_defaults):
+# --max-num-seqs 128, --max-num-batched-tokens 2048 (chunked prefill).
+FLEET = {
+    "replicas": 1,
+    "gpu_slots": 2,
+    "ram_slots": 4,
+    "max_seqs": 128,
+    "step_token_budget": 2048,
+    "disk_bytes": 2**30,  # demo pool's cache.diskBytes
+    "adapter_bytes": 1_000_000,  # the canaries are ~0.5-2 MB; only the disk budget reads it
+}
+
+
+def measured_params(doc: dict[str, Any]) -> dict[str, float]:
+    """Simulator parameters from the probes (seconds; prefill tokens/s)."""
+    tiers = doc.get("tiers") or {}
+    med = tiers.get("median_s", {})
+    gpu = med.get("gpu", 0.0)
+
+    def load(t: str, default: float) -> float:
+        # A tier's load = its median TTFT minus the GPU median (same request, same path).
+        return max(0.0, med[t] - gpu) if t in med else default
+
+    a, b = doc["decode"]["fit_s"]  # vLLM's time per output token = a + b * batch
+    return {
+        "prefill_tps": float(doc["prefill"]["prefill_tps"]),
+        "prefill_step_s": max(0.0, float(doc["prefill"]["prefill_fit_s"][0])),
+        "decode_s": max(0.0, float(a)),
+        "decode_s_per_seq": max(0.0, float(b)),
+        # Everything but the engine step that computes the prompt: the client's TTFT minus
+        # vLLM's prefill time (so vLLM's own front end, tokenizing and IPC, is in it too).
+        "path_s": statistics.median(
+            r["client_ttft_s"] - r["vllm_prefill_s"] for r in doc["prefill"]["rows"]
+        ),
+        "ram_s": load("ram", 0.0),
+        "disk_s": load("disk", 0.040),
+        "remote_s": load("remote", 0.400),
+    }
+
+
+def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
+    pre = doc["prefill"]
+    a, b = pre["prefill_fit_s"]
+    lines = [
+        "| parameter | measured | how |",
+        "|---|---|---|",
+        f"| prefill_step_s, prefill_tps | {1000 * m['prefill_step_s']:.1f} ms + "
+        f"{m['prefill_tps']:,.0f} tokens/s | vLLM prefill time = "
+        f"{1000 * a:.1f} ms + {1e6 * b:.1f} us/token (fit over {len(pre['rows'])} requests) |",
+        f"| path_s | {1000 * m['path_s']:.1f} ms | client TTFT - vLLM prefill time, median, "
+        f"idle (of which client TTFT - vLLM TTFT {1000 * pre['path_s_median']:.1f} ms) |",
+    ]
+    lines.append(
+        f"| decode_s, decode_s_per_seq | {1000 * m['decode_s']:.1f} ms + "
+        f"{1000 * m['decode_s_per_seq']:.2f} ms/sequence | line through vLLM's ITL by batch: "
+        + ", ".join(
+            f"{k}: {1000 * (d['vllm_itl_s'] or math.nan):.1f} ms "
+            f"(client {1000 * (d['client_tpot_s'] or math.nan):.1f})"
+            for k, d in sorted(doc["decode"]["batches"].items(), key=lambda kv: int(kv[0]))
+        )
+        + " |"
+    )
+    for t in ("ram", "disk", "remote"):
+        lines.append(
+            f"| {t}_s | {1000 * m[f'{t}_s']:.1f} ms | agent_tier_ttft median {t} - median gpu |"
+        )
+    return lines
+
+
+def _plot(path: Path, curves: list[tuple[str, list[float], list[float]]]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for label, measured, predicted in curves:
+        for vals, style, side in ((measured, "-", "measured"), (predicted, "--", "predicted")):
+            v = sorted(vals)
+            if v:
+                ax.plot([1000 * x for x in v], [i / len(v) for i in range(1, len(v) + 1)],
+                        style, label=f"{label} {side}")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT (ms)")
+    ax.set_ylabel("share of requests")
+    ax.set_title("lorafleet sim vs the real lorafleet up (1 CPU replica)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
+    m = measured_params(doc)
+    rp, fp = cal.sim_params(m, FLEET)
+    rp = params.with_overrides(rp, args.set)
+    fp = params.with_overrides(fp, args.set)
+    md = [
+        f"## Simulator calibration against `lorafleet up` (measured {doc['started']})",
+        "",
+        f"Fleet: {FLEET['replicas']} replica, gpuSlots {FLEET['gpu_slots']}, hostRamSlots "
+        f"{FLEET['ram_slots']}, 12 aliases; load average at start {doc['loadavg_start']:.1f}, "
+        f"probes {doc['loadavg_probes']:.1f}, end {doc['loadavg_end']:.1f}.",
+        "",
+        *_param_lines(m, doc),
+        "",
+    ]
+    out_runs: list[dict[str, Any]] = []
+    curves: list[tuple[str, list[float], list[float]]] = []
+    worst = 0.0
+    for rep in doc["replays"]:
+        if "probes" in rep:  # probed just before this replay: its own parameters
+            local = {**doc, **rep["probes"]}
+            m = measured_params(local)
+            rp, fp = cal.sim_params(m, FLEET)
+            rp = params.with_overrides(rp, args.set)
+            fp = params.with_overrides(fp, args.set)
+            head = f"Probed before the {rep['rate']:g} req/s replay (load average "
+            md += [f"{head}{rep['probes']['loadavg']:.1f}):", "", *_param_lines(m, local), ""]
+        reqs = cal.replayed(rep["requests"])
+        w = cal.workload_of(reqs, rep["workload"])
+        eng = Engine(w, rp, fp, router="shipped", seed=args.seed).run()
+        meas = cal.measured_figures(reqs, args.measure_from)
+        pred = cal.predicted_figures(w.at, eng.first_token, eng.tier, args.measure_from)
+        rows = cal.compare(meas, pred)
+        worst = max([worst, *(abs(r.error) for r in rows[:2] if not math.isnan(r.error))])
+        e = rep.get("engine", {})
+        in_engine = e.get("request_queue_time_mean_s", 0.0) + e.get(
+            "request_prefill_time_mean_s", 0.0
+        )
+        rows += cal.inside_outside(reqs, eng.first_token, eng.tier, rp, in_engine)
+        tok = [r["engine_prompt_tokens"] / r["planned_prompt_tokens"] for r in rep["requests"]]
+        got = [r["prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]
+        eng_tok = [r["engine_prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]
+        same = sum(a == b for a, b in zip(got, eng_tok, strict=True))
+        md += [
+            f"### {rep['rate']:g} req/s: {len(reqs)} requests, {rep['workload']}",
+            "",
+            f"elapsed {rep['elapsed_s']:.0f} s, load average {rep['loadavg_before']:.1f} -> "
+            f"{rep['loadavg_after']:.1f}; requests from {args.measure_from:g} s on: "
+            f"{meas['requests']:.0f} measured ok, {pred['requests']:.0f} predicted; engine "
+            f"prompt tokens / planned: median {statistics.median(tok):.2f} "
+            f"(usage agrees for {same}/{len(got)}); vLLM's own means over the replay: "
+            + ", ".join(f"{k} {1000 * v:.1f} ms" for k, v in rep.get("engine", {}).items()),
+            "",
+            cal.table(rows),
+            "",
+        ]
+        sel = [i for i, r in enumerate(reqs) if r.at >= args.measure_from]
+        measured_ttft = [reqs[i].ttft_s for i in sel if reqs[i].ttft_s is not None]
+        predicted_ttft = [
+            eng.first_token[i] - w.at[i] for i in sel if not math.isnan(eng.first_token[i])
+        ]
+        curves.append((f"{rep['rate']:g} req/s", measured_ttft, predicted_ttft))  # type: ignore[arg-type]
+        out_runs.append(
+            {
+                "rate": rep["rate"],
+                "measured": meas,
+                "predicted": pred,
+                "rows": [asdict(r) for r in rows],
+            }
+        )
+    md.append(f"simulator parameters: {json.dumps(params.describe(rp, fp))}")
+    command = f".venv/bin/python benchmarks/sim_calibration.py {shlex.join(sys.argv[1:])}"
+    md.append(f"\nmeasured by: .venv/bin/python {doc['command']}\ncommand: {command}")
+    text = "\n".join(md)
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "calibration.md").write_text(text + "\n")
+    (args.out / "calibration.json").write_text(
+        json.dumps({"params": m, "sim": params.describe(rp, fp), "runs": out_runs}, indent=1)
+    )
+    _plot(args.out / "calibration.png", curves)
+    print(f"wrote {args.out}/calibration.md, .json, .png", file=sys.stderr)
+    return 0 if worst <= cal.TARGET_ERROR else 1
