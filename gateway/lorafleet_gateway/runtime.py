@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 
 from lorafleet_core.apikeys import TenantKeys
+from lorafleet_core.secret_file import bearer_token_reader
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
 from lorafleet_gateway.metrics import GatewayMetrics
 from lorafleet_gateway.ratelimit import Limiter, Limits, RateLimiter
@@ -20,15 +21,6 @@ from lorafleet_gateway.upstream import Upstream
 from lorafleet_gateway.validation import Bounds
 
 log = logging.getLogger("lorafleet.gateway")
-
-
-def _replica_token(settings: GatewaySettings) -> str | None:
-    """The agents' internal credential: the setting, else the mounted Secret's file."""
-    if settings.replica_token is not None:
-        return settings.replica_token.get_secret_value()
-    if settings.replica_token_file is not None:
-        return settings.replica_token_file.read_text().strip() or None
-    return None
 
 
 def source_from_settings(settings: GatewaySettings, holder: CatalogHolder) -> CatalogSource:
@@ -129,7 +121,9 @@ class Gateway:
             self.tracker,
             max_attempts=settings.max_attempts,
             on_outcome=lambda outcome: metrics.child(metrics.routing, outcome).inc(),
-            replica_token=_replica_token(settings),
+            # The agents' internal credential: the setting, else the mounted file (a projected
+            # ServiceAccount token or the Secret's token), re-read when the kubelet rotates it.
+            replica_token=bearer_token_reader(settings.replica_token, settings.replica_token_file),
         )
         self._tasks: list[asyncio.Task[None]] = []
 

@@ -97,10 +97,11 @@ class Upstream:
         *,
         max_attempts: int = 3,
         on_outcome: Callable[[str], None] = lambda _o: None,
-        replica_token: str | None = None,
+        replica_token: str | Callable[[], str | None] | None = None,
     ) -> None:
         self.client = client
-        self._load_headers = {"authorization": f"Bearer {replica_token}"} if replica_token else {}
+        # A callable is read per load: a projected ServiceAccount token rotates under us.
+        self._token = replica_token if callable(replica_token) else (lambda: replica_token)
         self.tracker = tracker
         self.max_attempts = max_attempts
         self.on_outcome = on_outcome
@@ -173,7 +174,9 @@ class Upstream:
         url = f"{ep.internal_url}/internal/replicas/{ep.id}/adapters/{record.id}/load"
         payload = {"record": record.model_dump(mode="json"), "gpu": False}
         try:
-            resp = await self.client.post(url, json=payload, headers=self._load_headers)
+            token = self._token()
+            headers = {"authorization": f"Bearer {token}"} if token else {}
+            resp = await self.client.post(url, json=payload, headers=headers)
         except httpx.HTTPError as exc:
             raise TryNext(f"load on {ep.id} failed: {exc!r}") from exc
         if resp.status_code == 422:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from lorafleet_agent.internal_auth import InternalAuth
+from lorafleet_agent.internal_auth import Authenticator
 from lorafleet_agent.manager import AdapterManager, CacheFull, RecordConflict
 from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats
@@ -51,18 +51,21 @@ def replica_state(manager: AdapterManager, stats: RequestStats, replica_id: str)
 
 
 def build_internal_app(
-    manager: AdapterManager, stats: RequestStats, replica_id: str, auth: InternalAuth
+    manager: AdapterManager, stats: RequestStats, replica_id: str, auth: Authenticator
 ) -> FastAPI:
     app = FastAPI(title="lorafleet agent (internal)", docs_url=None, redoc_url=None)
 
-    def unauthorized(request: Request) -> JSONResponse | None:
-        if auth.allows(request.headers.get("authorization")):
+    async def unauthorized(request: Request) -> JSONResponse | None:
+        refusal = await auth.check(request.headers.get("authorization"))
+        if refusal is None:
             return None
         manager.metrics.internal_auth_failures.inc()
         client = request.client.host if request.client else "?"
-        log.warning("refused %s %s from %s: no valid credential", request.method,
-                    request.url.path[:200], client)  # fmt: skip
-        resp = _error(401, "a valid internal credential is required", "unauthorized")
+        log.warning("refused %s %s from %s: %s", request.method, request.url.path[:200],
+                    client, refusal.message)  # fmt: skip
+        if refusal.status == 503:  # the credential could not be checked: fail closed
+            return _error(503, refusal.message, "auth_unavailable")
+        resp = _error(401, refusal.message, "unauthorized")
         resp.headers["www-authenticate"] = "Bearer"
         return resp
 
@@ -77,7 +80,7 @@ def build_internal_app(
 
     @app.post("/internal/replicas/{rid}/adapters/{aid}/load")
     async def load(rid: str, aid: str, request: Request) -> JSONResponse:
-        if (err := unauthorized(request) or wrong_replica(rid)) is not None:
+        if (err := await unauthorized(request) or wrong_replica(rid)) is not None:
             return err
         try:
             payload: Any = await request.json()
@@ -119,7 +122,7 @@ def build_internal_app(
 
     @app.post("/internal/replicas/{rid}/adapters/{aid}/unload")
     async def unload(rid: str, aid: str, request: Request) -> JSONResponse:
-        if (err := unauthorized(request) or wrong_replica(rid)) is not None:
+        if (err := await unauthorized(request) or wrong_replica(rid)) is not None:
             return err
         if not await manager.unload(aid):
             return _error(409, f"adapter {aid} has running requests", "adapter_busy")

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -83,6 +84,8 @@ class AdapterManager:
         self._in_transit: dict[str, Tier] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.ready = False  # set once vLLM answers and the agent has taken over its adapters
+        # Told of every refused conflicting record (on a cluster: a Kubernetes Event).
+        self.on_conflict: Callable[[AdapterRecord, AdapterRecord], None] | None = None
 
     async def start(self, unload_unknown: bool, wait_s: float) -> None:
         """Wait for vLLM (it starts beside the agent and takes a while), then take over."""
@@ -113,6 +116,8 @@ class AdapterManager:
                 held.checksum,
                 record.checksum,
             )
+            if self.on_conflict is not None:
+                self.on_conflict(held, record)
             raise RecordConflict(
                 f"adapter id {record.id} is immutable and this replica holds a different record"
             )

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 
 import uvicorn
 
+from lorafleet_agent.conflict_events import ConflictEvents
 from lorafleet_agent.data_app import build_data_app
 from lorafleet_agent.disk_cache import DiskCache
 from lorafleet_agent.engine_watch import EngineWatch
 from lorafleet_agent.internal_app import build_internal_app
-from lorafleet_agent.internal_auth import InternalAuth
+from lorafleet_agent.internal_auth import build_internal_auth
+from lorafleet_agent.kube import AgentKube
 from lorafleet_agent.manager import AdapterManager
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
@@ -37,11 +39,9 @@ class Agent:
         self.settings = s = settings
         dims = BaseModelDims.from_model_dir(s.base_model_dir) if s.base_model_dir else None
         self.metrics = AgentMetrics()
-        auth = InternalAuth(
-            s.internal_token,
-            s.internal_token_file,
-            allow_unauthenticated=s.allow_unauthenticated_internal,
-        )
+        # The pod's own Kubernetes client: only a cluster agent ever opens it.
+        self.kube = AgentKube(s.kube_api_server)
+        auth = build_internal_auth(s, self.kube.api)
         key = s.vllm_api_key.get_secret_value() if s.vllm_api_key is not None else None
         self.vllm = VllmClient(s.vllm_url, s.request_timeout_s, api_key=key)
         self.manager = AdapterManager(
@@ -64,6 +64,19 @@ class Agent:
             vllm=self.vllm,
             metrics=self.metrics,
         )
+        self.events = (
+            ConflictEvents(
+                self.kube.api,
+                namespace=s.pod_namespace,
+                replica_id=s.replica_id,
+                pod_uid=s.pod_uid,
+                interval_s=s.kube_event_interval_s,
+            )
+            if s.kube_events
+            else None
+        )
+        if self.events is not None:
+            self.manager.on_conflict = self.events.report
         self.stats = RequestStats(self.metrics)
         self.data_app = build_data_app(self.manager, self.stats, s.replica_id)
         self.internal_app = build_internal_app(self.manager, self.stats, s.replica_id, auth)
@@ -104,6 +117,7 @@ class Agent:
             for task in self._tasks:
                 task.cancel()
             await self.vllm.aclose()
+            await self.kube.aclose()
 
     async def _initialise(self) -> None:
         """Serve probes at once; take over vLLM and start pre-warming once it is up."""
@@ -149,8 +163,13 @@ class RunningAgent:
 
 
 @contextlib.contextmanager
-def agent_in_thread(settings: AgentSettings, timeout_s: float = 60.0) -> Iterator[RunningAgent]:
-    """Run an agent in a background thread with its own event loop (tests, standalone mode)."""
+def agent_in_thread(
+    settings: AgentSettings, timeout_s: float = 60.0, *, wait_ready: bool = True
+) -> Iterator[RunningAgent]:
+    """Run an agent in a background thread with its own event loop (tests, standalone mode).
+
+    `wait_ready=False` returns once the ports serve, before vLLM answers (the agent then
+    refuses completions and loads with 503 until it does; auth and probes already work)."""
     agent = Agent(settings)
     started = threading.Event()
     errors: list[BaseException] = []
@@ -168,7 +187,7 @@ def agent_in_thread(settings: AgentSettings, timeout_s: float = 60.0) -> Iterato
         agent.stop()
         thread.join(10)
         raise RuntimeError(f"agent did not start: {errors[:1]}")
-    if not agent.ready.wait(timeout_s):
+    if wait_ready and not agent.ready.wait(timeout_s):
         agent.stop()
         thread.join(10)
         raise RuntimeError("agent did not become ready (is vLLM up?)")

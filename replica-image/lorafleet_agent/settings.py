@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -61,8 +62,22 @@ class AgentSettings(BaseSettings):
     prewarm_poll_s: float = Field(default=2.0, gt=0)
 
     # Internal-port credential: load and unload (which carry registry records) require
-    # `Authorization: Bearer <token>`. A Secret-mounted file on a cluster, a generated value in
-    # standalone mode. Without either the agent refuses to start unless explicitly allowed.
+    # `Authorization: Bearer <token>`. `tokenReview` (a cluster): a projected ServiceAccount
+    # token of one of `internal_service_accounts`, issued for `internal_audience`, verified by
+    # the API server. `secret`: a shared token, a generated value in standalone mode or a
+    # Secret-mounted file; without one the agent refuses to start unless explicitly allowed.
+    internal_auth: Literal["secret", "tokenReview"] = "secret"
+    internal_audience: str = Field(
+        default="lorafleet-agent", description="tokenReview: the audience the token must carry"
+    )
+    internal_service_accounts: str = Field(
+        default="",
+        description="tokenReview: comma-separated namespace:name ServiceAccounts allowed to "
+        "load and unload (the gateway's and the operator's)",
+    )
+    internal_review_cache_s: float = Field(
+        default=30.0, ge=0, description="how long a positive TokenReview is trusted"
+    )
     internal_token: SecretStr | None = None
     internal_token_file: Path | None = Field(
         default=None, description="file holding the token (a mounted Secret); re-read on change"
@@ -70,6 +85,18 @@ class AgentSettings(BaseSettings):
     allow_unauthenticated_internal: bool = Field(
         default=False, description="accept load/unload without a credential (never in production)"
     )
+
+    # Kubernetes API access (the pod's ServiceAccount): TokenReview, and Events (a record
+    # conflict is posted as a Warning Event on the LoRAAdapter). Standalone: neither.
+    kube_api_server: str | None = Field(
+        default=None, description="explicit API server URL (tests); unset: in-cluster config"
+    )
+    kube_events: bool = Field(default=False, description="post Kubernetes Events (needs RBAC)")
+    kube_event_interval_s: float = Field(
+        default=30.0, gt=0, description="at most one write per Event per interval (count grows)"
+    )
+    pod_namespace: str = Field(default="default", description="downward API metadata.namespace")
+    pod_uid: str | None = Field(default=None, description="downward API metadata.uid")
 
     # Ports.
     host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)

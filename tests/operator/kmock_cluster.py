@@ -68,6 +68,10 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         if len(self._requests) > 64:
             del self._requests[:-32]
         method = request.method.value
+        if method == "POST" and request.url.path.endswith("/tokenreviews"):
+            # A real API server stores no TokenReview; kmock stores every create under its
+            # name, and a second nameless review would be refused with 409: name each one.
+            request.data.setdefault("metadata", {})
         meta = request.data.get("metadata") if isinstance(request.data, dict) else None
         if method == "POST" and isinstance(meta, dict) and not meta.get("name"):
             # kmock ignores generateName (kopf's events use it): name them like the server.

@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from kubernetes_asyncio import client
 
 from lorafleet_core.secret_file import SecretFile
+from lorafleet_core.token_review import TokenReviewer, parse_accounts
 
-log = logging.getLogger(__name__)
+__all__ = ["REVIEW_CACHE_S", "ControlAuth", "parse_accounts", "token_sha256"]
 
 REVIEW_CACHE_S = 60.0
 
@@ -46,10 +45,12 @@ class ControlAuth:
         self._file = (
             SecretFile(token_sha256_file, bytes.fromhex) if token_sha256_file is not None else None
         )
-        self._accounts = service_accounts
-        self._api = api
-        self._clock = clock
-        self._reviewed: dict[bytes, float] = {}  # digest of an accepted SA token -> until
+        # Who the token belongs to is the API server's answer (lorafleet_core.token_review).
+        self._reviewer = (
+            TokenReviewer(api, accounts=service_accounts, cache_s=REVIEW_CACHE_S, clock=clock)
+            if service_accounts and api is not None
+            else None
+        )
 
     def _expected(self) -> bytes | None:
         if self._fixed is not None:
@@ -66,53 +67,9 @@ class ControlAuth:
         expected = self._expected()
         if expected is not None and hmac.compare_digest(digest, expected):
             return True
-        return await self._service_account(offered, digest)
+        return await self._service_account(offered)
 
-    async def _service_account(self, token: str, digest: bytes) -> bool:
-        if not self._accounts or self._api is None:
+    async def _service_account(self, token: str) -> bool:
+        if self._reviewer is None:
             return False
-        now = self._clock()
-        until = self._reviewed.get(digest)
-        if until is not None and until > now:
-            return True
-        user = await self._review(token)
-        allowed = user is not None and _account(user) in self._accounts
-        if allowed:
-            if len(self._reviewed) > 1024:  # bounded: drop expired entries
-                self._reviewed = {d: t for d, t in self._reviewed.items() if t > now}
-            self._reviewed[digest] = now + REVIEW_CACHE_S
-        return allowed
-
-    async def _review(self, token: str) -> str | None:
-        """The username the API server says the token belongs to; None if not authenticated."""
-        assert self._api is not None
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenReview",
-            "spec": {"token": token},
-        }
-        try:
-            api = await self._api()
-            result: Any = await client.AuthenticationV1Api(api).create_token_review(body)
-        except Exception as exc:  # the API server unreachable: refuse, say why in the log
-            log.warning("TokenReview failed: %r", exc)
-            return None
-        status = result.get("status") if isinstance(result, dict) else result.status
-        if isinstance(status, dict):
-            user = status.get("user") or {}
-            ok, name = bool(status.get("authenticated")), user.get("username")
-        else:
-            ok = bool(status is not None and status.authenticated)
-            user_info = status.user if status is not None else None
-            name = user_info.username if ok and user_info is not None else None
-        return str(name) if ok and name else None
-
-
-def _account(username: str) -> str:
-    """`system:serviceaccount:ns:name` -> `ns:name` (other users map to "")."""
-    prefix = "system:serviceaccount:"
-    return username[len(prefix) :] if username.startswith(prefix) else ""
-
-
-def parse_accounts(value: str) -> frozenset[str]:
-    return frozenset(a.strip() for a in value.split(",") if a.strip())
+        return (await self._reviewer.check(token)).allowed

@@ -21,6 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 from kubernetes_asyncio import client
 
+from lorafleet_core.secret_file import bearer_token_reader
 from lorafleet_operator.control.app import build_control_app
 from lorafleet_operator.control.auth import ControlAuth, parse_accounts
 from lorafleet_operator.control.store import ControlStore, FolderStore, KubeStore
@@ -33,17 +34,9 @@ FORWARD_TIMEOUT = httpx.Timeout(120.0, connect=5.0)
 
 
 def replica_token_reader(settings: OperatorSettings) -> Callable[[], str | None]:
-    """The agents' internal credential, read per call so a rotated Secret file is picked up."""
-
-    def read() -> str | None:
-        if settings.replica_token is not None:
-            return settings.replica_token.get_secret_value()
-        if settings.replica_token_file is not None:
-            with contextlib.suppress(OSError):
-                return settings.replica_token_file.read_text().strip() or None
-        return None
-
-    return read
+    """The agents' internal credential (a projected ServiceAccount token or the Secret's token),
+    read again whenever its file changes, so a rotated token is picked up."""
+    return bearer_token_reader(settings.replica_token, settings.replica_token_file)
 
 
 def build_from_settings(
