@@ -115,9 +115,7 @@ def test_wrong_audience_unknown_account_and_unauthenticated_tokens_get_401(agent
         assert token not in resp.text  # the body names the failed check, never the token
 
 
-def test_a_basic_scheme_or_an_empty_bearer_is_refused_without_asking_the_api_server(
-    agent, kube
-):
+def test_a_basic_scheme_or_an_empty_bearer_is_refused_without_asking_the_api_server(agent, kube):
     reviews = kube[1]
     before = len(reviews.asked)
     for header in ("Basic gateway-token", "Bearer", "gateway-token"):
