@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from lorafleet_core.planning.replica_config import InsideAuth
+from lorafleet_core.token_review import parse_accounts
 
 
 class OperatorSettings(BaseSettings):
@@ -105,6 +109,35 @@ class OperatorSettings(BaseSettings):
     replica_token_file: Path | None = Field(
         default=None, description="File holding the agents' internal credential."
     )
+
+    # How the replica pods this operator renders authenticate their callers (chart value
+    # `internalAuth`; planning.replica_config.InsideAuth).
+    replica_internal_auth: Literal["secret", "tokenReview"] = Field(
+        default="secret",
+        description="secret: the pool Secret's shared token; tokenReview: projected "
+        "ServiceAccount tokens verified by the API server.",
+    )
+    replica_token_audience: str = Field(
+        default="lorafleet-agent", description="tokenReview: the audience callers' tokens carry."
+    )
+    replica_callers: str = Field(
+        default="",
+        description="tokenReview: comma-separated namespace:name ServiceAccounts allowed to "
+        "load/unload on the agents (the gateway's and the operator's).",
+    )
+    replica_service_account: str | None = Field(
+        default=None,
+        description="The agents' ServiceAccount (RBAC for TokenReview and Events); set: the "
+        "agents post Events. A pool's spec.template.serviceAccountName wins over it.",
+    )
+
+    def inside_auth(self) -> InsideAuth:
+        return InsideAuth(
+            mode=self.replica_internal_auth,
+            audience=self.replica_token_audience,
+            callers=tuple(sorted(parse_accounts(self.replica_callers))),
+            service_account=self.replica_service_account or None,
+        )
 
     def control_namespace_name(self) -> str:
         return self.control_namespace or next(iter(self.namespace_list()), "default")

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import copy
+import os
+from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 from pydantic import ValidationError
 
+from lorafleet_agent.settings import AgentSettings
 from lorafleet_core.crd_validation import schema_in_crd, validate
 from lorafleet_core.models import ReplicaPool
 from lorafleet_core.planning.pool import plan_pool_objects
+from lorafleet_core.planning.replica_config import InsideAuth
 from lorafleet_core.planning.replica_pod import REPLICA_UID
 from tests.api.conftest import CRDS, EXAMPLES, load_yaml_docs
 from tests.operator.factories import pool
@@ -205,3 +209,62 @@ def test_taking_a_field_out_of_the_template_removes_it_from_the_statefulset():
     # Lists are replaced whole; a null field inside one decodes as unset.
     assert all(c.get("envFrom") is None for c in pod["spec"]["containers"])
     assert not any(v["name"] == "models" for v in pod["spec"]["volumes"])
+
+
+TOKEN_REVIEW = InsideAuth(
+    mode="tokenReview",
+    audience="lorafleet-agent",
+    callers=("lf:lorafleet-gateway", "lf:lorafleet-operator"),
+    service_account="lorafleet-agent",
+)
+
+
+def _agent_settings_from(env: list[dict[str, Any]]) -> AgentSettings:
+    """What the agent reads from its container env (downward-API fields given values)."""
+    plain = {e["name"]: e.get("value", "from-api") for e in env}
+    saved = dict(os.environ)
+    try:
+        os.environ.update(plain)
+        return AgentSettings()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_token_review_mode_gives_the_agent_its_account_and_no_shared_token():
+    bare = pool("tr")  # no template ServiceAccount: the chart's agent account is used
+    sts = plan_pool_objects(bare, "lf", 2, TOKEN_REVIEW).statefulset
+    kubernetes_validate.validate(sts, "1.30", strict=True)
+    spec = sts["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "lorafleet-agent"
+    agent = next(c for c in spec["containers"] if c["name"] == "agent")
+    names = {e["name"]: e for e in agent["env"]}
+    assert "LORAFLEET_AGENT_INTERNAL_TOKEN" not in names  # no shared secret to leak
+    assert names["LORAFLEET_AGENT_POD_UID"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.uid"}
+    }
+    settings = _agent_settings_from(agent["env"])
+    assert settings.internal_auth == "tokenReview"
+    assert settings.internal_audience == "lorafleet-agent"
+    assert settings.internal_service_accounts == "lf:lorafleet-gateway,lf:lorafleet-operator"
+    assert settings.kube_events
+    # vLLM's key still comes from the pool's Secret: only the agent holds it.
+    vllm_key = names["LORAFLEET_AGENT_VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]
+    assert vllm_key["name"] == "tr-internal"
+
+
+def test_secret_mode_keeps_the_shared_token_and_no_api_access():
+    agent = containers(pool("sec"))["agent"]
+    names = {e["name"]: e for e in agent["env"]}
+    assert names["LORAFLEET_AGENT_INTERNAL_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "sec-internal",
+        "key": "agent-token",
+    }
+    assert "LORAFLEET_AGENT_INTERNAL_AUTH" not in names
+    assert "LORAFLEET_AGENT_KUBE_EVENTS" not in names
+    assert pod_spec(pool("sec"))["serviceAccountName"] is None
+
+
+def test_a_template_service_account_wins_over_the_agent_account():
+    spec = plan_pool_objects(GPU_POOL, "ns", 1, TOKEN_REVIEW).statefulset["spec"]["template"]
+    assert spec["spec"]["serviceAccountName"] == GPU_DOC["spec"]["template"]["serviceAccountName"]

@@ -19,6 +19,8 @@ from lorafleet_core.models import ReplicaPool
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
 from lorafleet_core.planning.replica_config import (
+    SECRET_MODE,
+    InsideAuth,
     agent_env,
     agent_secret_env,
     lora_flags,
@@ -102,7 +104,7 @@ def _meta(pool: ReplicaPool, namespace: str) -> dict[str, Any]:
     return meta
 
 
-def _agent_env(pool: ReplicaPool) -> list[dict[str, Any]]:
+def _agent_env(pool: ReplicaPool, inside: InsideAuth) -> list[dict[str, Any]]:
     """Environment of the agent container (see planning.replica_config.agent_env)."""
     spec = pool.spec
     plain = agent_env(
@@ -124,10 +126,14 @@ def _agent_env(pool: ReplicaPool) -> list[dict[str, Any]]:
         }
     ]
     env += [{"name": k, "value": v} for k, v in plain.items()]
-    return env + agent_secret_env(pool.metadata.name)
+    return env + agent_secret_env(pool.metadata.name, inside)
 
 
-def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolObjects:
+def plan_pool_objects(
+    pool: ReplicaPool, namespace: str, replicas: int, inside: InsideAuth = SECRET_MODE
+) -> PoolObjects:
+    """The pool's objects; `inside` says how its agents authenticate their callers (the
+    operator's settings, from the chart's `internalAuth`)."""
     name = pool.metadata.name
     labels = replica_labels(name)
     engine = pool.spec.engine
@@ -162,7 +168,7 @@ def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolO
         "name": "agent",
         "image": engine.image,
         "command": [replica_pod.PYTHON, "-m", "lorafleet_agent"],
-        "env": replica_pod.merged_env(_agent_env(pool), pool),
+        "env": replica_pod.merged_env(_agent_env(pool, inside), pool),
         **env_from,
         "ports": [
             {"name": "data", "containerPort": DATA_PORT},
@@ -196,7 +202,7 @@ def plan_pool_objects(pool: ReplicaPool, namespace: str, replicas: int) -> PoolO
                 "metadata": pod_meta,
                 "spec": {
                     "containers": [vllm, agent],
-                    **replica_pod.template_pod_fields(pool),
+                    **replica_pod.template_pod_fields(pool, inside.service_account),
                     "securityContext": replica_pod.pod_security(),
                     "terminationGracePeriodSeconds": replica_pod.grace_period_seconds(pool),
                     "volumes": [

@@ -9,8 +9,9 @@ sides load AgentSettings from what is produced here.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lorafleet_core.models import ReplicaPoolSpec
 
@@ -37,14 +38,51 @@ def vllm_secret_env(pool_name: str) -> list[dict[str, Any]]:
     return [_from_secret("VLLM_API_KEY", secret, VLLM_API_KEY_SECRET_KEY)]
 
 
-def agent_secret_env(pool_name: str) -> list[dict[str, Any]]:
-    """Agent container env: vLLM's API key and the internal token, from the pool's Secret."""
+@dataclass(frozen=True)
+class InsideAuth:
+    """How a cluster's agents authenticate their callers, and whether they talk to the API.
+
+    `secret` (the default, and standalone mode): the shared token from the pool's Secret.
+    `tokenReview`: the callers' projected ServiceAccount tokens for `audience`, verified by the
+    API server; only `callers` (namespace:name: the gateway's and the operator's) pass.
+    `service_account`: the agents' own ServiceAccount (the chart gives it `create` on
+    tokenreviews and events); with one, the agents also post Events (a record conflict).
+    """
+
+    mode: Literal["secret", "tokenReview"] = "secret"
+    audience: str = "lorafleet-agent"
+    callers: tuple[str, ...] = ()
+    service_account: str | None = None
+
+
+SECRET_MODE = InsideAuth()  # the default: the pool Secret's shared token, no API access
+
+
+def _field(env_name: str, path: str) -> dict[str, Any]:
+    return {"name": env_name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def agent_secret_env(pool_name: str, inside: InsideAuth = SECRET_MODE) -> list[dict[str, Any]]:
+    """Agent container env: vLLM's API key (from the pool's Secret) and the internal credential
+    (the Secret's token, or the TokenReview settings), plus what its API access needs."""
     secret = internal_secret_name(pool_name)
     p = AGENT_ENV_PREFIX
-    return [
-        _from_secret(f"{p}VLLM_API_KEY", secret, VLLM_API_KEY_SECRET_KEY),
-        _from_secret(f"{p}INTERNAL_TOKEN", secret, AGENT_TOKEN_SECRET_KEY),
-    ]
+    env = [_from_secret(f"{p}VLLM_API_KEY", secret, VLLM_API_KEY_SECRET_KEY)]
+    if inside.mode == "tokenReview":
+        env += [
+            {"name": f"{p}INTERNAL_AUTH", "value": "tokenReview"},
+            {"name": f"{p}INTERNAL_AUDIENCE", "value": inside.audience},
+            {"name": f"{p}INTERNAL_SERVICE_ACCOUNTS", "value": ",".join(inside.callers)},
+        ]
+    else:
+        env.append(_from_secret(f"{p}INTERNAL_TOKEN", secret, AGENT_TOKEN_SECRET_KEY))
+    if inside.service_account:
+        env += [
+            {"name": f"{p}KUBE_EVENTS", "value": "true"},
+            _field(f"{p}POD_NAMESPACE", "metadata.namespace"),
+            _field(f"{p}POD_UID", "metadata.uid"),
+        ]
+    return env
 
 
 def cpu_loras(spec: ReplicaPoolSpec) -> int:

@@ -129,10 +129,13 @@ def merged_labels(ours: dict[str, str], extra: dict[str, str]) -> dict[str, str]
     return {**extra, **ours}
 
 
-def template_pod_fields(pool: ReplicaPool) -> dict[str, Any]:
+def template_pod_fields(pool: ReplicaPool, agent_account: str | None = None) -> dict[str, Any]:
     """PodSpec fields taken as they are from spec.template; unset ones are null, not absent:
     the operator merge-patches the StatefulSet, and only a null removes a field a user took
-    out of the template (an absent key would leave the old tolerations in place)."""
+    out of the template (an absent key would leave the old tolerations in place).
+
+    The ServiceAccount is the template's if it names one, else `agent_account` (the chart's
+    agent account, with RBAC for TokenReview and Events)."""
     t = pool.spec.template
     fields: dict[str, Any] = {
         "nodeSelector": dict(t.node_selector),
@@ -140,7 +143,7 @@ def template_pod_fields(pool: ReplicaPool) -> dict[str, Any]:
         "affinity": t.affinity,
         "topologySpreadConstraints": list(t.topology_spread_constraints),
         "priorityClassName": t.priority_class_name,
-        "serviceAccountName": t.service_account_name,
+        "serviceAccountName": t.service_account_name or agent_account,
         "runtimeClassName": t.runtime_class_name,
         "imagePullSecrets": list(t.image_pull_secrets),
     }

@@ -60,7 +60,7 @@ async def pool_reconcile(
     else:
         # The autoscaler owns the count; a spec change only re-clamps it to new bounds.
         replicas = clamp_replicas(pool, current)
-    objects = plan_pool_objects(pool, namespace, replicas)
+    objects = plan_pool_objects(pool, namespace, replicas, runtime().settings.inside_auth())
     done = {
         "statefulset": await kube.apply_owned(namespace, objects.statefulset),
         "service": await kube.apply_owned(namespace, objects.service),
