@@ -122,19 +122,113 @@ def test_gateway_is_configured_for_kubernetes_catalog():
     assert env["LORAFLEET_GATEWAY_NAMESPACE"] == "serving"
 
 
+def _deployment(docs: list[dict[str, Any]], part: str) -> dict[str, Any]:
+    (found,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith(part)]
+    return found
+
+
+def _secret_refs(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        e["valueFrom"]["secretKeyRef"]
+        for c in pod["spec"]["template"]["spec"]["containers"]
+        for e in c["env"]
+        if "secretKeyRef" in e.get("valueFrom", {})
+    ]
+
+
 def test_the_pools_inside_secrets_are_generated_and_the_gateway_reads_only_the_token():
     (secret,) = [
         s for s in by_kind(render(), "Secret") if s["metadata"]["name"] == "default-internal"
     ]
     assert set(secret["data"]) == {"vllm-api-key", "agent-token"}
     assert secret["data"]["vllm-api-key"] != secret["data"]["agent-token"]
-    (gateway,) = [d for d in by_kind(render(), "Deployment") if "gateway" in d["metadata"]["name"]]
-    refs = [
-        e["valueFrom"]["secretKeyRef"]
-        for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]
-        if "valueFrom" in e
+    # tokenReview (the default): the gateway reads no Secret at all.
+    assert _secret_refs(_deployment(render(), "-gateway")) == []
+    secret_mode = render({"internalAuth": {"mode": "secret"}})
+    gateway = _deployment(secret_mode, "-gateway")
+    assert _secret_refs(gateway) == [{"name": "default-internal", "key": "agent-token"}]
+    assert "volumes" not in gateway["spec"]["template"]["spec"]  # no projected token either
+
+
+def _projected_token(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str | None]]:
+    spec = pod["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec.get("volumes", []) if v["name"] == "agent-token"]
+    (source,) = volume["projected"]["sources"]
+    container = spec["containers"][0]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "agent-token"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    token_file = f"{mount['mountPath']}/{source['serviceAccountToken']['path']}"
+    return source["serviceAccountToken"], {"file": token_file, **env}
+
+
+def test_gateway_and_operator_send_a_projected_token_for_the_agents_audience():
+    docs = render({"operator": {"control": {"enabled": True, "serviceAccounts": ["ci:pipe"]}}})
+    for part, prefix in (("-gateway", "LORAFLEET_GATEWAY_"), ("-operator", "LORAFLEET_OPERATOR_")):
+        token, env = _projected_token(_deployment(docs, part))
+        assert token == {"audience": "lorafleet-agent", "expirationSeconds": 3600, "path": "token"}
+        assert env[f"{prefix}REPLICA_TOKEN_FILE"] == env["file"], part
+        assert f"{prefix}REPLICA_TOKEN" not in env
+    validate_builtin(docs)
+
+
+def test_agents_get_an_account_allowed_to_review_tokens_and_post_events():
+    docs = render()
+    (account,) = [
+        a for a in by_kind(docs, "ServiceAccount") if a["metadata"]["name"] == "lf-lorafleet-agent"
     ]
-    assert refs == [{"name": "default-internal", "key": "agent-token"}]
+    subject = {"kind": "ServiceAccount", "name": "lf-lorafleet-agent", "namespace": "serving"}
+    (cluster_role,) = [
+        r
+        for r in by_kind(docs, "ClusterRole")
+        if r["metadata"]["name"].startswith("lf-lorafleet-agent")
+    ]
+    assert cluster_role["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}
+    ]
+    (binding,) = [
+        b
+        for b in by_kind(docs, "ClusterRoleBinding")
+        if b["roleRef"]["name"] == cluster_role["metadata"]["name"]
+    ]
+    assert binding["subjects"] == [subject]
+    (role,) = [r for r in by_kind(docs, "Role") if r["metadata"]["name"] == "lf-lorafleet-agent"]
+    events = next(r for r in role["rules"] if r["resources"] == ["events"])
+    assert {"create", "patch"} <= set(events["verbs"])
+    (role_binding,) = [
+        b for b in by_kind(docs, "RoleBinding") if b["roleRef"]["name"] == "lf-lorafleet-agent"
+    ]
+    assert role_binding["subjects"] == [subject]
+    # Nothing else: the agents cannot read Secrets, pods or write adapters.
+    assert all(r["verbs"] == ["get"] for r in role["rules"] if r["resources"] != ["events"])
+    assert account["metadata"]["name"] == subject["name"]
+    # The secret fallback needs no TokenReview.
+    assert not [
+        r
+        for r in by_kind(render({"internalAuth": {"mode": "secret"}}), "ClusterRole")
+        if "agent" in r["metadata"]["name"]
+    ]
+
+
+def test_operator_tells_the_pod_planner_the_mode_the_callers_and_the_agent_account():
+    for mode in ("tokenReview", "secret"):
+        operator = _deployment(render({"internalAuth": {"mode": mode}}), "-operator")
+        env = {
+            e["name"]: e.get("value")
+            for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["LORAFLEET_OPERATOR_REPLICA_INTERNAL_AUTH"] == mode
+        assert env["LORAFLEET_OPERATOR_REPLICA_CALLERS"] == (
+            "serving:lf-lorafleet-gateway,serving:lf-lorafleet-operator"
+        )
+        assert env["LORAFLEET_OPERATOR_REPLICA_SERVICE_ACCOUNT"] == "lf-lorafleet-agent"
+        assert env["LORAFLEET_OPERATOR_REPLICA_TOKEN_AUDIENCE"] == "lorafleet-agent"
+    # The callers named are the accounts the gateway and operator pods run as.
+    docs = render()
+    accounts = {
+        f"serving:{_deployment(docs, p)['spec']['template']['spec']['serviceAccountName']}"
+        for p in ("-gateway", "-operator")
+    }
+    assert accounts == set(env["LORAFLEET_OPERATOR_REPLICA_CALLERS"].split(","))
 
 
 def test_gateway_limits_are_set_from_values_and_reach_the_settings():
@@ -488,6 +582,9 @@ def test_chart_names_its_maintainers():
         {"monitoring": {"label": {"release": "x"}}},
         {"imagePullSecrets": [{"nam": "x"}]},
         {"replicaPool": {"creat": True}},
+        {"internalAuth": {"mod": "secret"}},
+        {"internalAuth": {"mode": "none"}},
+        {"internalAuth": {"tokenExpirationSeconds": 60}},
     ],
 )
 def test_values_schema_refuses_typos_at_every_level(values):
@@ -498,7 +595,9 @@ def test_values_schema_refuses_typos_at_every_level(values):
 def test_control_api_is_off_by_default_and_rendered_whole_when_enabled():
     assert not [d for d in render() if d["metadata"]["name"] == "lf-lorafleet-control"]
     control = {"enabled": True, "tokenSecret": "ctl", "serviceAccounts": ["ci:pipeline"]}
-    docs = render({"operator": {"control": control}})
+    # The shared-token fallback: forwarded calls carry the Secret's token (tokenReview: a
+    # projected token, test_gateway_and_operator_send_a_projected_token_for_the_agents_audience).
+    docs = render({"operator": {"control": control}, "internalAuth": {"mode": "secret"}})
     validate_builtin(docs)
     (deploy,) = [
         d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("operator")
@@ -520,7 +619,8 @@ def test_control_api_is_off_by_default_and_rendered_whole_when_enabled():
     }
     (svc,) = [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-control")]
     assert svc["spec"]["type"] == "ClusterIP"
-    rules = [r for d in by_kind(docs, "Role") + by_kind(docs, "ClusterRole") for r in d["rules"]]
+    roles = by_kind(docs, "Role") + by_kind(docs, "ClusterRole")
+    rules = [r for d in roles if "-operator" in d["metadata"]["name"] for r in d["rules"]]
     assert {
         "resources": ["tokenreviews"],
         "verbs": ["create"],

@@ -70,3 +70,46 @@ tolerations: {{- toYaml . | nindent 2 }}
 priorityClassName: {{ . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The agents' internal credential as a caller (gateway, operator) sends it. tokenReview: a
+projected ServiceAccount token for the agents' audience, in a file the kubelet rewrites before
+it expires (the callers re-read it when it changes); secret: the pool Secret's shared token.
+`prefix` is the component's env prefix.
+*/}}
+{{- define "lorafleet.agentTokenDir" -}}/var/run/secrets/lorafleet/agent-token{{- end -}}
+
+{{- define "lorafleet.agentTokenEnv" -}}
+{{- if eq .root.Values.internalAuth.mode "tokenReview" }}
+- {name: {{ .prefix }}REPLICA_TOKEN_FILE, value: {{ include "lorafleet.agentTokenDir" .root }}/token}
+{{- else }}
+- name: {{ .prefix }}REPLICA_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ printf "%s-internal" .root.Values.gateway.pool | quote }}, key: agent-token}
+{{- end }}
+{{- end -}}
+
+{{- define "lorafleet.agentTokenMount" -}}
+{{- if eq .Values.internalAuth.mode "tokenReview" }}
+- {name: agent-token, mountPath: {{ include "lorafleet.agentTokenDir" . }}, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "lorafleet.agentTokenVolume" -}}
+{{- if eq .Values.internalAuth.mode "tokenReview" }}
+- name: agent-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          audience: {{ .Values.internalAuth.audience | quote }}
+          expirationSeconds: {{ .Values.internalAuth.tokenExpirationSeconds }}
+          path: token
+{{- end }}
+{{- end -}}
+
+{{/* The ServiceAccounts whose tokens the agents accept (tokenReview): gateway and operator. */}}
+{{- define "lorafleet.agentCallers" -}}
+{{- $ns := .Release.Namespace -}}
+{{- $name := include "lorafleet.fullname" . -}}
+{{- printf "%s:%s-gateway,%s:%s-operator" $ns $name $ns $name -}}
+{{- end -}}
