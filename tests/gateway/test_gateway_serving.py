@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -349,3 +350,20 @@ def test_stream_with_crlf_split_across_chunks_keeps_every_event_and_the_usage(en
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == 4
     eventually(lambda: _metric(env, "lorafleet_gateway_tokens_total", kind="completion") == 4)
+
+
+def test_on_demand_loads_send_the_current_token_of_a_rotated_token_file(tmp_path: Path):
+    # On a cluster the file is a projected ServiceAccount token the kubelet rewrites before it
+    # expires: every load carries the file's current content, never the one read at start-up.
+    token_file = tmp_path / "agent-token"
+    token_file.write_text("sa-token-1\n")
+    env = start_env(tmp_path, registered_everywhere=False, replica_token_file=token_file)
+    try:
+        env.client().chat.completions.create(model="acme/support:prod", messages=MSG)
+        token_file.write_text("sa-token-2\n")
+        os.utime(token_file, (1, 1))  # a new mtime, as the kubelet's atomic swap gives
+        env.client("globex").chat.completions.create(model="globex/bot:prod", messages=MSG)
+        sent = [h["authorization"] for r in env.replicas.values() for h in r.load_headers]
+        assert sorted(sent) == ["Bearer sa-token-1", "Bearer sa-token-2"]
+    finally:
+        stop_env(env)
