@@ -91,7 +91,8 @@ class ConflictEvents:
         key = hashlib.sha256(seen.encode()).hexdigest()
         entry = self._tracked.get(key)
         if entry is None:
-            name = f"{held.id[:200]}.recordconflict-{key[:12]}"
+            # Still a DNS subdomain when a long id is cut (no label may end in "-" or ".").
+            name = f"{held.id[:200].rstrip('-.')}.recordconflict-{key[:12]}"
             entry = _Tracked(name=name, message=conflict_message(self.replica_id, held, offered))
             self._tracked[key] = entry
             while len(self._tracked) > self.max_tracked:
@@ -103,7 +104,11 @@ class ConflictEvents:
         entry.last = _now()
         entry.first = entry.first or entry.last
         if entry.task is None or entry.task.done():
-            entry.task = asyncio.get_running_loop().create_task(self._flush(held.id, entry))
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # called outside the agent's loop: counted, posted next time
+                return
+            entry.task = loop.create_task(self._flush(held.id, entry))
 
     async def _flush(self, adapter_id: str, entry: _Tracked) -> None:
         """Write until the API server has every occurrence, one write per interval at most."""
