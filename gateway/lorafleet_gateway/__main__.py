@@ -16,12 +16,20 @@ from lorafleet_gateway.settings import GatewaySettings, settings_from_env
 
 
 def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
-    """uvicorn options of the public port: header size and time limits (edge_protocol)."""
-    return {
+    """uvicorn options of the public port: header size and time limits (edge_protocol), and
+    whose forwarded headers are believed (`forwarded_allow_ips`; by default nobody's)."""
+    trusted = settings.forwarded_allow_ips
+    options: dict[str, Any] = {
         "http": edge_protocol(settings.max_header_bytes, settings.header_timeout_s),
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         "ws": "none",  # the OpenAI API has no WebSocket route: refuse upgrades outright
+        # The early-failure limit charges the client address: it may come from X-Forwarded-For
+        # only when the peer is a configured proxy (an ingress), never by default.
+        "proxy_headers": trusted is not None,
     }
+    if trusted is not None:
+        options["forwarded_allow_ips"] = trusted
+    return options
 
 
 async def serve(settings: GatewaySettings) -> None:

@@ -6,8 +6,9 @@ client gets an OpenAI error of the gateway's own making:
 
 - 404 `adapter_not_registered`: the gateway posts the record and retries that replica once;
 - 404 otherwise (vLLM lost the adapter), 429, 502, 503, 504, or a code `engine_unavailable`,
-  `adapter_load_failed` or `cache_full`: the next candidate; 503 `upstream_unavailable` when
-  none is left;
+  `adapter_load_failed`, `cache_full` or `store_unavailable`: the next candidate; 503
+  `upstream_unavailable` when none is left, or 503 `store_unavailable` (with Retry-After) when
+  every candidate tried said its object store is unreachable (`no_candidate_answered`);
 - `adapter_rejected` (the agent refused the files): 502 `adapter_rejected`, not retried (no
   replica will do better);
 - 400, 413, 422 (the engine refused the request): 400 with the engine's message scrubbed of
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +33,13 @@ import httpx
 
 from lorafleet_gateway.errors import APIError
 
-RETRY_CODES = frozenset({"engine_unavailable", "adapter_load_failed", "cache_full"})
+STORE_UNAVAILABLE = "store_unavailable"
+RETRY_CODES = frozenset(
+    {"engine_unavailable", "adapter_load_failed", "cache_full", STORE_UNAVAILABLE}
+)
+# The agent gives up on an unreachable store after about 2 x its 2 s connect timeout; asking
+# the client back sooner would only meet the same outage.
+STORE_RETRY_AFTER_S = 5
 RETRY_STATUSES = frozenset({404, 429, 502, 503, 504})
 MAX_ERROR_BODY = 65_536
 MESSAGE_CHARS = 300
@@ -59,6 +67,7 @@ class Verdict:
     not_registered: bool = False
     error: APIError | None = None
     reason: str = ""
+    code: str | None = None  # the replica's own error code, when it gave one
 
 
 def _fields(body: bytes) -> tuple[str | None, str | None, str | None]:
@@ -79,6 +88,11 @@ def _fields(body: bytes) -> tuple[str | None, str | None, str | None]:
     )
 
 
+def error_code(body: bytes) -> str | None:
+    """The `code` of a replica's error body, or None."""
+    return _fields(body)[0]
+
+
 def judge(status: int, body: bytes) -> Verdict:
     """What to do with a replica's non-200 answer (see the module table)."""
     code, message, param = _fields(body)
@@ -94,13 +108,36 @@ def judge(status: int, body: bytes) -> Verdict:
             reason=code,
         )
     if status in RETRY_STATUSES or code in RETRY_CODES:
-        return Verdict(retry=True, reason=f"{status} {code or ''}".strip())
+        return Verdict(retry=True, reason=f"{status} {code or ''}".strip(), code=code)
     if status in (400, 413, 422):
         text = scrub(message) if message else "The engine refused the request."
         return Verdict(error=APIError(400, text, param=param, code=code), reason=str(status))
     return Verdict(
         error=APIError(502, "The replica failed to process this request.", code="upstream_error"),
         reason=str(status),
+    )
+
+
+def no_candidate_answered(codes: Sequence[str | None]) -> APIError:
+    """The 503 for a request no candidate took; `codes` holds each tried candidate's reason.
+
+    When every candidate tried failed because it could not reach the object store (a cold
+    adapter while the store is down), that is what the client is told, with Retry-After:
+    retrying elsewhere cannot help, waiting for the store can. Anything else, or a mix, is
+    the generic `upstream_unavailable`.
+    """
+    if codes and all(code == STORE_UNAVAILABLE for code in codes):
+        return APIError(
+            503,
+            "The model's adapter weights cannot be fetched from the object store right now. "
+            "Please retry shortly.",
+            code=STORE_UNAVAILABLE,
+            headers={"retry-after": str(STORE_RETRY_AFTER_S)},
+        )
+    return APIError(
+        503,
+        "No replica is available to serve this model right now. Please retry.",
+        code="upstream_unavailable",
     )
 
 

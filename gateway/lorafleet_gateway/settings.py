@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.tokens import DEFAULT_MAX_TOKENS
@@ -128,6 +128,17 @@ class GatewaySettings(BaseSettings):
         default=5.0, gt=0, description="early failures (4xx) refilled per client address and key"
     )
     failed_requests_burst: int = Field(default=50, ge=1)
+    forwarded_allow_ips: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "LORAFLEET_GATEWAY_FORWARDED_ALLOW_IPS", "FORWARDED_ALLOW_IPS"
+        ),
+        description="comma-separated proxy addresses or CIDRs (or *) whose X-Forwarded-For / "
+        "X-Forwarded-Proto the public port believes; unset: none, the client address is the "
+        "TCP peer's (uvicorn's default would trust 127.0.0.1, so any local process could pick "
+        "the address the early-failure limit charges). Also read from uvicorn's own "
+        "FORWARDED_ALLOW_IPS",
+    )
 
     # Upstream timeouts.
     connect_timeout_s: float = Field(default=2.0, gt=0)

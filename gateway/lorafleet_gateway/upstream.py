@@ -29,7 +29,12 @@ from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier, parse_tier
 from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.errors import APIError
-from lorafleet_gateway.replica_errors import judge, read_and_drop
+from lorafleet_gateway.replica_errors import (
+    error_code,
+    judge,
+    no_candidate_answered,
+    read_and_drop,
+)
 from lorafleet_gateway.replica_poller import ReplicaTracker
 from lorafleet_gateway.reservation import Reservation
 from lorafleet_gateway.validation import CompletionRequest
@@ -63,7 +68,15 @@ class Opened:
 
 
 class TryNext(Exception):
-    """This candidate failed before the first byte: try the next one."""
+    """This candidate failed before the first byte: try the next one.
+
+    `code` is the replica's reason when it gave one (`store_unavailable`, ...), so the answer
+    after the last candidate can say what they all said.
+    """
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class _NotRegistered(Exception):
@@ -121,6 +134,7 @@ class Upstream:
         content = upstream_body(req, record.id)
         tried = 0
         last_error = "no healthy replica"
+        codes: list[str | None] = []  # each tried candidate's reason
         for replica_id in candidates[: self.max_attempts]:
             ep = self.tracker.endpoint(replica_id)
             if ep is None:
@@ -132,15 +146,12 @@ class Upstream:
                 opened = await self.try_replica(ep, req, record, content, held)
             except TryNext as exc:
                 last_error = str(exc)
+                codes.append(exc.code)
                 continue
             opened.attempts = tried
             return opened
         log.warning("no replica answered for %s: %s", record.id, last_error)
-        raise APIError(
-            503,
-            "No replica is available to serve this model right now. Please retry.",
-            code="upstream_unavailable",
-        )
+        raise no_candidate_answered(codes)
 
     async def try_replica(
         self,
@@ -188,7 +199,8 @@ class Upstream:
                 code="adapter_rejected",
             )
         if resp.status_code >= 400:
-            raise TryNext(f"load on {ep.id} answered {resp.status_code}")
+            code = error_code(resp.content)
+            raise TryNext(f"load on {ep.id} answered {resp.status_code} {code or ''}", code=code)
         try:
             found = parse_tier(resp.json().get("from"))
         except (ValueError, AttributeError):
@@ -224,7 +236,7 @@ class Upstream:
                 if verdict.not_registered:
                     raise _NotRegistered
                 if verdict.retry:
-                    raise TryNext(f"{replica_id}: {verdict.reason}")
+                    raise TryNext(f"{replica_id}: {verdict.reason}", code=verdict.code)
                 assert verdict.error is not None
                 raise verdict.error
             chunks: AsyncIterator[bytes] | None = None

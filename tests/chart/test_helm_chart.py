@@ -280,6 +280,25 @@ def test_bad_gateway_routing_values_are_refused(routing):
         helm_python.Chart.load(CHART).validate_schema({"gateway": {"routing": routing}})
 
 
+def test_gateway_believes_forwarded_headers_only_from_the_configured_proxies(monkeypatch):
+    from lorafleet_gateway.settings import GatewaySettings
+
+    def gateway_env(values: dict[str, Any] | None) -> dict[str, str]:
+        (gateway,) = [
+            d for d in by_kind(render(values), "Deployment") if "gateway" in d["metadata"]["name"]
+        ]
+        container = gateway["spec"]["template"]["spec"]["containers"][0]
+        return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+    assert "LORAFLEET_GATEWAY_FORWARDED_ALLOW_IPS" not in gateway_env(None)  # nobody's
+    env = gateway_env({"gateway": {"forwardedAllowIps": "10.42.0.0/16"}})
+    monkeypatch.delenv("FORWARDED_ALLOW_IPS", raising=False)
+    monkeypatch.setenv(
+        "LORAFLEET_GATEWAY_FORWARDED_ALLOW_IPS", env["LORAFLEET_GATEWAY_FORWARDED_ALLOW_IPS"]
+    )
+    assert GatewaySettings().forwarded_allow_ips == "10.42.0.0/16"
+
+
 def test_unknown_gateway_limit_is_refused():
     with pytest.raises(Exception, match=r"maxTokenz|additional"):
         helm_python.Chart.load(CHART).validate_schema({"gateway": {"limits": {"maxTokenz": 1}}})

@@ -211,6 +211,64 @@ def test_early_failures_are_rate_limited_per_address_and_per_key(tmp_path: Path)
         stop_env(env)
 
 
+def _probe_from(client: httpx.Client, forwarded_for: str, i: int) -> int:
+    """A 401 probe claiming to come from `forwarded_for`, with a new wrong key each time (so
+    only the address bucket can stop it)."""
+    headers = {"authorization": f"Bearer lf-wrong-{i}", "x-forwarded-for": forwarded_for}
+    return client.get("/models", headers=headers).status_code
+
+
+def test_forwarded_for_is_not_believed_by_default_so_a_local_client_cannot_dodge_the_limit(
+    tmp_path: Path,
+):
+    """What `lorafleet up` runs: uvicorn's default would believe X-Forwarded-For from
+    127.0.0.1, so a local prober naming a new address each time was never limited."""
+    env = start_env(
+        tmp_path, n_replicas=1, failed_requests_burst=5, failed_requests_per_second=0.01
+    )
+    try:
+        with _client(env, "127.0.0.1", None) as prober:
+            codes = [_probe_from(prober, f"203.0.113.{i}", i) for i in range(6)]
+        assert codes == [401] * 5 + [429]  # charged to 127.0.0.1, whatever the header says
+    finally:
+        stop_env(env)
+
+
+def test_forwarded_for_from_a_configured_proxy_is_the_client_address(tmp_path: Path):
+    env = start_env(
+        tmp_path,
+        n_replicas=1,
+        failed_requests_burst=5,
+        failed_requests_per_second=0.01,
+        forwarded_allow_ips="127.0.0.1",  # the ingress' address, on a cluster
+    )
+    try:
+        with _client(env, "127.0.0.1", None) as proxy:
+            # Each forwarded client has its own bucket behind the one proxy ...
+            assert [_probe_from(proxy, f"203.0.113.{i}", i) for i in range(6)] == [401] * 6
+            # ... and one client behind it is limited.
+            codes = [_probe_from(proxy, "198.51.100.7", 100 + i) for i in range(6)]
+            assert codes == [401] * 5 + [429]
+        # A peer that is not the configured proxy is not believed.
+        with _client(env, "127.0.0.2", None) as other:
+            codes = [_probe_from(other, f"203.0.113.{50 + i}", 200 + i) for i in range(6)]
+            assert codes == [401] * 5 + [429]
+    finally:
+        stop_env(env)
+
+
+def test_forwarded_allow_ips_is_read_from_uvicorns_own_variable_too(monkeypatch):
+    from lorafleet_gateway.settings import GatewaySettings
+
+    for name in ("FORWARDED_ALLOW_IPS", "LORAFLEET_GATEWAY_FORWARDED_ALLOW_IPS"):
+        monkeypatch.delenv(name, raising=False)
+    assert GatewaySettings().forwarded_allow_ips is None
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "10.0.0.0/8")
+    assert GatewaySettings().forwarded_allow_ips == "10.0.0.0/8"
+    monkeypatch.setenv("LORAFLEET_GATEWAY_FORWARDED_ALLOW_IPS", "10.1.0.0/16")
+    assert GatewaySettings().forwarded_allow_ips == "10.1.0.0/16"
+
+
 def test_key_listed_under_two_tenants_authenticates_neither(tmp_path: Path):
     env = start_env(tmp_path, n_replicas=1)
     try:

@@ -267,3 +267,20 @@ def test_malformed_stream_ends_with_a_clean_error_event(env: GatewayEnv):
     with pytest.raises(openai.APIError) as exc:
         list(stream)
     assert exc.value.code == "upstream_error"
+
+
+def test_store_unavailable_is_told_only_when_every_candidate_tried_said_so():
+    from lorafleet_gateway.replica_errors import judge, no_candidate_answered
+
+    store_down = b'{"error": {"code": "store_unavailable", "message": "s3://b/k unreachable"}}'
+    verdict = judge(503, store_down)
+    assert verdict.retry
+    assert verdict.code == "store_unavailable"
+    everyone = no_candidate_answered(["store_unavailable", "store_unavailable"])
+    assert (everyone.status, everyone.code) == (503, "store_unavailable")
+    assert everyone.headers == {"retry-after": "5"}
+    assert "s3://" not in everyone.message
+    # One replica had the store and failed otherwise, or none was tried: the generic answer.
+    for codes in (["store_unavailable", "engine_unavailable"], ["store_unavailable", None], []):
+        mixed = no_candidate_answered(codes)
+        assert (mixed.status, mixed.code) == (503, "upstream_unavailable"), codes
