@@ -61,6 +61,9 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     # (path, Content-Type, fieldManager) of every PATCH: what the client asked for, since
     # kmock itself applies every patch body as a merge patch.
     patch_log: list[tuple[str, str, str | None]] = attrs.field(factory=list)
+    # Seconds each write takes before it is served: a slow API server, so a test can stop an
+    # operator while one of its passes is still writing (pacing, not synchronisation).
+    write_delay_s: float = 0.0
 
     async def _handle(self, request: rendering.Request) -> Any:
         # Keep the newest few: a request is matched right after it is logged, so only
@@ -68,6 +71,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         if len(self._requests) > 64:
             del self._requests[:-32]
         method = request.method.value
+        if method in {"POST", "PATCH", "PUT", "DELETE"} and self.write_delay_s:
+            await asyncio.sleep(self.write_delay_s)  # before it is logged and applied
         if method == "POST" and request.url.path.endswith("/tokenreviews"):
             # A real API server stores no TokenReview; kmock stores every create under its
             # name, and a second nameless review would be refused with 409: name each one.

@@ -163,11 +163,20 @@ async def _write_status(
         invalid=invalid,
         generation=body.get("metadata", {}).get("generation"),
     )
-    patch = status_patch(status)
-    comparable = {k: v for k, v in patch.items() if k != "conditions"} | {
-        "conditions": [(c.type, c.status, c.reason, c.message) for c in status.conditions]
-    }
+    comparable = _comparable(status)
+    if last_status is None and body.get("status"):
+        # First tick of this process (a restart): what is on the object is the last write,
+        # so an unchanged pool is not rewritten on every operator start.
+        last_status = _comparable(old)
     if comparable != last_status:
         kube = await HOLDER.client()
-        await kube.patch_status(PLURAL_POOL, namespace, name, patch)
+        await kube.patch_status(PLURAL_POOL, namespace, name, status_patch(status))
     return comparable
+
+
+def _comparable(status: ReplicaPoolStatus) -> dict[str, Any]:
+    """A status as compared for "changed": everything but the conditions' times."""
+    patch = status_patch(status)
+    return {k: v for k, v in patch.items() if k != "conditions"} | {
+        "conditions": [(c.type, c.status, c.reason, c.message) for c in status.conditions]
+    }
