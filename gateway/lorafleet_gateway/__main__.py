@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -32,9 +34,26 @@ def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
     return options
 
 
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to `serve`.
+
+    Each uvicorn server takes SIGTERM for itself; with two in one process the internal one
+    (installed last) would stop first, so probes and metrics would vanish while the public
+    port still drains, and the public one would only hear of the signal afterwards.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 async def serve(settings: GatewaySettings) -> None:
+    """Both ports until SIGTERM/SIGINT, then drain: the public port stops accepting, running
+    requests get `drain_timeout_s` to finish (then they are cut), /readyz answers 503 on both
+    ports meanwhile; the internal port (metrics, probes) closes last. A second signal quits
+    at once."""
     gw = Gateway(settings)
-    public = uvicorn.Server(
+    public = _Server(
         uvicorn.Config(
             create_public_app(gw),
             host=settings.host,
@@ -42,10 +61,11 @@ async def serve(settings: GatewaySettings) -> None:
             log_level="warning",
             access_log=False,  # one structured line per request comes from the gateway itself
             log_config=None,  # uvicorn's dictConfig would close the gateway's log handler
+            timeout_graceful_shutdown=settings.drain_timeout_s,
             **public_protocol_options(settings),
         )
     )
-    internal = uvicorn.Server(
+    internal = _Server(
         uvicorn.Config(
             create_internal_app(gw),
             host=settings.host,
@@ -56,7 +76,22 @@ async def serve(settings: GatewaySettings) -> None:
             lifespan="off",
         )
     )
-    await asyncio.gather(public.serve(), internal.serve())
+
+    def stop() -> None:
+        if gw.draining:
+            public.force_exit = True
+        gw.draining = True
+        public.should_exit = True
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    internal_task = asyncio.create_task(internal.serve(), name="internal-port")
+    try:
+        await public.serve()
+    finally:
+        internal.should_exit = True
+        await internal_task
 
 
 def main() -> None:

@@ -351,6 +351,7 @@ def create_internal_app(gw: Gateway) -> FastAPI:
             "catalog_loaded": gw.holder.loaded,
             "catalog_version": snap.version,
             "healthy_replicas": len(gw.tracker.healthy_ids()),
+            "draining": gw.draining,
         }
         return JSONResponse(body, status_code=200 if gw.ready else 503)
 

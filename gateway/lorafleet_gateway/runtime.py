@@ -126,6 +126,8 @@ class Gateway:
             replica_token=bearer_token_reader(settings.replica_token, settings.replica_token_file),
         )
         self._tasks: list[asyncio.Task[None]] = []
+        # Set on SIGTERM (lorafleet_gateway.__main__): running streams finish, /readyz says 503.
+        self.draining = False
 
     def limits_for(self, tenant: TenantKeys) -> Limits:
         return Limits(
@@ -135,7 +137,7 @@ class Gateway:
 
     @property
     def ready(self) -> bool:
-        return self.holder.loaded and bool(self.tracker.healthy_ids())
+        return self.holder.loaded and not self.draining and bool(self.tracker.healthy_ids())
 
     async def start(self) -> None:
         await self.source.load_once()

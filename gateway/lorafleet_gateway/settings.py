@@ -140,6 +140,14 @@ class GatewaySettings(BaseSettings):
         "FORWARDED_ALLOW_IPS",
     )
 
+    drain_timeout_s: int = Field(
+        default=110,
+        ge=0,
+        description="on SIGTERM: how long running requests (streams) may take to finish while "
+        "no new connection is accepted and /readyz answers 503; then they are cut. The chart "
+        "sets it a little under the pod's termination grace period",
+    )
+
     # Upstream timeouts.
     connect_timeout_s: float = Field(default=2.0, gt=0)
     read_timeout_s: float = Field(default=300.0, gt=0)

@@ -150,9 +150,7 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
             )
         finally:
             if not handed_off:
-                if lease is not None:
-                    await manager.release(lease.adapter_id)
-                stats.finish(tokens, started=started)
+                await _settle(manager, stats, lease, tokens, started=started)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
@@ -182,9 +180,26 @@ async def _relay(
             stats.count_tokens(lease.adapter_id, counter.feed(chunk))
             yield chunk
     finally:
-        await resp.aclose()
-        await manager.release(lease.adapter_id)
-        stats.finish(tokens, started=True)
+        try:
+            await resp.aclose()
+        finally:
+            await _settle(manager, stats, lease, tokens, started=True)
+
+
+async def _settle(
+    manager: AdapterManager, stats: RequestStats, lease: Lease | None, tokens: int, *, started: bool
+) -> None:
+    """Give back what one request held: its adapter reference, then its counts.
+
+    The counts are given back even when the release is interrupted: a stream whose client
+    left is cancelled, and a second cancellation can land on the release's await (the slot
+    condition), which once left a running request and its tokens counted for ever.
+    """
+    try:
+        if lease is not None:
+            await manager.release(lease.adapter_id)
+    finally:
+        stats.finish(tokens, started=started)
 
 
 def _count_json_usage(stats: RequestStats, adapter_id: str, content: bytes) -> None:

@@ -246,6 +246,7 @@ def test_gateway_limits_are_set_from_values_and_reach_the_settings():
     )
     assert (settings.max_tokens_limit, settings.default_max_tokens) == (8192, 512)
     assert (settings.max_n, settings.max_messages, settings.max_body_bytes) == (8, 64, 4194304)
+    assert settings.drain_timeout_s == 120 - 5  # cut by the gateway before the kubelet kills
 
 
 def test_gateway_routing_values_reach_the_router_settings():
