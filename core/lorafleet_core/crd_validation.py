@@ -143,9 +143,12 @@ def _evaluate(rule: str, value: Any, old: Any) -> tuple[bool, str | None]:
     """(passed, evaluation error or None) for one rule."""
     import celpy
 
-    activation = {"self": celpy.json_to_cel(value)}
-    if old is not _MISSING:
-        activation["oldSelf"] = celpy.json_to_cel(old)
+    try:
+        activation = {"self": celpy.json_to_cel(value)}
+        if old is not _MISSING:
+            activation["oldSelf"] = celpy.json_to_cel(old)
+    except ValueError as exc:  # an integer beyond CEL's int64: the API server refuses it too
+        return False, f"not a CEL value: {exc}"
     try:
         result = _program(rule).evaluate(activation)
     except celpy.CELEvalError as exc:
@@ -205,6 +208,28 @@ def _correlate(schema: Schema, old: Any) -> dict[tuple[Any, ...], Any] | None:
     if schema.get("x-kubernetes-list-type") != "map" or not isinstance(old, list):
         return None
     return {_map_key(schema, o): o for o in old if isinstance(o, dict)}
+
+
+def unknown_fields(schema: Schema, obj: Any, path: list[Any] | None = None) -> list[str]:
+    """Fields the schema does not declare, which the API server prunes from what it stores
+    (and `kubectl apply`, with its default strict field validation, refuses outright). The
+    operator, reading manifests or an emulator that does not prune, refuses them too."""
+    path = path or []
+    out: list[str] = []
+    if isinstance(obj, dict) and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        props: dict[str, Schema] = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        for key, value in obj.items():
+            sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if sub is None:
+                if props and not (path == [] and key in ("apiVersion", "kind", "metadata")):
+                    out.append(f"{_path([*path, key])}: unknown field")
+                continue
+            out += unknown_fields(sub, value, [*path, key])
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(obj):
+            out += unknown_fields(schema["items"], item, [*path, i])
+    return out
 
 
 def validate(schema: Schema, obj: Any, old: Any = None) -> list[str]:

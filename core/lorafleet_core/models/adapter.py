@@ -18,6 +18,7 @@ from lorafleet_core.models.common import (
     ModuleName,
     ObjectMeta,
     ReplicaId,
+    SpecModel,
 )
 
 
@@ -28,7 +29,7 @@ class AdapterPhase(StrEnum):
     FAILED = "Failed"
 
 
-class LoRAAdapterSpec(CamelModel):
+class LoRAAdapterSpec(SpecModel):
     """One immutable adapter version. Publishing a new version means creating a new object."""
 
     model_config = ConfigDict(

@@ -14,11 +14,12 @@ from lorafleet_core.models.common import (
     CamelModel,
     Condition,
     ObjectMeta,
+    SpecModel,
     immutable,
 )
 
 
-class AdapterAliasSpec(CamelModel):
+class AdapterAliasSpec(SpecModel):
     """A public model name pointing at one LoRAAdapter. Changing `adapter` deploys."""
 
     model_config = ConfigDict(

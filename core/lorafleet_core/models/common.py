@@ -58,6 +58,18 @@ class CamelModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+class SpecModel(CamelModel):
+    """Base of what users write (specs): types as strict as the CRD's.
+
+    The API server refuses `rank: "8"` or `gpuSlots: true`; pydantic's lax mode would turn
+    them into 8 and 1, so the operator (the only check in standalone mode and under kmock)
+    accepted what a cluster refuses (found by tests/operator/test_cr_validation_properties.py).
+    Statuses stay lax: they are read back from JSON, timestamps as strings.
+    """
+
+    model_config = ConfigDict(strict=True)
+
+
 class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"

@@ -14,11 +14,12 @@ from lorafleet_core.models.common import (
     Condition,
     ModuleName,
     ObjectMeta,
+    SpecModel,
     immutable,
 )
 
 
-class BaseModelRef(CamelModel):
+class BaseModelRef(SpecModel):
     """The base model every replica of the pool serves."""
 
     name: str = Field(description="Display name of the base model.", min_length=1, max_length=253)
@@ -38,7 +39,7 @@ class BaseModelRef(CamelModel):
     )
 
 
-class EngineSpec(CamelModel):
+class EngineSpec(SpecModel):
     """How each replica runs vLLM: image, LoRA slots and the rank cap."""
 
     image: str = Field(
@@ -117,7 +118,7 @@ RESERVED_MOUNT_PATHS = frozenset(
 )
 
 
-class PodMetadata(CamelModel):
+class PodMetadata(SpecModel):
     """Extra labels and annotations of the replica pods (lorafleet's own keys win)."""
 
     labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
@@ -133,7 +134,7 @@ def _items(max_items: int, description: str, kind: str, field: str) -> Any:
     )
 
 
-class ReplicaPodTemplate(CamelModel):
+class ReplicaPodTemplate(SpecModel):
     """What the replica pods carry besides the engine: scheduling, identity, credentials and
     extra volumes. Each field has the schema of the core/v1 Pod field of the same name; env,
     envFrom and volumeMounts go to both containers (vLLM and the agent)."""
@@ -211,7 +212,7 @@ class ReplicaPodTemplate(CamelModel):
         return self
 
 
-class ReplicaBounds(CamelModel):
+class ReplicaBounds(SpecModel):
     """Replica count bounds; spec.replicas.desired is the scale subresource's target."""
 
     model_config = ConfigDict(
@@ -240,7 +241,7 @@ class ReplicaBounds(CamelModel):
         return self
 
 
-class AutoscalingSpec(CamelModel):
+class AutoscalingSpec(SpecModel):
     """Autoscaling on load scraped from the replicas' state endpoints."""
 
     enabled: bool = Field(default=True, description="Scale on scraped replica load.")
@@ -267,7 +268,7 @@ class AutoscalingSpec(CamelModel):
     )
 
 
-class CacheSpec(CamelModel):
+class CacheSpec(SpecModel):
     """Byte budgets of the agent's caches."""
 
     disk_bytes: int = Field(
@@ -282,7 +283,7 @@ class CacheSpec(CamelModel):
     )
 
 
-class ReplicaPoolSpec(CamelModel):
+class ReplicaPoolSpec(SpecModel):
     """A pool of identical replicas serving one base model and many adapters."""
 
     base_model: BaseModelRef = Field(description="The shared base model every adapter extends.")
