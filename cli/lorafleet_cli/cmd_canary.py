@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from lorafleet_cli.exit_codes import USAGE, fail
 from lorafleet_cli.probe.canary import format_report, probe, prometheus_textfile, verdict
+from lorafleet_cli.probe.client import DEFAULT_KEY_FILE, base_url, read_key
 from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
-
-DEFAULT_KEY_FILE = Path(".lorafleet/demo-api-key")
 
 
 def register(sub: Any) -> None:
@@ -45,24 +43,6 @@ def register(sub: Any) -> None:
     p.add_argument("--max-error-rate", type=float, default=0.0, help="above this: exit 1")
     p.add_argument("--textfile", type=Path, default=None, help="write Prometheus metrics here")
     p.set_defaults(func=run)
-
-
-def base_url(gateway: str) -> str:
-    url = gateway.rstrip("/")
-    return url if url.endswith("/v1") else url + "/v1"
-
-
-def read_key(key_file: Path | None) -> str:
-    if key_file is None and os.environ.get("LORAFLEET_API_KEY"):
-        return os.environ["LORAFLEET_API_KEY"].strip()
-    path = key_file or DEFAULT_KEY_FILE
-    try:
-        key = path.read_text().strip()
-    except OSError as exc:
-        raise ValueError(f"cannot read the API key: {exc}") from exc
-    if not key:
-        raise ValueError(f"{path} is empty")
-    return key
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -46,6 +46,7 @@ _COMMANDS = (
     "lorafleet_cli.cmd_sim",
     "lorafleet_cli.cmd_usage",
     "lorafleet_cli.cmd_canary",
+    "lorafleet_cli.cmd_loadtest",
 )
 _OPTIONAL_COMMANDS = ("lorafleet_operator.cli",)
 
@@ -87,6 +88,7 @@ def _cmd_crds(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.cli_argv = list(argv) if argv is not None else sys.argv[1:]  # what results record
     try:
         rc: int = args.func(args)
     except KeyboardInterrupt:

@@ -2,22 +2,23 @@
 
 The fleet is the gateway in-process (files catalog) in front of one real agent on the test
 session's shared vLLM, serving real canary adapters from moto's S3; no new vLLM is started,
-so the run costs seconds. (`--start`, which runs a whole `lorafleet up`, is exercised by hand:
-see e2e/README.md.)
+so the run costs seconds. (`e2e/loadtest.py`, which runs `lorafleet loadtest` against a whole
+`lorafleet up`, is exercised by hand: see e2e/README.md.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e import loadtest
 from lorafleet_agent.server import agent_in_thread
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_cli.main import main as cli
@@ -105,36 +106,98 @@ def fleet(
         yield handle
 
 
-def test_loadtest_against_a_real_fleet(fleet: Fleet, tmp_path: Path, capsys):
-    plot = tmp_path / "lt.png"
-    markers = [f"{k}={v}" for k, v in MARKERS.items()]
-    rc = loadtest.main([
-        "--base-url", fleet.base_url, "--api-key", KEY, "--aliases", *MARKERS,
-        "--markers", *markers, "--rate", "4", "--duration", "8", "--max-requests", "10",
-        "--max-prompt-tokens", "48", "--max-output-tokens", "16", "--plot", str(plot),
-        "--no-progress", "--max-error-rate", "0",
-    ])  # fmt: skip
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert "zipf_s=1 seed=0" in out
-    assert "Zipf over 2 aliases, hottest first: e2e/zebra:prod, e2e/falcon:prod" in out
-    assert "errors by status: none" in out
-    assert "marker mismatches: 0" in out
-    requests = int(out.split("requests ")[1].split()[0])
-    assert 5 <= requests <= 10
-    assert any(line.startswith(tier) for line in out.splitlines() for tier in ("gpu", "ram"))
-    assert plot.read_bytes().startswith(b"\x89PNG")
-    assert "command: .venv/bin/python -m e2e.loadtest --base-url" in out
+def _check_run(run: dict[str, Any]) -> None:
+    """One rate's figures add up: every request is answered or an error, every answer has a
+    tier, the tier shares make the whole, quantiles are ordered."""
+    assert run["requests"] == run["ok"] + sum(run["errors"].values())
+    assert run["ok"] == sum(t["ttft"]["n"] for t in run["tiers"].values())
+    assert set(run["tiers"]) <= {"gpu", "ram", "disk", "remote"}
+    assert sum(t["share"] for t in run["tiers"].values()) == pytest.approx(1.0)
+    assert run["ok"] == sum(q["n"] for q in run["aliases"].values())
+    assert set(run["aliases"]) <= set(MARKERS)
+    for q in (run["ttft"], run["tpot"]):
+        assert 0 < q["p50_ms"] <= q["p95_ms"] <= q["p99_ms"]
+    assert run["ttft"]["p99_ms"] < 60_000
+    assert run["completion_tokens"] >= 2 * run["ok"]
+    assert run["mismatches"] == 0
 
-    # A wrong expected marker is a failure exit.
-    rc = loadtest.main([
-        "--base-url", fleet.base_url, "--api-key", KEY, "--aliases", "e2e/falcon:prod",
-        "--markers", "e2e/falcon:prod=ZEBRA-7", "--rate", "4", "--duration", "5",
-        "--max-requests", "2", "--plot", str(plot), "--no-progress",
+
+def test_lorafleet_loadtest_sweeps_rates_by_tier_and_writes_json_markdown_and_plots(
+    fleet: Fleet, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    out = tmp_path / "lt"
+    gateway = fleet.base_url.removesuffix("/v1")
+    markers = [f"{k}={v}" for k, v in MARKERS.items()]
+    rc = cli([
+        "loadtest", "--gateway", gateway, "--key-file", str(key_file), "--markers", *markers,
+        "--rates", "2,4", "--duration", "4", "--max-requests", "12", "--max-prompt-tokens", "48",
+        "--max-output-tokens", "16", "--out", str(out), "--no-progress", "--max-error-rate", "0",
+        "--label", "e2e",
     ])  # fmt: skip
-    out = capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    assert KEY not in printed
+    doc = json.loads((out / "loadtest.json").read_text())
+    assert KEY not in (out / "loadtest.json").read_text()
+    # No --aliases: the command asked the gateway which models the key may use.
+    assert doc["meta"]["aliases"] == "2, hottest first: e2e/falcon:prod, e2e/zebra:prod"
+    assert doc["meta"]["label"] == "e2e"
+    assert [r["rate"] for r in doc["runs"]] == [2.0, 4.0]
+    assert [r["requests"] for r in doc["runs"]] == [9, 12]  # 2/s x 4 s + 1; capped at 12
+    for run in doc["runs"]:
+        _check_run(run)
+    assert doc["runs"][0]["offered_rps"] == pytest.approx(2.0, rel=0.15)
+    md = (out / "loadtest.md").read_text()
+    assert "## Rate sweep by tier" in md
+    assert "## p95 TTFT per alias" in md
+    assert "| e2e/falcon:prod |" in md
+    for name in ("replay-2.png", "replay-4.png", "sweep.png"):
+        assert (out / name).read_bytes().startswith(b"\x89PNG"), name
+
+    # A wrong expected marker is a failure exit, and the JSON says why.
+    rc = cli([
+        "loadtest", "--gateway", gateway, "--key-file", str(key_file), "--aliases",
+        "e2e/falcon:prod", "--markers", "e2e/falcon:prod=ZEBRA-7", "--rates", "4", "--duration",
+        "1", "--max-requests", "2", "--out", str(tmp_path / "bad"), "--no-progress",
+        "--no-plots",
+    ])  # fmt: skip
+    capsys.readouterr()
     assert rc == 1
-    assert "MARKER MISMATCHES: 2" in out
+    bad = json.loads((tmp_path / "bad" / "loadtest.json").read_text())
+    assert bad["runs"][0]["mismatches"] == 2
+
+
+def test_lorafleet_loadtest_overhead_rows_against_the_base_model(
+    fleet: Fleet, vllm_server: VllmServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    gateway = fleet.base_url.removesuffix("/v1")
+    out = tmp_path / "oh"
+    common = ["loadtest", "--gateway", gateway, "--key-file", str(key_file), "--overhead",
+              "--overhead-duration", "3", "--overhead-concurrency", "4",
+              "--overhead-max-tokens", "8", "--out", str(out), "--no-progress"]  # fmt: skip
+    # Two aliases cannot make a batch of three distinct adapters: said clearly, exit 1.
+    assert cli([*common, "--adapter-counts", "1,3"]) == 1
+    assert "needs 3 aliases, and the gateway lists 2" in capsys.readouterr().err
+    rc = cli([*common, "--adapter-counts", "1,2", "--engine", vllm_server.url])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    rows = json.loads((out / "loadtest.json").read_text())["overhead"]["rows"]
+    assert [(r["name"], r["distinct_adapters"]) for r in rows] == [
+        ("base", 0), ("1 adapter", 1), ("2 adapters", 2)
+    ]  # fmt: skip
+    for r in rows:
+        assert r["ok"] == r["requests"] > 0
+        assert r["completion_tokens"] == 8 * r["ok"]  # ignore_eos: equal work per request
+        assert r["tokens_per_s"] > 0
+    assert rows[0]["overhead_vs_base"] is None
+    assert all(r["overhead_vs_base"] is not None for r in rows[1:])
+    assert rows[1]["gpu_share"] is not None
+    assert "## Adapter overhead" in (out / "loadtest.md").read_text()
+    assert (out / "overhead.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_canary_probe_sees_a_deploy(fleet: Fleet):

@@ -7,7 +7,7 @@ chunk (`stream_options.include_usage`).
 
 from __future__ import annotations
 
-import shlex
+import os
 import time
 from pathlib import Path
 
@@ -24,14 +24,25 @@ def make_client(base_url: str, api_key: str, timeout_s: float) -> openai.AsyncOp
     return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
 
 
-def read_api_key(key: str | None, key_file: Path | None) -> str:
-    if key:
-        return key
+def base_url(gateway: str) -> str:
+    """The OpenAI base URL of a gateway given with or without its `/v1`."""
+    url = gateway.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def read_key(key_file: Path | None, env: str = "LORAFLEET_API_KEY") -> str:
+    """The key from `key_file`, else `$env`, else the demo's key file; never from argv (`ps`
+    shows a command line to every user). ValueError when there is none."""
+    if key_file is None and os.environ.get(env):
+        return os.environ[env].strip()
     path = key_file or DEFAULT_KEY_FILE
     try:
-        return path.read_text().strip()
+        key = path.read_text().strip()
     except OSError as exc:
-        raise SystemExit(f"no API key: pass --api-key or --api-key-file ({exc})") from exc
+        raise ValueError(f"cannot read the API key: {exc}") from exc
+    if not key:
+        raise ValueError(f"{path} is empty")
+    return key
 
 
 async def stream_chat(
@@ -45,6 +56,7 @@ async def stream_chat(
     scheduled_at: float,
     run_t0: float,
     temperature: float = 0.0,
+    extra_body: dict[str, object] | None = None,
 ) -> RequestResult:
     started = time.perf_counter()
     res = RequestResult(index, alias, scheduled_at, started - run_t0, status="?")
@@ -57,6 +69,7 @@ async def stream_chat(
             temperature=temperature,
             stream=True,
             stream_options={"include_usage": True},
+            extra_body=extra_body,
         )
         res.adapter_id = raw.headers.get("x-adapter-id")
         res.tier = raw.headers.get("x-adapter-tier")
@@ -88,19 +101,6 @@ async def stream_chat(
             res.ttft_s = res.total_s
         res.marker_ok = marker_matches(res.text, marker, truncated=res.finish_reason == "length")
     return res
-
-
-def reproduce_command(module: str, argv: list[str]) -> str:
-    """The command line that reruns this, with an `--api-key` value hidden (it is printed)."""
-    shown = list(argv)
-    for i, arg in enumerate(shown):
-        if arg == "--api-key" and i + 1 < len(shown):
-            shown[i + 1] = "$LORAFLEET_API_KEY"
-        elif arg.startswith("--api-key="):
-            shown[i] = "--api-key=$LORAFLEET_API_KEY"
-    return f"command: .venv/bin/python -m {module} " + shlex.join(shown).replace(
-        "'$LORAFLEET_API_KEY'", '"$LORAFLEET_API_KEY"'
-    )
 
 
 def _short(exc: Exception) -> str:

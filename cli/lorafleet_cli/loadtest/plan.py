@@ -1,8 +1,9 @@
 """The load test's plan (pure): trace requests -> aliases, lengths the target can serve, prompts.
 
-The production trace (`benchmarks.workload`) has prompts of ~1,000 tokens (p95 ~4,000) and
-answers of ~130 (p95 ~450); the demo's vLLM serves at most `--max-model-len 256` tokens per
-request. Lengths are therefore mapped onto what the target serves, in one of two ways:
+The production trace (../shared/traces, read by `lorafleet_cli.sim.workload`, the one reader
+of the trace format) has prompts of ~1,000 tokens (p95 ~4,000) and answers of ~130 (p95 ~450);
+the demo's vLLM serves at most `--max-model-len 256` tokens per request. Lengths are therefore
+mapped onto what the target serves, in one of two ways:
 
   scale  multiply every length by cap / (the window's p95 of that length), then clip at the
          cap: the shape of the distribution (short vs long requests) is kept;
@@ -16,8 +17,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
-from benchmarks.workload import Request, WorkloadSpec, adapter_name, load_workload
+from lorafleet_cli.sim import workload
 
 # Plain words for synthetic prompts. Real BPE tokenizers spend ~1.3 tokens per English word;
 # the demo's 384-token vocabulary spends ~2.4 (measured), hence `tokens_per_word`.
@@ -87,6 +89,34 @@ class PlannedRequest:
     trace_output_tokens: int
 
 
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of the replayed trace: arrival, trace lengths, Zipf rank (1 = hottest)."""
+
+    at: float
+    prompt_tokens: int
+    output_tokens: int
+    rank: int
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """Which stretch of which trace, how fast, and how requests spread over the aliases."""
+
+    trace: Path
+    rate: float  # offered requests/s over the replayed window
+    duration_s: float
+    max_requests: int
+    zipf_s: float = 1.0
+    seed: int = 0
+
+    def describe(self, n_aliases: int) -> str:
+        return (
+            f"trace={self.trace.name} rate={self.rate:g} req/s duration={self.duration_s:g} s "
+            f"Zipf(s={self.zipf_s:g}) over {n_aliases} aliases, seed={self.seed}"
+        )
+
+
 def p95(values: list[int]) -> float:
     if not values:
         return 1.0
@@ -100,10 +130,9 @@ def scale_length(n: int, cap: int, factor: float, floor: int = 1) -> int:
 
 
 def scale_requests(
-    requests: list[Request], aliases: list[str], limits: LengthLimits
+    requests: list[TraceRequest], aliases: list[str], limits: LengthLimits
 ) -> list[PlannedRequest]:
     """Map trace requests onto aliases (Zipf rank r -> aliases[r-1]) and servable lengths."""
-    by_rank = {adapter_name(rank): alias for rank, alias in enumerate(aliases, start=1)}
     if limits.mode == "scale":
         f_prompt = limits.max_prompt_tokens / p95([r.prompt_tokens for r in requests])
         f_output = limits.max_output_tokens / p95([r.output_tokens for r in requests])
@@ -114,7 +143,7 @@ def scale_requests(
         PlannedRequest(
             index=i,
             at=r.at - t0,
-            alias=by_rank[r.adapter],
+            alias=aliases[r.rank - 1],
             prompt_tokens=scale_length(r.prompt_tokens, limits.max_prompt_tokens, f_prompt),
             max_tokens=scale_length(
                 r.output_tokens,
@@ -129,32 +158,52 @@ def scale_requests(
     ]
 
 
-def native_rate(spec: WorkloadSpec, sample: int) -> float:
-    """Requests/s of the uncompressed trace over its first `sample` requests."""
-    head = load_workload(
-        WorkloadSpec(spec.trace, 1.0, spec.n_adapters, spec.zipf_s, spec.seed, sample)
-    )
-    span = head[-1].at - head[0].at if len(head) > 1 else 0.0
-    return (len(head) - 1) / span if span > 0 else 1.0
+def _head(spec: ReplaySpec, n_aliases: int, n: int) -> list[TraceRequest]:
+    """The trace's first `n` requests at its own pace (compression 1), adapters drawn."""
+    horizon = 60.0
+    while True:
+        # The simulator's workload is the one reader of the trace and of the Zipf draw; at a
+        # nominal rate of 1 req/s it keeps the trace's gaps (scaled by its mean rate).
+        w = workload.build(
+            mix=workload.Mix.zipf(n_aliases, spec.zipf_s),
+            rate=1.0,
+            duration_s=horizon,
+            seed=spec.seed,
+            trace=spec.trace,
+        )
+        if len(w) >= n:
+            return [
+                TraceRequest(w.at[i], w.prompt[i], w.output[i], w.adapter[i] + 1) for i in range(n)
+            ]
+        horizon *= 2
 
 
-def plan_workload(
-    *,
-    spec: WorkloadSpec,
-    aliases: list[str],
-    limits: LengthLimits,
-    max_requests: int,
-    duration_s: float,
-) -> list[PlannedRequest]:
-    """The trace's first requests that fall inside `duration_s`, at most `max_requests`."""
-    if not aliases:
+def trace_window(spec: ReplaySpec, n_aliases: int) -> list[TraceRequest]:
+    """The trace's first requests, compressed so that the window offers exactly `spec.rate`.
+
+    The trace's mean rate is not its first minutes' rate (they are sparser), so the compression
+    is set on the window itself: the first `rate * duration + 1` requests (at most
+    `max_requests`), their arrival times scaled so that they span `(n - 1) / rate` seconds.
+    The adapter draw does not depend on the rate: a faster replay sends the same first requests
+    to the same aliases, closer together, and more of them.
+    """
+    if n_aliases < 1:
         raise ValueError("no aliases to load")
-    loaded = load_workload(
-        WorkloadSpec(spec.trace, spec.speedup, len(aliases), spec.zipf_s, spec.seed, max_requests)
-    )
-    t0 = loaded[0].at if loaded else 0.0
-    window = [r for r in loaded if r.at - t0 <= duration_s]
-    return scale_requests(window, aliases, limits)
+    if spec.rate <= 0 or spec.duration_s <= 0 or spec.max_requests < 1:
+        raise ValueError("rate, duration and max requests must be positive")
+    n = max(1, min(spec.max_requests, math.floor(spec.rate * spec.duration_s) + 1))
+    head = _head(spec, n_aliases, n)
+    span = head[-1].at - head[0].at
+    factor = (n - 1) / (spec.rate * span) if n > 1 and span > 0 else 1.0
+    t0 = head[0].at
+    return [
+        TraceRequest((r.at - t0) * factor, r.prompt_tokens, r.output_tokens, r.rank) for r in head
+    ]
+
+
+def plan_replay(spec: ReplaySpec, aliases: list[str], limits: LengthLimits) -> list[PlannedRequest]:
+    """The requests of one replay, mapped onto `aliases` (hottest first) and servable lengths."""
+    return scale_requests(trace_window(spec, len(aliases)), aliases, limits)
 
 
 def prompt_text(tokens: int, index: int, tokens_per_word: float) -> str:
