@@ -117,3 +117,46 @@ def test_control_plane_deployments_run_the_images_interpreter_modules_and_user()
         command = container["command"]
         assert command[:2] == ["python3", "-m"], name
         assert module_file(command[2]).is_file(), name
+
+
+# Imported only by `lorafleet up`'s demo builder (the `demo` extra, never in the image).
+DEMO_ONLY = {"torch", "transformers", "peft", "tokenizers"}
+
+
+def _distribution(requirement: str) -> str:
+    name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]
+    return name.lower().replace("_", "-")
+
+
+def test_control_plane_image_installs_every_library_the_cli_imports():
+    """`lorafleet canary`, `loadtest`, `sim` ... run in the control-plane image: each
+    third-party module the CLI imports comes from the extras its Dockerfile installs."""
+    import ast
+    import sys
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    install = " ".join(CONTROL.stages[0].all("RUN"))
+    extras = re.search(r"'\.\[([\w,]+)\]'", install)
+    assert extras is not None, install
+    installed = {_distribution(r) for r in project["dependencies"]}
+    for extra in extras.group(1).split(","):
+        installed |= {_distribution(r) for r in project["optional-dependencies"][extra]}
+    imported: set[str] = set()
+    for path in (ROOT / "cli" / "lorafleet_cli").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {
+        m for m in imported if m not in sys.stdlib_module_names and not m.startswith("lorafleet")
+    }
+    assert {"openai", "tqdm", "matplotlib"} <= third_party  # canary, loadtest, plots
+    dist_of = {"yaml": "pyyaml"}  # import name -> distribution where they differ
+    missing = {
+        m
+        for m in third_party - DEMO_ONLY
+        if dist_of.get(m, m.replace("_", "-").lower()) not in installed
+    }
+    assert not missing, f"imported by the CLI but not installed in the image: {missing}"
