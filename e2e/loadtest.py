@@ -1,8 +1,8 @@
 """`lorafleet loadtest` against a throwaway `lorafleet up` sized so that adapter tiers matter.
 
     .venv/bin/python -m e2e.loadtest --replicas 1 -- --rates 2,6 --duration 60 --out DIR
-    .venv/bin/python -m e2e.loadtest --copies 11 --gpu-slots 32 --host-ram-slots 40 -- \\
-        --overhead --adapter-counts 1,8,32
+    .venv/bin/python -m e2e.loadtest --copies 11 --gpu-slots 32 --host-ram-slots 40 \\
+        --base-engine -- --overhead --adapter-counts 1,8,32
 
 Everything after `--` goes to `lorafleet loadtest` (docs/cli.md#loadtest); this script only
 starts the fleet (e2e/standalone_fleet.py: the demo plus `--copies` extra versions and aliases
@@ -14,9 +14,10 @@ the command's, or 2 when the fleet did not start.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
-from e2e.standalone_fleet import FleetOptions, started_fleet
+from e2e.standalone_fleet import FleetOptions, started_base_engine, started_fleet
 from lorafleet_cli.main import main as lorafleet
 
 
@@ -30,7 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--gpu-slots", type=int, default=2, help="pool engine.gpuSlots (--max-loras)")
     ap.add_argument("--host-ram-slots", type=int, default=4, help="engine.hostRamSlots")
     ap.add_argument("--copies", type=int, default=3, help="extra versions+aliases per canary")
+    ap.add_argument(
+        "--owners-per-adapter", type=int, default=None, help="pool ownersPerAdapter (default 2)"
+    )
     ap.add_argument("--keep-state", action="store_true", help="keep the temporary state folder")
+    ap.add_argument(
+        "--base-engine",
+        action="store_true",
+        help="also start a keyless twin vLLM (the pool's flags) and pass it as --engine",
+    )
     return ap
 
 
@@ -44,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         gpu_slots=args.gpu_slots,
         host_ram_slots=args.host_ram_slots,
         copies=args.copies,
+        owners_per_adapter=args.owners_per_adapter,
         keep_state=args.keep_state,
     )
     try:
@@ -51,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
             key_file = fleet.state_dir / "loadtest-api-key"
             key_file.write_text(fleet.api_key + "\n")
             key_file.chmod(0o600)
-            return lorafleet([
-                "loadtest", "--gateway", fleet.base_url, "--key-file", str(key_file),
-                "--manifests", str(fleet.manifests), *rest, "--aliases", *fleet.aliases,
-            ])  # fmt: skip
+            with contextlib.ExitStack() as stack:
+                if args.base_engine:
+                    rest = ["--engine", stack.enter_context(started_base_engine(fleet)), *rest]
+                return lorafleet([
+                    "loadtest", "--gateway", fleet.base_url, "--key-file", str(key_file),
+                    "--manifests", str(fleet.manifests), *rest, "--aliases", *fleet.aliases,
+                ])  # fmt: skip
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -36,6 +36,7 @@ class FleetOptions:
     gpu_slots: int = 2
     host_ram_slots: int = 4
     copies: int = 3  # extra versions (and aliases) per demo canary
+    owners_per_adapter: int | None = None  # None: the pool's default
     ready_timeout_s: float = 600.0
     keep_state: bool = False
 
@@ -79,6 +80,8 @@ def prepare(state: Path, opts: FleetOptions) -> tuple[str, list[str]]:
     pool["spec"]["engine"]["gpuSlots"] = opts.gpu_slots
     pool["spec"]["engine"]["hostRamSlots"] = opts.host_ram_slots
     pool["spec"]["replicas"] = {"min": 1, "max": opts.replicas, "desired": opts.replicas}
+    if opts.owners_per_adapter is not None:
+        pool["spec"]["ownersPerAdapter"] = opts.owners_per_adapter
     write_object(manifests, pool)
     # A load test measures the fleet: lift the demo tenant's rate limits well above it.
     keys = TenantKeys(
@@ -176,3 +179,66 @@ def stop(proc: subprocess.Popen[bytes], state: Path) -> dict[int, list[int]]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
     return leftovers
+
+
+@contextlib.contextmanager
+def started_base_engine(fleet: RunningFleet) -> Iterator[str]:
+    """A second vLLM with the pool's own command line (standalone.processes.vllm_process) and no
+    API key, for the overhead run's base-model row: the fleet's engines take a key only their
+    agents hold, so the base model is measured on this twin. Yields its URL; stopped at the end.
+    """
+    from lorafleet_cli.standalone.processes import ReplicaPlan, is_cpu_build, vllm_process
+    from lorafleet_cli.standalone.runner import free_port, model_dir_of
+    from lorafleet_core.models import ReplicaPoolSpec
+
+    doc = yaml.safe_load((fleet.manifests / "replicapool-demo.yaml").read_text())
+    pool = ReplicaPoolSpec.model_validate(doc["spec"])
+    home = fleet.state_dir / "base-engine"
+    plan = ReplicaPlan("base-engine", free_port(), free_port(), free_port(), home)
+    spec = vllm_process(plan, model_dir_of(pool.base_model.uri), pool, cpu=is_cpu_build(),
+                        log_dir=fleet.state_dir)  # fmt: skip
+    assert spec.log_file is not None
+    with spec.log_file.open("wb") as out:
+        proc = subprocess.Popen(
+            list(spec.argv), stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, **spec.env}, start_new_session=True,
+        )  # fmt: skip
+    try:
+        import httpx
+
+        deadline = time.monotonic() + spec.start_timeout_s
+        while True:
+            try:
+                if httpx.get(f"{plan.vllm_url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"base engine did not start; see {spec.log_file}")
+            time.sleep(1.0)
+        # The fleet's adapters too, under the names the agents give them (their ids), so that
+        # `--engine-direct` can send the adapter rows to this engine.
+        from urllib.parse import urlparse
+
+        from lorafleet_core.manifests import load_folder
+
+        adapters = load_folder(fleet.manifests).of_kind("LoRAAdapter")
+        for obj in adapters:
+            path = urlparse(obj.body["spec"]["weightsUri"]).path
+            body = {"lora_name": obj.name, "lora_path": path}
+            r = httpx.post(f"{plan.vllm_url}/v1/load_lora_adapter", json=body, timeout=60)
+            if r.status_code != 200:
+                raise RuntimeError(f"base engine refused {body['lora_name']}: {r.text[:200]}")
+        print(
+            f"[loadtest] base engine ready at {plan.vllm_url} with {len(adapters)} adapters",
+            file=sys.stderr,
+        )
+        yield plan.vllm_url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)

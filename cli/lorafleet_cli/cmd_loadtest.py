@@ -111,6 +111,12 @@ def register(sub: Any) -> None:
         default=None,
         help="its API key (default $LORAFLEET_ENGINE_KEY, else none)",
     )
+    o.add_argument(
+        "--engine-direct",
+        action="store_true",
+        help="send the adapter rows to --engine too, by the adapter ids the gateway answers "
+        "with (engine-only overhead, without gateway and agent in the path)",
+    )
     o.add_argument("--overhead-duration", type=float, default=20.0, help="seconds per row (20)")
     o.add_argument("--overhead-concurrency", type=int, default=32)
     o.add_argument("--overhead-max-tokens", type=int, default=64)
@@ -155,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"no trace at {trace} (pass --trace or set $LORAFLEET_TRACE)")
     except ValueError as exc:
         return fail(exc, USAGE)
+    if args.engine_direct and not args.engine:
+        return fail("--engine-direct needs --engine", USAGE)
     url = base_url(args.gateway)
     aliases = args.aliases or sorted(found)
     if not aliases:
@@ -200,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
                     engine_url=args.engine and base_url(args.engine),
                     engine_key=engine_key or "none",
                     progress=progress,
+                    engine_direct=args.engine_direct,
                 ),
             )
         else:

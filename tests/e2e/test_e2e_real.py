@@ -199,6 +199,17 @@ def test_lorafleet_loadtest_overhead_rows_against_the_base_model(
     assert "## Adapter overhead" in (out / "loadtest.md").read_text()
     assert (out / "overhead.png").read_bytes().startswith(b"\x89PNG")
 
+    # --engine-direct: the same rows on the engine itself, by the ids the gateway answered with.
+    rc = cli([*common, "--adapter-counts", "2", "--engine", vllm_server.url, "--engine-direct"])
+    printed = capsys.readouterr().out
+    assert rc == 0, printed
+    direct = json.loads((out / "loadtest.json").read_text())["overhead"]
+    assert direct["path"] == "direct on the engine"
+    assert [r["name"] for r in direct["rows"]] == ["base", "2 adapters"]
+    assert direct["rows"][1]["completion_tokens"] == 8 * direct["rows"][1]["ok"] > 0
+    assert direct["rows"][1]["gpu_share"] is None  # the engine sends no tier header
+    assert cli([*common, "--engine-direct"]) == 2  # needs --engine
+
 
 def test_canary_probe_sees_a_deploy(fleet: Fleet):
     zebra2 = fleet.records["zebra2"].id

@@ -51,6 +51,7 @@ class OverheadOptions:
     engine_url: str | None
     engine_key: str
     progress: bool
+    engine_direct: bool = False
 
 
 def load_average() -> str:
@@ -115,9 +116,10 @@ def run_overhead(
     """Base model (on `engine_url`) and k distinct aliases per batch for each k in counts."""
     rows: list[oh.ThroughputRow] = []
 
-    def measure(name: str, url: str, key: str, models: list[str], distinct: int) -> None:
-        # One request per model first: loads happen before the clock, not in the row.
-        warm = asyncio.run(
+    def warm(url: str, key: str, models: list[str], name: str) -> list[str]:
+        """One request per model first (loads happen before the clock, not in the row);
+        returns the adapter ids that answered (the gateway's `x-adapter-id`)."""
+        done = asyncio.run(
             warm_up(
                 url,
                 key,
@@ -127,11 +129,15 @@ def run_overhead(
                 timeout_s=opts.timeout_s,
             )
         )
-        if failed := [r for r in warm if not r.ok]:
+        if failed := [r for r in done if not r.ok]:
             raise RuntimeError(
                 f"{name}: warm-up failed for {failed[0].alias}: "
                 f"{failed[0].status} {failed[0].error}"
             )
+        return [r.adapter_id or r.alias for r in done]
+
+    def measure(name: str, url: str, key: str, models: list[str], distinct: int) -> None:
+        warm(url, key, models, name)
         results, elapsed = asyncio.run(
             saturate(
                 url,
@@ -156,14 +162,21 @@ def run_overhead(
         measure("base", opts.engine_url, opts.engine_key, [model], 0)
     for k in opts.counts:
         name = f"{k} adapter{'s' if k != 1 else ''}"
-        measure(name, gateway_url, api_key, aliases[:k], k)
+        if opts.engine_direct and opts.engine_url:
+            # The engine serves each adapter under its immutable id, which the gateway names
+            # in `x-adapter-id`: the same work without the gateway and agent in the path.
+            ids = warm(gateway_url, api_key, aliases[:k], name)
+            measure(name, opts.engine_url, opts.engine_key, ids, k)
+        else:
+            measure(name, gateway_url, api_key, aliases[:k], k)
+    path = "direct on the engine" if opts.engine_direct else "through the gateway"
     describe = (
         f"closed loop, {opts.concurrency} requests in flight, {opts.prompt_tokens}-token "
         f"prompts, exactly {opts.max_tokens} output tokens each (ignore_eos), "
-        f"{opts.duration_s:g} s per row; adapters through the gateway"
+        f"{opts.duration_s:g} s per row; adapters {path}"
         + (f", base model direct on {opts.engine_url}" if opts.engine_url else ", no base row")
     )
-    return {"describe": describe, "rows": oh.rows_to_json(rows)}
+    return {"describe": describe, "path": path, "rows": oh.rows_to_json(rows)}
 
 
 def write_outputs(doc: dict[str, Any], out: Path, plot: bool) -> list[Path]:
