@@ -4,11 +4,12 @@
     .venv/bin/python -m e2e.loadtest --copies 11 --gpu-slots 32 --host-ram-slots 40 \\
         --base-engine -- --overhead --adapter-counts 1,8,32
 
-Everything after `--` goes to `lorafleet loadtest` (docs/cli.md#loadtest); this script only
-starts the fleet (e2e/standalone_fleet.py: the demo plus `--copies` extra versions and aliases
-per canary, the pool shrunk to `--gpu-slots`/`--host-ram-slots`), points the command at it
-(gateway URL, key file, manifests for the markers) and stops the fleet at the end. Exit status:
-the command's, or 2 when the fleet did not start.
+Everything after `--` goes to `lorafleet loadtest` (docs/cli.md#loadtest; `-- A -- B` runs
+two commands one after the other on the same fleet). This script only starts the fleet
+(e2e/standalone_fleet.py: the demo plus `--copies` extra versions and aliases per canary, the
+pool shrunk to `--gpu-slots`/`--host-ram-slots`), points the command at it (gateway URL, key
+file, manifests for the markers, the fleet's aliases) and stops the fleet at the end. Exit
+status: the worst of the commands', or 2 when the fleet did not start.
 """
 
 from __future__ import annotations
@@ -45,8 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    cut = argv.index("--") if "--" in argv else len(argv)
-    own, rest = argv[:cut], argv[cut + 1 :]
+    # `-- A -- B`: `lorafleet loadtest A`, then `lorafleet loadtest B`, on the same fleet.
+    groups: list[list[str]] = [[]]
+    for arg in argv:
+        if arg == "--":
+            groups.append([])
+        else:
+            groups[-1].append(arg)
+    own, commands = groups[0], groups[1:] or [[]]
     args = build_parser().parse_args(own)
     opts = FleetOptions(
         replicas=args.replicas,
@@ -62,12 +69,16 @@ def main(argv: list[str] | None = None) -> int:
             key_file.write_text(fleet.api_key + "\n")
             key_file.chmod(0o600)
             with contextlib.ExitStack() as stack:
+                engine = []
                 if args.base_engine:
-                    rest = ["--engine", stack.enter_context(started_base_engine(fleet)), *rest]
-                return lorafleet([
-                    "loadtest", "--gateway", fleet.base_url, "--key-file", str(key_file),
-                    "--manifests", str(fleet.manifests), *rest, "--aliases", *fleet.aliases,
-                ])  # fmt: skip
+                    engine = ["--engine", stack.enter_context(started_base_engine(fleet))]
+                target = ["--gateway", fleet.base_url, "--key-file", str(key_file),
+                          "--manifests", str(fleet.manifests), *engine]  # fmt: skip
+                codes = [
+                    lorafleet(["loadtest", *target, *rest, "--aliases", *fleet.aliases])
+                    for rest in commands
+                ]
+                return max(codes)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
