@@ -117,7 +117,15 @@ def register(sub: Any) -> None:
         help="send the adapter rows to --engine too, by the adapter ids the gateway answers "
         "with (engine-only overhead, without gateway and agent in the path)",
     )
-    o.add_argument("--overhead-duration", type=float, default=20.0, help="seconds per row (20)")
+    o.add_argument(
+        "--overhead-duration", type=float, default=10.0, help="seconds per row and round (10)"
+    )
+    o.add_argument(
+        "--overhead-rounds",
+        type=int,
+        default=3,
+        help="rounds interleaving the rows, medians reported (3)",
+    )
     o.add_argument("--overhead-concurrency", type=int, default=32)
     o.add_argument("--overhead-max-tokens", type=int, default=64)
     o.add_argument("--overhead-prompt-tokens", type=int, default=32)
@@ -209,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
                     engine_key=engine_key or "none",
                     progress=progress,
                     engine_direct=args.engine_direct,
+                    rounds=args.overhead_rounds,
                 ),
             )
         else:

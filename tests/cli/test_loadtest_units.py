@@ -143,17 +143,28 @@ def test_summary_splits_by_tier_and_alias_and_counts_429s_apart():
     assert verdict([], max_error_rate=1.0) == 1  # nothing ran
 
 
-def test_overhead_rows_compare_with_the_base_model_and_say_what_is_missing():
-    base = oh.throughput_row("base", 0, [ok(i, 0.1, "", tokens=64) for i in range(10)], 2.0)
-    eight = oh.throughput_row("8 adapters", 8, [ok(i, 0.1, "gpu", tokens=64) for i in range(8)],
-                              2.0)  # fmt: skip
-    assert base.tokens_per_s == 320.0
+def _round(n: int, seconds: float, tier: str = "gpu") -> tuple[list[RequestResult], float]:
+    return [ok(i, 0.1, tier, tokens=64) for i in range(n)], seconds
+
+
+def test_overhead_rows_compare_with_the_base_model_round_by_round():
+    base_rounds = [_round(10, 2.0, ""), _round(5, 2.0, ""), _round(10, 2.0, "")]
+    base = oh.throughput_row("base", 0, base_rounds)
+    eight = oh.throughput_row("8 adapters", 8, [_round(8, 2.0), _round(4, 2.0), _round(6, 2.0)])
+    assert base.rounds == (320.0, 160.0, 320.0)
+    assert base.tokens_per_s == 320.0  # the median round
     assert base.gpu_share is None  # the base model has no adapter tier
+    # Paired by round (the machine slowed down in round 2 for both): 20%, 20%, 40% -> 20%.
     assert oh.overhead(eight, base) == pytest.approx(0.2)
     assert oh.overhead(eight, None) is None
     rows = oh.rows_to_json([base, eight])
     assert rows[1]["overhead_vs_base"] == pytest.approx(0.2)
+    assert rows[1]["rounds_tokens_per_s"] == [256.0, 128.0, 192.0]
     assert rows[1]["gpu_share"] == 1.0
+    assert rows[1]["ok"] == 18
+
+
+def test_overhead_says_when_the_deployment_has_too_few_aliases():
     assert oh.missing_aliases([1, 8], 8) is None
     why = oh.missing_aliases([1, 8, 32], 12)
     assert why is not None
@@ -193,8 +204,8 @@ def test_plots_are_pngs_small_enough_to_commit(tmp_path: Path):
     results = [ok(i, 0.02 + 0.01 * i, ("gpu", "ram", "disk")[i % 3]) for i in range(30)]
     results.append(RequestResult(30, "a", 30.0, 30.0, "429"))
     doc = _doc("x", 0.7)
-    base = oh.throughput_row("base", 0, [ok(i, 0.1, "", tokens=64) for i in range(10)], 2.0)
-    one = oh.throughput_row("1 adapter", 1, [ok(i, 0.1, "gpu", tokens=64) for i in range(9)], 2.0)
+    base = oh.throughput_row("base", 0, [_round(10, 2.0, "")])
+    one = oh.throughput_row("1 adapter", 1, [_round(9, 2.0)])
     written = [
         plots.write_plots(results, tmp_path / "out" / "lt.png", "title"),
         plots.plot_sweep(doc["runs"], tmp_path / "sweep.png", "t"),  # type: ignore[arg-type]

@@ -52,6 +52,7 @@ class OverheadOptions:
     engine_key: str
     progress: bool
     engine_direct: bool = False
+    rounds: int = 1
 
 
 def load_average() -> str:
@@ -114,7 +115,6 @@ def run_overhead(
     gateway_url: str, api_key: str, aliases: list[str], opts: OverheadOptions
 ) -> dict[str, Any]:
     """Base model (on `engine_url`) and k distinct aliases per batch for each k in counts."""
-    rows: list[oh.ThroughputRow] = []
 
     def warm(url: str, key: str, models: list[str], name: str) -> list[str]:
         """One request per model first (loads happen before the clock, not in the row);
@@ -136,8 +136,7 @@ def run_overhead(
             )
         return [r.adapter_id or r.alias for r in done]
 
-    def measure(name: str, url: str, key: str, models: list[str], distinct: int) -> None:
-        warm(url, key, models, name)
+    def measure(name: str, url: str, key: str, models: list[str]) -> tuple[Any, float]:
         results, elapsed = asyncio.run(
             saturate(
                 url,
@@ -153,27 +152,38 @@ def run_overhead(
                 progress=opts.progress,
             )
         )
-        row = oh.throughput_row(name, distinct, results, elapsed)
-        rows.append(row)
-        print(f"  {name}: {row.tokens_per_s:.0f} tokens/s ({row.ok}/{row.requests} ok)")
+        tokens = sum(r.completion_tokens or 0 for r in results if r.ok)
+        print(f"  {name}: {tokens / elapsed:.0f} tokens/s ({len(results)} requests)")
+        return results, elapsed
 
+    # (name, distinct adapters, url, key, models); each warmed once before the first round.
+    plan: list[tuple[str, int, str, str, list[str]]] = []
     if opts.engine_url:
         model = asyncio.run(base_model(opts.engine_url, opts.engine_key))
-        measure("base", opts.engine_url, opts.engine_key, [model], 0)
+        warm(opts.engine_url, opts.engine_key, [model], "base")
+        plan.append(("base", 0, opts.engine_url, opts.engine_key, [model]))
     for k in opts.counts:
         name = f"{k} adapter{'s' if k != 1 else ''}"
+        ids = warm(gateway_url, api_key, aliases[:k], name)
         if opts.engine_direct and opts.engine_url:
             # The engine serves each adapter under its immutable id, which the gateway names
             # in `x-adapter-id`: the same work without the gateway and agent in the path.
-            ids = warm(gateway_url, api_key, aliases[:k], name)
-            measure(name, opts.engine_url, opts.engine_key, ids, k)
+            warm(opts.engine_url, opts.engine_key, ids, name)
+            plan.append((name, k, opts.engine_url, opts.engine_key, ids))
         else:
-            measure(name, gateway_url, api_key, aliases[:k], k)
+            plan.append((name, k, gateway_url, api_key, aliases[:k]))
+    measured: dict[str, list[tuple[Any, float]]] = {name: [] for name, *_ in plan}
+    for i in range(opts.rounds):
+        print(f"round {i + 1}/{opts.rounds}")
+        for name, _, url, key, models in plan:
+            measured[name].append(measure(name, url, key, models))
+    rows = [oh.throughput_row(name, k, measured[name]) for name, k, *_ in plan]
     path = "direct on the engine" if opts.engine_direct else "through the gateway"
     describe = (
         f"closed loop, {opts.concurrency} requests in flight, {opts.prompt_tokens}-token "
         f"prompts, exactly {opts.max_tokens} output tokens each (ignore_eos), "
-        f"{opts.duration_s:g} s per row; adapters {path}"
+        f"{opts.duration_s:g} s per row, {opts.rounds} interleaved rounds (median); "
+        f"adapters {path}"
         + (f", base model direct on {opts.engine_url}" if opts.engine_url else ", no base row")
     )
     return {"describe": describe, "path": path, "rows": oh.rows_to_json(rows)}
