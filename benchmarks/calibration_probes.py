@@ -11,7 +11,8 @@ gateway with the official `openai` client, with vLLM's own `/metrics` read besid
   tokens each (the canaries stop after their ~9-token marker); vLLM's
   `inter_token_latency_seconds` and the client's (total - TTFT) / (n - 1) give the time per
   output token at batch k, and a line through them the per-sequence cost of a step.
-- `replay`: the load test's plan (`e2e.loadplan`) sent open loop (`e2e.loadtest.run_load`).
+- `replay`: the load test's plan (`lorafleet_cli.loadtest.plan`) sent open loop
+  (`lorafleet_cli.loadtest.driver.replay`).
 
 Each measured request is returned as a plain dict so the calibration JSON can be re-read
 without vLLM (`benchmarks/sim_calibration.py --from`).
@@ -30,8 +31,9 @@ from typing import Any
 import httpx
 import openai
 
-from e2e.loadplan import PlannedRequest, prompt_text
-from e2e.loadtest import Target, run_load
+from lorafleet_cli.loadtest.driver import Target
+from lorafleet_cli.loadtest.driver import replay as send_plan
+from lorafleet_cli.loadtest.plan import PlannedRequest, prompt_text
 from lorafleet_cli.probe.client import make_client, stream_chat
 from lorafleet_cli.probe.results import RequestResult
 
@@ -208,7 +210,7 @@ def replay(
     the replay (diagnostics only: the simulator is fed from the probes, not from these)."""
     before = scrape(vllm_url)
     results, elapsed = asyncio.run(
-        run_load(
+        send_plan(
             target,
             plan,
             concurrency=max(1, len(plan)),  # never hold a request back on the client

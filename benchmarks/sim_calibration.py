@@ -77,10 +77,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         probe_prefill,
         replay,
     )
-    from benchmarks.workload import WorkloadSpec
-    from e2e.loadplan import LengthLimits, native_rate, plan_workload, prompt_text
-    from e2e.loadtest import Target
     from e2e.standalone_fleet import FleetOptions, started_fleet
+    from lorafleet_cli.loadtest.driver import Target
+    from lorafleet_cli.loadtest.plan import LengthLimits, ReplaySpec, plan_replay, prompt_text
     from lorafleet_cli.probe.markers import alias_targets
 
     doc: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -90,7 +89,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     doc["fleet"] = {"replicas": 1, "gpu_slots": 2, "host_ram_slots": 4, "aliases": 12}
     limits = LengthLimits()
     with started_fleet(opts) as fleet:
-        target = Target(fleet.base_url, fleet.api_key, fleet.aliases, {})
+        target = Target(fleet.base_url, fleet.api_key, {}, aliases=tuple(fleet.aliases))
         up = json.loads((fleet.state_dir / "up.json").read_text())
         vllm_url = up["replicas"][0]["vllmUrl"]
         pool = yaml.safe_load((fleet.manifests / "replicapool-demo.yaml").read_text())
@@ -108,17 +107,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             # engine's and the path's speed drift within minutes (load average in the JSON).
             probes = {"loadavg": load_average(), "prefill": probe_prefill(target, vllm_url, reps=4),
                       "decode": probe_decode(target, vllm_url, reps=2)}  # fmt: skip
-            base = WorkloadSpec(args.trace, 1.0, len(fleet.aliases), args.zipf, args.seed)
-            sample = max(2, min(args.max_requests, int(rate * args.duration) + 1))
-            speedup = rate / native_rate(base, sample)
-            spec = WorkloadSpec(args.trace, speedup, len(fleet.aliases), args.zipf, args.seed)
-            plan = plan_workload(
-                spec=spec,
-                aliases=fleet.aliases,
-                limits=limits,
-                max_requests=args.max_requests,
-                duration_s=args.duration,
-            )
+            # The trace's first rate x duration requests, compressed to offer exactly `rate`
+            # (the same requests and aliases as the seed's Zipf draw always gives).
+            spec = ReplaySpec(args.trace, rate, args.duration, args.max_requests, args.zipf,
+                              args.seed)  # fmt: skip
+            plan = plan_replay(spec, fleet.aliases, limits)
             prompts = [prompt_text(p.prompt_tokens, p.index, TOKENS_PER_WORD) for p in plan]
             print(f"[calibration] replay {len(plan)} requests at {rate:g} req/s",
                   file=sys.stderr, flush=True)  # fmt: skip
@@ -136,7 +129,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             doc["replays"].append(
                 {
                     "rate": rate,
-                    "workload": spec.describe(),
+                    "workload": spec.describe(len(fleet.aliases)),
                     "duration_s": args.duration,
                     "elapsed_s": elapsed,
                     "loadavg_before": load_before,

@@ -28,6 +28,7 @@ class Target:
     base_url: str  # OpenAI base URL (…/v1)
     api_key: str
     markers: dict[str, str]  # alias -> expected canary marker (where known)
+    aliases: tuple[str, ...] = ()  # hottest first, for callers that pick their own models
 
 
 def _bar(total: int | None, desc: str, progress: bool) -> Any:
