@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -159,8 +160,11 @@ def run(args: argparse.Namespace) -> int:
             mode=args.length_mode,
         )
         key = read_key(args.key_file)
+        # An engine may run without a key (vLLM without --api-key); the demo key is no default.
         engine_key = (
-            read_key(args.engine_key_file, "LORAFLEET_ENGINE_KEY") if (args.engine_key_file) else ""
+            read_key(args.engine_key_file)
+            if args.engine_key_file
+            else os.environ.get("LORAFLEET_ENGINE_KEY", "").strip()
         )
         found = markers_from_manifests(args.manifests) if args.manifests else {}
         markers = found | parse_marker_args(args.markers)
