@@ -30,6 +30,7 @@ examples:
   lorafleet alias list -o wide                   what serves, what was asked for, and why
   lorafleet keys create acme                     a new API key, printed once
   lorafleet status                               replicas, tiers, queues, aliases
+  lorafleet loadtest --rates 2,5,10              the production trace through the gateway
 
 exit status: 0 success, 1 the command failed (not found, refused, unreachable),
 2 the command line is wrong.  Docs: docs/cli.md
