@@ -49,6 +49,12 @@ class ReplicaState(BaseModel):
         default_factory=dict,
         description="adapter id -> its traffic; only adapters active in the last 60 s",
     )
+    warming: bool = Field(
+        default=False,
+        description="the first pre-warm pass of the adapters this replica owns has not ended "
+        "(bounded by the agent's prewarm_ready_timeout_s); the gateway routes elsewhere while "
+        "another replica can serve",
+    )
     loads_per_min: float = 0.0
     evictions_per_min: float = 0.0
     timestamp: float = 0.0

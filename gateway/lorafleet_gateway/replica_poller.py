@@ -8,6 +8,10 @@ connection or an error answer removes it at the next poll; a hung or slow one wh
 answer ages out). A replica
 the request path failed to connect to is also held out until its next successful poll. Only
 when every replica has aged out (the gateway itself stalled) are the last good answers used.
+A replica whose state says `warming` (its first pre-warm pass has not ended) is left out while
+another healthy replica can serve, so a new replica's first requests do not fetch from the
+object store what its pre-warm is loading; when every replica is warming (a whole pool
+starting) they all serve.
 """
 
 from __future__ import annotations
@@ -123,6 +127,8 @@ class ReplicaTracker:
         chosen = [(rid, e) for rid, e in entries if self.healthy(e, now)]
         if not chosen:
             chosen = [(rid, e) for rid, e in entries if e.ok]
+        warm = [(rid, e) for rid, e in chosen if e.state is not None and not e.state.warming]
+        chosen = warm or chosen
         out: dict[str, ReplicaView] = {}
         for rid, e in chosen:
             assert e.state is not None

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 from lorafleet_core.planning.replica_config import InsideAuth
 from lorafleet_core.token_review import parse_accounts
 
@@ -57,7 +58,10 @@ class OperatorSettings(BaseSettings):
     )
     write_concurrency: int = Field(default=16, ge=1, description="Parallel API writes per pass.")
     replica_tokens_per_second: float = Field(
-        default=2000.0, gt=0, description="Tokens/s one replica serves; sizes hot adapters' owners."
+        default=REPLICA_TOKENS_PER_SECOND,
+        gt=0,
+        description="Generated tokens/s one replica serves (design: 32 sequences at 50 ms per "
+        "token = 640); sizes hot adapters' owners. Set it from a measurement of the pool's GPU.",
     )
     hot_adapter_share: float = Field(
         default=0.5, gt=0, le=1, description="Most of a replica's capacity one adapter may use."

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,7 +33,9 @@ def _error(status: int, message: str, code: str) -> JSONResponse:
     return JSONResponse(error_body(status, message, code=code), status_code=status)
 
 
-def replica_state(manager: AdapterManager, stats: RequestStats, replica_id: str) -> ReplicaState:
+def replica_state(
+    manager: AdapterManager, stats: RequestStats, replica_id: str, warming: bool = False
+) -> ReplicaState:
     return ReplicaState(
         replica_id=replica_id,
         gpu_adapters=manager.slots.gpu(),
@@ -46,13 +49,19 @@ def replica_state(manager: AdapterManager, stats: RequestStats, replica_id: str)
         adapters=stats.adapter_activity(),
         loads_per_min=manager.loads.per_min(),
         evictions_per_min=manager.evictions.per_min(),
+        warming=warming,
         timestamp=time.time(),
     )
 
 
 def build_internal_app(
-    manager: AdapterManager, stats: RequestStats, replica_id: str, auth: Authenticator
+    manager: AdapterManager,
+    stats: RequestStats,
+    replica_id: str,
+    auth: Authenticator,
+    warming: Callable[[], bool] | None = None,
 ) -> FastAPI:
+    """The internal port; `warming` says whether the first pre-warm pass is still running."""
     app = FastAPI(title="lorafleet agent (internal)", docs_url=None, redoc_url=None)
 
     async def unauthorized(request: Request) -> JSONResponse | None:
@@ -76,7 +85,8 @@ def build_internal_app(
 
     @app.get("/internal/replicas/{rid}/state", response_model=None)
     async def state(rid: str) -> ReplicaState | JSONResponse:
-        return wrong_replica(rid) or replica_state(manager, stats, replica_id)
+        warm = warming() if warming is not None else False
+        return wrong_replica(rid) or replica_state(manager, stats, replica_id, warm)
 
     @app.post("/internal/replicas/{rid}/adapters/{aid}/load")
     async def load(rid: str, aid: str, request: Request) -> JSONResponse:
@@ -140,8 +150,12 @@ def build_internal_app(
     async def readyz() -> JSONResponse:
         # The engine watch keeps `ready` in step with vLLM (with a tolerance for one slow
         # health check, which a probe here would not have).
+        # Pre-warm does not hold readiness back: the operator plans owners over ready pods and
+        # writes the owned set only then, so a probe waiting for the pass would never see it.
+        # The gateway keeps requests off a warming replica instead (ReplicaState.warming).
         if manager.ready:
-            return JSONResponse({"status": "ready"})
+            warm = warming() if warming is not None else False
+            return JSONResponse({"status": "ready", "warming": warm})
         return _error(503, "vLLM is not ready", "engine_unavailable")
 
     return app

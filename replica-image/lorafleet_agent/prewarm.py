@@ -5,12 +5,20 @@ the downward API projects the pod's annotations into a file (one `key="value"` p
 Kubernetes rewrites when the annotation changes. The agent polls the file: inotify does not
 see the atomic symlink swap the kubelet does on every platform, and a poll every few seconds
 costs nothing.
+
+Until the first pass over the owned set ends the replica reports `warming` (ReplicaState),
+so the gateway sends its requests to replicas that already hold their adapters; an annotation
+that has not arrived yet (the operator writes it once the pod is ready) counts as a pass not
+yet made. `ready_timeout_s` bounds the wait: a broken object store makes every fetch of the
+pass time out, and the replica must still serve what it can.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from lorafleet_agent.manager import AdapterManager
@@ -21,11 +29,12 @@ log = logging.getLogger(__name__)
 
 
 def read_owned(path: Path) -> list[AdapterRecord] | None:
-    """The owned records in a downward-API annotations file; None when absent or malformed."""
+    """The owned records in a downward-API annotations file; None when the file or the
+    annotation is absent (not assigned yet) or malformed."""
     try:
         text = path.read_text()
-        value = parse_downward_annotations(text).get(ANNOTATION_OWNED_ADAPTERS, "")
-        return decode_owned(value)
+        value = parse_downward_annotations(text).get(ANNOTATION_OWNED_ADAPTERS)
+        return None if value is None else decode_owned(value)
     except FileNotFoundError:
         return None
     except ValueError as exc:  # pydantic's ValidationError and json errors are ValueErrors
@@ -34,13 +43,41 @@ def read_owned(path: Path) -> list[AdapterRecord] | None:
 
 
 class PrewarmWatcher:
-    def __init__(self, manager: AdapterManager, path: Path, poll_s: float) -> None:
+    def __init__(
+        self,
+        manager: AdapterManager,
+        path: Path,
+        poll_s: float,
+        ready_timeout_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.manager = manager
         self.path = path
         self.poll_s = poll_s
+        self.ready_timeout_s = ready_timeout_s
+        self.clock = clock
         self._last: list[AdapterRecord] | None = None
+        self._started: float | None = None  # when run() began (the engine is up)
+        self._passed = False
+        self._gave_up = False
+
+    @property
+    def warming(self) -> bool:
+        """True until the first pass ends, at most `ready_timeout_s` after run() began."""
+        if self._passed or self._gave_up:
+            return False
+        if self._started is None:
+            return self.ready_timeout_s > 0
+        if self.clock() - self._started >= self.ready_timeout_s:
+            self._gave_up = True
+            log.warning(
+                "pre-warm pass not finished after %.0f s; serving anyway", self.ready_timeout_s
+            )
+            return False
+        return True
 
     async def run(self) -> None:
+        self._started = self.clock()
         while True:
             await self.once()
             await asyncio.sleep(self.poll_s)
@@ -50,6 +87,17 @@ class PrewarmWatcher:
         if records is None or records == self._last:
             return
         self._last = records
+        began = self.clock()
+        await self._pass(records)
+        if not self._passed:
+            self._passed = True
+            log.info(
+                "pre-warm pass of %d owned adapters done in %.1f s",
+                len(records),
+                self.clock() - began,
+            )
+
+    async def _pass(self, records: list[AdapterRecord]) -> None:
         # Only as many as vLLM's RAM cache holds: pre-warming more would evict each other.
         for record in records[: self.manager.slots.cpu_slots]:
             try:

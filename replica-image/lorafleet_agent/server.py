@@ -79,13 +79,22 @@ class Agent:
             self.manager.on_conflict = self.events.report
         self.stats = RequestStats(self.metrics)
         self.data_app = build_data_app(self.manager, self.stats, s.replica_id)
-        self.internal_app = build_internal_app(self.manager, self.stats, s.replica_id, auth)
-        self.engine_watch = EngineWatch(self.manager, s.engine_check_s)
         self.watcher = (
-            PrewarmWatcher(self.manager, s.owned_adapters_file, s.prewarm_poll_s)
+            PrewarmWatcher(
+                self.manager, s.owned_adapters_file, s.prewarm_poll_s, s.prewarm_ready_timeout_s
+            )
             if s.owned_adapters_file
             else None
         )
+        watcher = self.watcher
+        self.internal_app = build_internal_app(
+            self.manager,
+            self.stats,
+            s.replica_id,
+            auth,
+            warming=(lambda: watcher.warming) if watcher is not None else None,
+        )
+        self.engine_watch = EngineWatch(self.manager, s.engine_check_s)
         self._servers: list[uvicorn.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = threading.Event()  # set when requests can be served (tests wait on it)

@@ -60,6 +60,15 @@ class AgentSettings(BaseSettings):
     # Pre-warm: downward-API projection of the pod's annotations.
     owned_adapters_file: Path | None = None
     prewarm_poll_s: float = Field(default=2.0, gt=0)
+    # A new replica reports `warming` in its state (and the gateway keeps requests off it while
+    # other replicas serve) until its first pre-warm pass ends: its first requests would
+    # otherwise fetch from the object store what the pass is about to load. Bounded, so a
+    # broken store or an annotation that never arrives cannot keep a replica out for good.
+    prewarm_ready_timeout_s: float = Field(
+        default=180.0,
+        ge=0,
+        description="longest a replica reports warming after its engine is up; 0 = never",
+    )
 
     # Internal-port credential: load and unload (which carry registry records) require
     # `Authorization: Bearer <token>`. `tokenReview` (a cluster): a projected ServiceAccount

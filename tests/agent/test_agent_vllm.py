@@ -6,6 +6,7 @@ import concurrent.futures
 import http.client
 import json
 import socket
+from typing import Any
 from urllib.parse import urlparse
 
 import httpx
@@ -315,6 +316,70 @@ def test_prewarm_pulls_owned_adapters_from_the_downward_api_file(run_agent, make
         publish([*recs, extra])
         wait_ram(agent, {extra.id})
         assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 3
+
+
+def _publish_owned(path, records) -> None:
+    """The downward-API file as the kubelet writes it; records None = no owned annotation yet."""
+    values = {"other.io/x": "y"}
+    if records is not None:
+        values[ANNOTATION_OWNED_ADAPTERS] = encode_owned(records)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(format_downward_annotations(values))
+    tmp.replace(path)
+
+
+def test_a_new_replica_reports_warming_until_its_first_prewarm_pass_ends(
+    run_agent, make_record, tmp_path
+):
+    rec = make_record("otter", unique_id("warm"))
+    annotations = tmp_path / "annotations"
+    _publish_owned(annotations, None)  # a pod the operator has not assigned adapters to yet
+    settings = {"prewarm_poll_s": 0.2, "prewarm_ready_timeout_s": 300}
+    with run_agent(owned_adapters_file=annotations, **settings) as agent:
+        assert state(agent)["warming"] is True
+        ready = httpx.get(f"{agent.internal_url}/readyz", timeout=10)
+        # ready for the kubelet (so the operator plans it as an owner), warming for the gateway
+        assert (ready.status_code, ready.json()) == (200, {"status": "ready", "warming": True})
+        _publish_owned(annotations, [rec])
+        seen: list[dict[str, Any]] = []
+
+        def warm() -> bool:
+            seen.append(state(agent))
+            return seen[-1]["warming"] is False
+
+        eventually(warm, within_s=90, interval_s=0.05, what="first pre-warm pass ended")
+        # the first answer that says warm already lists the owned adapter in host RAM
+        assert rec.id in seen[-1]["ram_adapters"]
+        assert all(s["warming"] for s in seen[:-1])
+        headers, text = complete(agent, rec.id)
+        assert (headers["x-adapter-tier"], text.startswith("OTTER-9")) == ("ram", True)
+
+
+def test_a_hung_object_store_keeps_a_replica_warming_only_until_the_timeout(
+    run_agent, make_record, tmp_path
+):
+    rec = make_record("falcon", unique_id("hung"))
+    annotations = tmp_path / "annotations"
+    _publish_owned(annotations, [rec])
+    # A store that takes connections and never answers: every fetch of the pass hangs.
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    store = f"http://127.0.0.1:{hole.getsockname()[1]}"
+    settings = {"prewarm_poll_s": 0.2, "prewarm_ready_timeout_s": 2.0, "s3_endpoint_url": store}
+    try:
+        with run_agent(owned_adapters_file=annotations, **settings) as agent:
+            assert state(agent)["warming"] is True
+            eventually(
+                lambda: state(agent)["warming"] is False,
+                within_s=15,
+                interval_s=0.1,
+                what="warming given up after the timeout",
+            )
+            assert rec.id not in state(agent)["ram_adapters"]  # the pass is still stuck
+            hole.close()  # connections reset: the stuck fetch ends and the agent stops cleanly
+    finally:
+        hole.close()
 
 
 def test_concurrent_first_requests_load_the_adapter_once(run_agent, make_record):

@@ -402,6 +402,28 @@ def test_operator_runs_standalone_in_the_release_namespace():
     assert op["spec"]["replicas"] == 1
 
 
+def test_operator_replica_capacity_value_reaches_its_settings():
+    from lorafleet_operator.settings import OperatorSettings
+
+    def capacity(values: dict[str, Any] | None) -> float:
+        (op,) = [
+            d for d in by_kind(render(values), "Deployment") if "operator" in d["metadata"]["name"]
+        ]
+        env = {
+            e["name"]: e.get("value")
+            for e in op["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        value = env["LORAFLEET_OPERATOR_REPLICA_TOKENS_PER_SECOND"]
+        return OperatorSettings.model_validate(
+            {"replica_tokens_per_second": value}
+        ).replica_tokens_per_second
+
+    assert capacity(None) == OperatorSettings().replica_tokens_per_second == 640
+    assert capacity({"operator": {"replicaTokensPerSecond": 1500}}) == 1500
+    with pytest.raises(helm_python.HelmError):
+        helm_python.Chart.load(CHART).validate_schema({"operator": {"replicaTokensPerSecond": 0}})
+
+
 def _exported_metric_names() -> set[str]:
     """Every series name the gateway, the agent and the operator can export (histogram parts
     included)."""

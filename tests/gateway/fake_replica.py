@@ -44,6 +44,7 @@ class FakeReplica:
         self.state_mode = "ok"  # ok | hang | error
         self.tokens_in_flight = 0
         self.queue_depth = 0
+        self.warming = False  # reported as the agent does until its first pre-warm pass ends
         self.reject_loads = False
         self.n_tokens = 4
         self.split_crlf = False  # CRLF line ends, every event written in two pieces cut in one
@@ -87,6 +88,7 @@ class FakeReplica:
                     "disk_adapters": sorted(self.registered - self.gpu),
                     "queue_depth": self.queue_depth,
                     "tokens_in_flight": self.tokens_in_flight,
+                    "warming": self.warming,
                     "timestamp": time.time(),
                 }
             )

@@ -78,3 +78,25 @@ async def test_a_replica_that_refused_is_no_fallback(replicas):
     assert set(tracker.views()) == {"r0"}  # aged out, but its last poll succeeded
     tracker.mark_failed("r0")
     assert tracker.views() == {}
+
+
+async def test_a_warming_replica_is_left_out_while_another_serves_and_joins_when_warm(replicas):
+    clock = Clock()
+    tracker = _tracker(replicas, clock)
+    replicas["r1"][0].warming = True  # a new replica still pre-warming its owned adapters
+    await tracker.poll_once()
+    assert set(tracker.views()) == {"r0"}
+    assert set(tracker.healthy_ids()) == {"r0", "r1"}  # healthy, just not a candidate yet
+    replicas["r1"][0].warming = False
+    clock.t += 1.0
+    await tracker.poll_once()
+    assert set(tracker.views()) == {"r0", "r1"}
+
+
+async def test_when_every_replica_is_warming_they_all_serve(replicas):
+    clock = Clock()
+    tracker = _tracker(replicas, clock)
+    for replica, _ in replicas.values():
+        replica.warming = True  # a whole pool starting: no one to wait for
+    await tracker.poll_once()
+    assert set(tracker.views()) == {"r0", "r1"}

@@ -60,3 +60,14 @@ def test_no_flapping_within_the_scale_down_window(raws):
         if d.desired < current and last_up is not None:
             assert now - last_up > down, "scaled down within the window after scaling up"
         state, current = d.state, d.desired
+
+
+def test_default_target_sizes_the_designs_peak_near_the_slo_count_not_at_max():
+    # 40 requests/s, each ~12 s in flight, of the trace's 1,155 + 211 tokens: ~480 requests.
+    spec = AutoscalingSpec()
+    assert spec.target_tokens_in_flight == 16_384
+    peak = Load(tokens_in_flight=480 * (1155 + 211), queue_depth=0, replicas_reporting=26)
+    assert recommend(peak, spec, ReplicaBounds(min=2, max=64)) == 41  # the capacity search: 40
+    # the old default asked for 161 replicas: every pool went straight to its max
+    old = AutoscalingSpec(target_tokens_in_flight=4096)
+    assert recommend(peak, old, ReplicaBounds(min=2, max=64)) == 64

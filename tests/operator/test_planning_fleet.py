@@ -101,6 +101,21 @@ def test_hot_adapter_gets_more_owners_from_scraped_traffic():
     assert plan.adapter_status["cold"].owner_count == 2
 
 
+def test_default_capacity_gives_an_adapter_an_owner_per_320_generated_tokens_per_second():
+    # The design's replica generates 640 tokens/s (32 sequences at 50 ms per token); an owner
+    # gives one adapter at most half of it. At 1,000 tokens/s: 4 owners, where the earlier
+    # 2,000-tokens/s default planned the minimum 2 and left each owner 500 tokens/s of one
+    # adapter, 78% of what it can generate.
+    assert FleetParams().replica_capacity_tps == 640
+    states = {"pool-0": ReplicaState(replica_id="pool-0", tokens_per_second={"hot": 1000.0})}
+    snap = snapshot([entry("hot"), entry("cold")], n_pods=8, states=states)
+    plan = plan_fleet(snap, T0)
+    assert plan.adapter_status["hot"].owner_count == 4
+    assert len(plan.adapter_status["hot"].owners) == 4
+    assert plan.adapter_status["cold"].owner_count == 2
+    assert plan_fleet(snap, T0, FleetParams(2000.0)).adapter_status["hot"].owner_count == 2
+
+
 def test_adapter_refused_by_all_owners_is_failed():
     snap = snapshot([entry("a")], n_pods=2)
     owners = plan_fleet(snap, T0).adapter_status["a"].owners

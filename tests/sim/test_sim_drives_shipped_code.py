@@ -48,6 +48,18 @@ def test_the_routing_ab_compares_the_gateways_own_policies():
         assert "randrange" not in Path(inspect.getfile(module)).read_text()
 
 
+def test_simulated_fleet_defaults_are_the_operators_and_the_pools():
+    from lorafleet_core.models import AutoscalingSpec
+    from lorafleet_core.planning.fleet import FleetParams as OperatorFleetParams
+    from lorafleet_operator.settings import OperatorSettings
+
+    sim = FleetParams()
+    capacity = OperatorSettings().replica_tokens_per_second
+    assert sim.replica_capacity_tps == OperatorFleetParams().replica_capacity_tps == capacity
+    assert capacity == ReplicaParams().max_seqs / ReplicaParams().decode_s == 640
+    assert sim.target_tokens_in_flight == AutoscalingSpec().target_tokens_in_flight
+
+
 def test_replicas_hold_the_agents_cache_policy_object():
     assert used(replica, "CachePolicy") is cache_policy.CachePolicy
     assert used(agent_manager, "CachePolicy") is cache_policy.CachePolicy

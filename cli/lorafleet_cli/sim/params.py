@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+from lorafleet_core.models.pool import DEFAULT_TARGET_TOKENS_IN_FLIGHT
+from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
+
 MB = 1_000_000
 
 
@@ -86,17 +89,18 @@ class FleetParams:
     spill: str = "rendezvous"
     # Operator: how often owner counts are re-planned from measured tokens/s (generated
     # tokens, as the agent reports them), and the per-replica capacity plan_owner_count divides
-    # by (hot_share 0.5 of it per owner). 0 = what the replica model can generate,
-    # max_seqs / decode_s = 640 tokens/s; the operator's own default (2,000) is ~3x that.
+    # by (hot_share 0.5 of it per owner): the operator's own default
+    # (lorafleet_core.planning.adapters.REPLICA_TOKENS_PER_SECOND, 640). 0 = what this replica
+    # model can generate, max_seqs / decode_s (for runs that change either).
     operator_interval_s: float = 30.0
-    replica_capacity_tps: float = 0.0
+    replica_capacity_tps: float = REPLICA_TOKENS_PER_SECOND
     # Pre-warm owners' disk and RAM tiers at start (the operator's annotations, applied).
     prewarm: bool = True
     # Autoscaler (ReplicaPool spec.autoscaling defaults); off unless a scenario enables it.
     autoscale: bool = False
     min_replicas: int = 1
     max_replicas: int = 64
-    target_tokens_in_flight: int = 4096
+    target_tokens_in_flight: int = DEFAULT_TARGET_TOKENS_IN_FLIGHT
     target_queue_depth: int = 8
     autoscale_interval_s: float = 5.0
     scale_up_window_s: float = 30.0

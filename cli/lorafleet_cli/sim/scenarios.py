@@ -102,16 +102,8 @@ def ramp(i: Inputs) -> list[Run]:
     # Starts small and cold: the autoscaler grows the fleet as the rate steps up, then shrinks.
     w, d = i.warmup_s, i.duration_s
     steps = [(0.0, 0.25), (w + d * 0.2, 0.5), (w + d * 0.4, 1.0), (w + d * 0.7, 0.5)]
-    # The pool's default target (4,096 tokens in flight per replica) is ~3 requests of the
-    # trace's mean length; it scales this workload to max_replicas. 24,000 is ~17 sequences of
-    # 32, the load of the design's 26 replicas at 40 req/s (docs/performance.md).
-    fp = replace(
-        i.fleet,
-        autoscale=True,
-        replicas=max(1, i.fleet.replicas // 4),
-        min_replicas=2,
-        target_tokens_in_flight=24000,
-    )
+    # The pool's default autoscaling targets (FleetParams, from the ReplicaPool model).
+    fp = replace(i.fleet, autoscale=True, replicas=max(1, i.fleet.replicas // 4), min_replicas=2)
     return [Run("ramp + autoscaler", i.workload(rate_at=steps), i.replica, fp, i.router, [], w)]
 
 

@@ -241,12 +241,25 @@ class ReplicaBounds(SpecModel):
         return self
 
 
+# Tokens in flight per replica the autoscaler aims for by default. A replica meets p95 TTFT
+# < 1 s for every adapter at the design's 8,000 prefill tokens/s when it carries ~12 requests
+# (`lorafleet sim --capacity`: 40 replicas for 40 requests/s, each request ~12 s in flight =
+# ~480 in flight, 12 per replica); a request of the production trace holds 1,155 prompt +
+# 211 output = 1,366 tokens, so 12 x 1,366 = ~16,400: 16,384. The earlier 4,096 was three
+# such requests and sent every pool straight to replicas.max (docs/performance.md, "Ramp").
+DEFAULT_TARGET_TOKENS_IN_FLIGHT = 16_384
+
+
 class AutoscalingSpec(SpecModel):
     """Autoscaling on load scraped from the replicas' state endpoints."""
 
     enabled: bool = Field(default=True, description="Scale on scraped replica load.")
     target_tokens_in_flight: int = Field(
-        default=4096, ge=1, description="Tokens in flight per replica the autoscaler aims for."
+        default=DEFAULT_TARGET_TOKENS_IN_FLIGHT,
+        ge=1,
+        description="Tokens in flight (prompt + expected output of admitted requests) per "
+        "replica the autoscaler aims for; the default is ~12 requests of 1,366 tokens, the "
+        "load at which a replica meets p95 TTFT < 1 s at 8,000 prefill tokens/s.",
     )
     target_queue_depth: int = Field(
         default=8, ge=1, description="Queued requests per replica the autoscaler aims for."

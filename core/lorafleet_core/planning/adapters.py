@@ -173,6 +173,17 @@ def pool_problems(spec: LoRAAdapterSpec, pool: ReplicaPool) -> list[Validation]:
     return out
 
 
+# Generated tokens/s one replica serves with a full batch, from the design: 32 concurrent
+# sequences (vLLM --max-num-seqs) at 50 ms per output token with unmerged LoRA deltas on a 7B
+# = 640. The agent reports an adapter's *generated* tokens/s, so owner counts divide by this
+# figure, not by prefill throughput. The operator setting `replica_tokens_per_second` (chart
+# `operator.replicaTokensPerSecond`) replaces it with a measurement of the pool's GPU; the
+# simulator's default is the same constant.
+DESIGN_MAX_SEQS = 32
+DESIGN_DECODE_S = 0.050
+REPLICA_TOKENS_PER_SECOND = DESIGN_MAX_SEQS / DESIGN_DECODE_S
+
+
 def plan_owner_count(
     tokens_per_second: float,
     current: int | None,

@@ -23,6 +23,7 @@ from lorafleet_core.models import (
 )
 from lorafleet_core.planning import adapter_stats
 from lorafleet_core.planning.adapters import (
+    REPLICA_TOKENS_PER_SECOND,
     AdapterInputs,
     Validation,
     plan_adapter_status,
@@ -65,7 +66,8 @@ class PodView:
 
 @dataclass(frozen=True)
 class FleetParams:
-    replica_capacity_tps: float = 2000.0  # tokens/s one replica serves at its best
+    # Generated tokens/s one replica serves (the design's 640; planning.adapters explains it).
+    replica_capacity_tps: float = REPLICA_TOKENS_PER_SECOND
     hot_share: float = 0.5  # most of a replica's capacity one adapter may take per owner
 
 
