@@ -51,6 +51,8 @@ class ReplicaView:
     tokens_in_flight: int = 0
     queue_depth: int = 0
     gpu_adapters: frozenset[str] = field(default_factory=frozenset)
+    # In host RAM or on local disk, not in a GPU slot (read only with residency="any").
+    held_adapters: frozenset[str] = field(default_factory=frozenset)
 
 
 def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:
@@ -65,6 +67,7 @@ def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:
 
 POLICIES = ("affinity", "least_loaded", "random")
 SPILLS = ("rendezvous", "least_loaded")
+RESIDENCIES = ("gpu", "spill", "any")
 
 # Draws of the `random` policy when the caller passes no generator (the gateway): which replica
 # a baseline request lands on needs no secrecy, only uniformity.
@@ -80,12 +83,20 @@ class Thresholds:
     balance: float = 1.25  # bounded load vs the fleet mean; 0 = the absolute thresholds only
     spill: str = "rendezvous"  # or "least_loaded"
     policy: str = "affinity"  # or "least_loaded", "random"
+    # affinity: which tiers count as "holds the adapter". "spill": an owner with it in RAM or on
+    # disk before one without, and spills to a replica holding it in any tier; "any" also
+    # before a cold owner (docs/performance.md, "Residency-aware routing": neither shipped).
+    residency: str = "gpu"
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"routing policy must be one of {'|'.join(POLICIES)}: {self.policy!r}")
         if self.spill not in SPILLS:
             raise ValueError(f"routing spill must be one of {'|'.join(SPILLS)}: {self.spill!r}")
+        if self.residency not in RESIDENCIES:
+            raise ValueError(
+                f"residency must be one of {'|'.join(RESIDENCIES)}: {self.residency!r}"
+            )
         if not self.balance >= 0:  # also refuses NaN
             raise ValueError(f"routing balance must be 0 or more: {self.balance!r}")
 
@@ -108,7 +119,7 @@ class Thresholds:
 @dataclass(frozen=True, slots=True)
 class RoutePlan:
     candidates: tuple[str, ...]  # first = the choice; the rest = retry order
-    outcome: str  # owner_resident | owner | spill | saturated | random | none
+    outcome: str  # owner_resident | owner | holder | spill | saturated | random | none
     owners: tuple[str, ...] = ()
 
 
@@ -152,8 +163,11 @@ def plan_route(
 
     affinity = thresholds.policy == "affinity"
     resident = [r for r in ok_owner_ids if affinity and adapter_id in replicas[r].gpu_adapters]
+    tiers = thresholds.residency if affinity else "gpu"
     if resident:
         first, outcome = resident[0], "owner_resident"
+    elif tiers != "gpu" and (held := _holder(adapter_id, ok_owner_ids, ok_others, replicas, tiers)):
+        first, outcome = held
     elif ok_owner_ids:
         first, outcome = ok_owner_ids[0], "owner"
     elif ok_others:
@@ -161,11 +175,39 @@ def plan_route(
         if affinity and thresholds.spill == "rendezvous":
             # A replica that already holds the adapter in a GPU slot (an earlier spill) first.
             first = next((r for r in ok_others if adapter_id in replicas[r].gpu_adapters), first)
+            if tiers != "gpu" and adapter_id not in replicas[first].gpu_adapters:
+                # then one holding it in RAM or on disk
+                held_by = (r for r in ok_others if adapter_id in replicas[r].held_adapters)
+                first = next(held_by, first)
     else:
         first, outcome = over[0], "saturated"
     rest = ok_owner_ids + ok_others + over
     rest.remove(first)
     return RoutePlan((first, *rest), outcome, owners)
+
+
+def _holder(
+    adapter_id: str,
+    ok_owners: list[str],
+    ok_others: list[str],
+    replicas: Mapping[str, ReplicaView],
+    tiers: str,
+) -> tuple[str, str] | None:
+    """No owner holds it in a GPU slot: an owner with it in RAM or on disk; with tiers="any",
+    else a non-owner with it in a GPU slot, then in RAM or on disk (an earlier owner after
+    placements moved, an earlier spill), rather than an owner that must fetch it."""
+    for r in ok_owners:
+        if adapter_id in replicas[r].held_adapters:
+            return r, "owner"
+    if tiers != "any":
+        return None
+    for r in ok_others:
+        if adapter_id in replicas[r].gpu_adapters:
+            return r, "holder"
+    for r in ok_others:
+        if adapter_id in replicas[r].held_adapters:
+            return r, "holder"
+    return None
 
 
 def _load(entry: tuple[int, str]) -> int:

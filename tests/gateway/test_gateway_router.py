@@ -153,6 +153,40 @@ def test_unknown_routing_knobs_are_refused(knobs, message):
     assert POLICIES == ("affinity", "least_loaded", "random")
 
 
+def test_any_tier_residency_prefers_a_holder_over_a_replica_that_must_fetch():
+    t = Thresholds(max_tokens_in_flight=1000, max_queue_depth=10, residency="any")
+    order = ranked(A, R)
+    own, others = order[:2], order[2:]
+    held = frozenset({A})
+    # an owner with it in RAM beats the less loaded owner without it
+    v = views(**{own[0]: 100, own[1]: 500})
+    v[own[1]] = ReplicaView(500, 0, frozenset(), held)
+    assert plan_route(A, v, 2, t).candidates[0] == own[1]
+    assert plan_route(A, v, 2, T).candidates[0] == own[0]  # gpu-only residency: load decides
+    # no owner holds it: a non-owner holding it (GPU before RAM/disk) beats a cold owner
+    v = views()
+    v[others[3]] = ReplicaView(0, 0, frozenset(), held)
+    v[others[1]] = ReplicaView(0, 0, held)
+    plan = plan_route(A, v, 2, t)
+    assert (plan.candidates[0], plan.outcome) == (others[1], "holder")
+    v[others[1]] = ReplicaView(5000)  # overloaded holders do not count
+    assert plan_route(A, v, 2, t).candidates[0] == others[3]
+    # a GPU-resident owner still comes first
+    v[own[0]] = ReplicaView(0, 0, held)
+    assert plan_route(A, v, 2, t).outcome == "owner_resident"
+    # residency="spill": owners still before non-owner holders; spills go to a holder
+    spill_mode = Thresholds(max_tokens_in_flight=1000, max_queue_depth=10, residency="spill")
+    v = views()
+    v[others[3]] = ReplicaView(0, 0, frozenset(), held)
+    assert plan_route(A, v, 2, spill_mode).outcome == "owner"
+    v.update({own[0]: ReplicaView(5000), own[1]: ReplicaView(5000)})
+    plan = plan_route(A, v, 2, spill_mode)
+    assert (plan.candidates[0], plan.outcome) == (others[3], "spill")
+    assert plan_route(A, v, 2, T).candidates[0] == others[0]  # gpu only: rendezvous order
+    with pytest.raises(ValueError, match="residency must be one of gpu"):
+        Thresholds(residency="ram")
+
+
 def test_owner_count_from_status():
     v = views()
     assert set(plan_route(A, v, 3, T).owners) == set(owners(A, R, 3))

@@ -130,3 +130,50 @@ def test_decode_stretches_as_one_event_match_the_step_by_step_loop(monkeypatch):
     assert fast.finish_time == pytest.approx(slow.finish_time, abs=1e-6)
     busy = [r.busy_seq_s for r in fast.replicas]
     assert busy == pytest.approx([r.busy_seq_s for r in slow.replicas], rel=1e-6)
+
+
+def test_a_joining_replica_serves_only_after_its_prewarm_pass_or_the_timeout():
+    from lorafleet_core.placement import owners
+
+    w = build(mix=Mix.zipf(200, 1.0), rate=10, duration_s=200, seed=1)
+    joined = 30.0 + RP.base_start_s + RP.warmup_s  # the add event, then base start + warm-up
+
+    def run(gate_s: float) -> tuple[float, int]:
+        fp = FleetParams(replicas=3, prewarm_gate_s=gate_s)
+        eng = Engine(w, RP, fp, events=[FleetEvent(30.0, "add")]).run()
+        members = tuple(r.id for r in eng.replicas)
+        mine = [i for i, r in enumerate(eng.replica_of) if r == 3]
+        owned = [i for i in mine if "replica-3" in owners(eng.names[eng.adapter_of[i]], members, 2)]
+        first = min(eng.arrival[i] for i in mine)
+        return first - joined, sum(eng.tier[i] == 3 for i in owned)  # 3: remote
+
+    ungated_wait, ungated_remote = run(0.0)
+    gated_wait, gated_remote = run(180.0)
+    bounded_wait, _ = run(5.0)
+    assert ungated_wait < 1.0  # served while pre-warming: it fetches what it owns
+    assert ungated_remote > 0
+    # ~100 owned adapters at 0.4 s each: the pass takes tens of seconds; none fetched after
+    assert gated_wait > 20.0
+    assert gated_remote == 0
+    assert 5.0 <= bounded_wait < 6.0  # the timeout bounds the wait
+
+
+def test_prewarm_next_hot_loads_the_hottest_adapter_on_its_next_rendezvous_replica():
+    from collections import Counter
+
+    from lorafleet_core.placement import owners
+
+    w = build(mix=Mix.zipf(50, 1.0), rate=3, duration_s=120, seed=2)
+    hottest = w.names[Counter(w.adapter).most_common(1)[0][0]]
+
+    def next_replica_holds(n_hot: int) -> bool:
+        fp = FleetParams(replicas=5, prewarm=False, operator_interval_s=20, prewarm_next_hot=n_hot)
+        fp = replace(fp, max_tokens_in_flight=10**9, max_queue_depth=10**6)  # never a spill
+        eng = Engine(w, RP, fp).run()
+        members = tuple(r.id for r in eng.replicas)
+        k = eng.k.get(hottest, fp.owners_per_adapter)
+        nxt = owners(hottest, members, k + 1)[k]
+        return eng._by_id[nxt].cache.slots.is_registered(hottest)
+
+    assert next_replica_holds(1)
+    assert not next_replica_holds(0)

@@ -31,7 +31,7 @@ from lorafleet_gateway.router import POLICIES, Thresholds, plan_route
 # through the same `plan_route`; the earlier names of the first two are still accepted.
 ROUTERS = POLICIES
 _ROUTER_ALIASES = {"shipped": "affinity", "least-loaded-owner": "least_loaded"}
-OUTCOMES = ("owner_resident", "owner", "spill", "saturated", "random", "failed")
+OUTCOMES = ("owner_resident", "owner", "holder", "spill", "saturated", "random", "failed")
 _OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
 
 
@@ -78,7 +78,12 @@ class Engine:
         self._gateway_of = [0] * n
         self.rng = random.Random(seed ^ 0x5EED)
         self.thresholds = Thresholds(
-            fp.max_tokens_in_flight, fp.max_queue_depth, fp.balance, fp.spill, policy=router
+            fp.max_tokens_in_flight,
+            fp.max_queue_depth,
+            fp.balance,
+            fp.spill,
+            policy=router,
+            residency=fp.residency,
         )
         self.heap: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
         self._seq = 0
@@ -174,10 +179,25 @@ class Engine:
     def _poll(self, now: float, _: Any) -> None:
         states = []
         residency = self.router == "affinity"  # the only policy that reads GPU residency
+        held_too = residency and self.thresholds.residency != "gpu"
+        empty: frozenset[str] = frozenset()
+        warm_ids = set()
         for r in self.replicas:
             if r.alive and not r.draining:
-                gpu = r.cache.slots.gpu_set() if residency else frozenset()
-                states.append((r.id, r.tokens_in_flight, r.queue_depth, gpu))
+                gpu = r.cache.slots.gpu_set() if residency else empty
+                # what the agent's state lists as ram_adapters + disk_adapters
+                held = (
+                    frozenset(r.cache.slots.ram_only()).union(r.cache.disk.order())
+                    if held_too
+                    else empty
+                )
+                states.append((r.id, r.tokens_in_flight, r.queue_depth, gpu, held))
+                if now >= r.warm_gate_until or (r.prewarming is None and not r.prewarm_queue):
+                    warm_ids.add(r.id)
+        # As the gateway's tracker does: a replica still in its first pre-warm pass (state
+        # `warming`) is left out while another one can serve.
+        if warm_ids:
+            states = [st for st in states if st[0] in warm_ids]
         for gw in self.gateways:
             gw.poll(states)
         if now < self.duration:
@@ -202,6 +222,7 @@ class Engine:
         if epoch != replica.epoch or replica.draining:
             return
         replica.start_serving(now)
+        replica.warm_gate_until = now + self.fp.prewarm_gate_s
         self._membership_changed(now)
 
     def _start_delay(self) -> float:
@@ -308,8 +329,20 @@ class Engine:
                 for rid in rendezvous_owners(name, members, k):
                     if rid not in had:
                         self._by_id[rid].prewarm([name])
+        if self.fp.prewarm_next_hot and members:
+            self._prewarm_next_replica(measured, members)
         if now < self.duration:
             self.schedule(now + interval, self._operator, None)
+
+    def _prewarm_next_replica(self, measured: Counter[str], members: tuple[str, ...]) -> None:
+        """Experiment: the hottest adapters also pre-warmed on their next rendezvous replica,
+        where their spills land (docs/performance.md, "Residency-aware routing")."""
+        base = self.fp.owners_per_adapter
+        for name, _ in measured.most_common(self.fp.prewarm_next_hot):
+            k = self.k.get(name, base)
+            order = rendezvous_owners(name, members, k + 1)
+            if len(order) > k and not self._by_id[order[k]].cache.slots.is_registered(name):
+                self._by_id[order[k]].prewarm([name])
 
     def _autoscale(self, now: float, _: Any) -> None:
         fp = self.fp

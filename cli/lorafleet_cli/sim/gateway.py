@@ -1,7 +1,9 @@
 """The gateway as the simulator runs it: 1 s-old polled state + its own in-flight counts.
 
 Each simulated gateway pod keeps what `lorafleet_gateway.replica_poller.ReplicaTracker` keeps:
-the last polled state of every healthy replica and the tokens of its own requests in flight,
+the last polled state of every healthy replica that is not still pre-warming (the engine
+leaves those out, as the tracker does with a `warming` state) and the tokens of its own
+requests in flight,
 blended by the gateway's own rule (`lorafleet_gateway.router.blended_tokens`), and routes with
 the shipped `plan_route`. A replica that refuses a connection leaves its candidate set until the
 next poll, as `mark_failed` does.
@@ -14,29 +16,30 @@ from lorafleet_gateway.router import ReplicaView, blended_tokens
 
 class GatewayView:
     def __init__(self) -> None:
-        self.polled: dict[str, tuple[int, int, frozenset[str]]] = {}
+        self.polled: dict[str, tuple[int, int, frozenset[str], frozenset[str]]] = {}
         self.local: dict[str, int] = {}
         self.local_at_poll: dict[str, int] = {}
         self.views: dict[str, ReplicaView] = {}
 
-    def poll(self, states: list[tuple[str, int, int, frozenset[str]]]) -> None:
-        """A poll round answered by `states` (replica, tokens in flight, queue, GPU adapters)."""
+    def poll(self, states: list[tuple[str, int, int, frozenset[str], frozenset[str]]]) -> None:
+        """A poll round answered by `states` (replica, tokens in flight, queue, GPU adapters,
+        adapters in RAM or on disk)."""
         local = self.local
         self.polled = {}
         self.views = {}
-        for rid, tokens, queue, gpu in states:
-            self.polled[rid] = (tokens, queue, gpu)
+        for rid, tokens, queue, gpu, held in states:
+            self.polled[rid] = (tokens, queue, gpu, held)
             mine = local.get(rid, 0)
             self.local_at_poll[rid] = mine
-            self.views[rid] = ReplicaView(blended_tokens(tokens, mine, mine), queue, gpu)
+            self.views[rid] = ReplicaView(blended_tokens(tokens, mine, mine), queue, gpu, held)
 
     def _refresh(self, rid: str) -> None:
         polled = self.polled.get(rid)
         if polled is None or rid not in self.views:
             return
-        tokens, queue, gpu = polled
+        tokens, queue, gpu, held = polled
         self.views[rid] = ReplicaView(
-            blended_tokens(tokens, self.local[rid], self.local_at_poll[rid]), queue, gpu
+            blended_tokens(tokens, self.local[rid], self.local_at_poll[rid]), queue, gpu, held
         )
 
     def begin(self, rid: str, tokens: int) -> None:

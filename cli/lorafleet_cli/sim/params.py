@@ -87,6 +87,10 @@ class FleetParams:
     # spill order ("rendezvous" or "least_loaded", the earlier rule).
     balance: float = 1.25
     spill: str = "rendezvous"
+    # Which tiers the router's residency rules read (Thresholds.residency): "gpu" as shipped,
+    # "any" also prefers a replica with the adapter in RAM or on disk (the experiment in
+    # docs/performance.md, "Residency-aware routing").
+    residency: str = "gpu"
     # Operator: how often owner counts are re-planned from measured tokens/s (generated
     # tokens, as the agent reports them), and the per-replica capacity plan_owner_count divides
     # by (hot_share 0.5 of it per owner): the operator's own default
@@ -96,6 +100,13 @@ class FleetParams:
     replica_capacity_tps: float = REPLICA_TOKENS_PER_SECOND
     # Pre-warm owners' disk and RAM tiers at start (the operator's annotations, applied).
     prewarm: bool = True
+    # A replica that joins (scale-up, restart) stays out of the gateway's candidates until its
+    # first pre-warm pass ends, at most this long (the agent's prewarm_ready_timeout_s;
+    # 0 = it serves at once, the behaviour before the agent reported `warming`).
+    prewarm_gate_s: float = 180.0
+    # Experiment (not in the operator): the N hottest adapters by tokens/s of the last operator
+    # interval are also pre-warmed on their next rendezvous replica, where spills land.
+    prewarm_next_hot: int = 0
     # Autoscaler (ReplicaPool spec.autoscaling defaults); off unless a scenario enables it.
     autoscale: bool = False
     min_replicas: int = 1

@@ -51,6 +51,9 @@ class Replica:
         self.alive_since = 0.0
         self.draining = False  # scaled down: no new requests, stops when the last one ends
         self.started_at = 0.0  # pod created (GPU paid from here)
+        # Until then (or until its first pre-warm pass ends) the gateway leaves it out, as the
+        # agent's `warming` state makes it do; 0 for the fleet that starts warm.
+        self.warm_gate_until = 0.0
         self.stopped_at: float | None = None
         self.evictions = 0  # the agent's evictions (unregister from RAM, delete from disk)
         self.gpu_swaps = 0  # vLLM GPU-slot replacements (LRU) the agent's tracker replays
