@@ -118,25 +118,35 @@ async def relay_stream(
         data = _select(events, include_usage, result)
         if data:
             yield data
+        # Complete as soon as `[DONE]` is handed over, not when the replica's response ends:
+        # the `openai` client hangs up on reading `[DONE]`, and a replica that ends its
+        # chunked body a moment later (a busy machine) must not turn a delivered answer into
+        # `client_closed`.
+        result.completed = done
         async for chunk in opened.chunks:
+            if done:
+                continue  # read to the end (the connection stays reusable), relay nothing
             events, done = _checked(framer.feed(chunk), done)
             data = _select(events, include_usage, result)
             if data:
                 yield data
-        rest = framer.flush()
-        if rest is not None:  # the last event lacked its blank line: fine only for [DONE]
-            if rest.strip() != b"data: [DONE]":
-                raise _BadStream("stream ended inside an event")
-            done = True
-            yield rest
+            result.completed = done
         if not done:
-            raise _BadStream("stream ended before its last event")
-        result.completed = True
+            rest = framer.flush()
+            if rest is None:
+                raise _BadStream("stream ended before its last event")
+            if rest.strip() != b"data: [DONE]":  # the last event lacked its blank line
+                raise _BadStream("stream ended inside an event")
+            yield rest
+            result.completed = True
     except (httpx.HTTPError, _BadStream) as exc:
-        # Bytes already reached the client: the status line is sent, so the error goes in-band.
-        log.warning("replica %s failed mid-stream: %r", opened.replica_id, exc)
         if isinstance(exc, _BadStream):  # a replica that garbles its stream: not its socket
             await drop_connection(opened.response)
+        if result.completed:  # after [DONE]: the client has its whole answer
+            log.info("replica %s failed after [DONE]: %r", opened.replica_id, exc)
+            return
+        # Bytes already reached the client: the status line is sent, so the error goes in-band.
+        log.warning("replica %s failed mid-stream: %r", opened.replica_id, exc)
         result.error = "upstream_error"
         yield sse_error_event(
             502, "The replica serving this request failed mid-stream.", "upstream_error"

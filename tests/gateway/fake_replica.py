@@ -39,6 +39,7 @@ class FakeReplica:
         self.raw_stream: list[bytes] | None = None  # a stream's exact bytes (malformed SSE)
         self.first_byte_delay = 0.0
         self.chunk_delay = 0.0
+        self.end_delay = 0.0  # between `data: [DONE]` and the end of the response
         self.die_after_chunks: int | None = None
         self.stall_after_chunks: int | None = None  # then send nothing more (until cancelled)
         self.state_mode = "ok"  # ok | hang | error
@@ -301,6 +302,8 @@ class FakeReplica:
         ):
             async for piece_bytes in send(raw):
                 yield piece_bytes
+        if self.end_delay:
+            await asyncio.sleep(self.end_delay)  # a busy replica finishing its response late
 
 
 async def _chunks(pieces: list[bytes]) -> AsyncIterator[bytes]:

@@ -320,6 +320,28 @@ def test_client_leaving_mid_stream_releases_everything(env: GatewayEnv):
     assert all(e.local_tokens == 0 for e in env.gw.tracker._entries.values())
 
 
+def test_client_closing_right_after_done_is_counted_as_served(env: GatewayEnv):
+    # The `openai` client closes its connection as soon as it reads `data: [DONE]`; a replica
+    # that ends its response a little later (a busy machine) must not turn that delivered
+    # answer into `client_closed` (the soak benchmark counted such answers as clients gone).
+    for replica in env.replicas.values():
+        replica.end_delay = 1.0
+    stream = env.client().chat.completions.create(
+        model="acme/support:prod", messages=MSG, stream=True
+    )
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    eventually(
+        lambda: (
+            _metric(env, "lorafleet_gateway_requests_total", endpoint="chat", status="200") == 1
+        ),
+        within_s=5,
+    )
+    assert not _metric(
+        env, "lorafleet_gateway_requests_total", endpoint="chat", status="client_closed"
+    )
+    assert _metric(env, "lorafleet_gateway_requests_in_flight") == 0
+
+
 def test_replica_silent_past_read_timeout_is_504(tmp_path: Path):
     env = start_env(tmp_path, read_timeout_s=0.5)
     try:
