@@ -53,7 +53,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.soak_report import format_verdict, passed, verdict, write_json, write_plot
-from benchmarks.soak_rss import RssSampler, summarize_rss
+from benchmarks.soak_rss import RssSampler, mapping_growth, summarize_rss
 from benchmarks.soak_slow import MODES, SlowResult, SlowTarget, run_slow_clients
 from benchmarks.workload import WorkloadSpec
 from e2e.loadplan import LengthLimits, native_rate, plan_workload
@@ -194,6 +194,7 @@ async def soak(
     t0 = time.perf_counter()
     sampler = RssSampler(stack.roots, args.sample_interval, t0)
     stop = asyncio.Event()
+    maps_start = sampler.mappings()
     sampling = asyncio.create_task(sampler.run(stop))
     slow_window: tuple[float, float] | None = None
     slow_task: asyncio.Task[list[SlowResult]] | None = None
@@ -221,6 +222,10 @@ async def soak(
     stop.set()
     await sampling
     load_end = os.getloadavg()
+    maps_end = sampler.mappings()
+    growth = {
+        label: mapping_growth(maps_start.get(label, {}), end) for label, end in maps_end.items()
+    }
     warmup = args.warmup if args.warmup is not None else min(60.0, args.duration / 5)
     rss = summarize_rss(
         sampler.samples, warmup_s=warmup, min_rise_mib=args.min_rise_mib, rel_rise=args.rel_rise
@@ -232,6 +237,7 @@ async def soak(
         "gateway_statuses": gateway_statuses(stack.gateway_metrics_url),
         "loadavg": {"start": list(load_start), "end": list(load_end)},
         "warmup_s": warmup,
+        "mapping_growth": growth,
         "_samples": sampler.samples,
         "_results": results,
         "_slow": slow,
@@ -339,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         "slow_results": [s.as_dict() for s in slow],
     }
     print(format_verdict(v))
+    for label, rows in out["mapping_growth"].items():
+        print(f"where {label}'s RSS grew (top mappings):")
+        for r in rows:
+            print(f"  {r['path']} {r['addr']}: size {r['size_mib']} MiB, resident "
+                  f"{r['rss_before_mib']} -> {r['rss_after_mib']} MiB")  # fmt: skip
     print(f"gateway's count by status: {out['gateway_statuses']}")
     la = out["loadavg"]
     print(f"load average (1/5/15 min) at start {la['start']}, at end {la['end']}")

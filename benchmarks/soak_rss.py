@@ -150,6 +150,45 @@ def _tree(label: str, pid: int, others: set[int]) -> list[tuple[str, psutil.Proc
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    path: str  # "[anon]" for an anonymous mapping (a malloc arena, a tensor, the KV cache)
+    size_mib: float
+    rss_mib: float
+
+
+def mapping_growth(
+    start: dict[str, Mapping], end: dict[str, Mapping], top: int = 3
+) -> list[dict[str, Any]]:
+    """The mappings (by address) whose resident size grew most between two snapshots (pure).
+
+    Tells a leak (many small mappings, or the heap, growing) from a big preallocated buffer
+    being touched for the first time (one mapping of fixed size filling up towards its size).
+    """
+    rows: list[tuple[float, dict[str, Any]]] = []
+    for addr, m in end.items():
+        before = start.get(addr)
+        grown = m.rss_mib - (before.rss_mib if before else 0.0)
+        row = {
+            "addr": addr,
+            "path": m.path,
+            "size_mib": round(m.size_mib, 1),
+            "rss_before_mib": round(before.rss_mib, 1) if before else None,
+            "rss_after_mib": round(m.rss_mib, 1),
+            "grown_mib": round(grown, 1),
+        }
+        rows.append((grown, row))
+    rows.sort(key=lambda r: -r[0])
+    return [row for _, row in rows[:top]]
+
+
+def _mappings(proc: psutil.Process) -> dict[str, Mapping]:
+    out = {}
+    for m in proc.memory_maps(grouped=False):
+        out[m.addr] = Mapping(m.path or "[anon]", m.size / MIB, m.rss / MIB)
+    return out
+
+
 class RssSampler:
     """Samples every `interval_s` until stopped; `roots()` is re-read each time (restarts)."""
 
@@ -172,6 +211,20 @@ class RssSampler:
                 except psutil.Error:
                     continue  # exited between the listing and the read
                 self.samples.append(RssSample(now, name, proc.pid, rss / MIB))
+
+    def mappings(self, min_rss_mib: float = 1024.0) -> dict[str, dict[str, Mapping]]:
+        """Per-mapping resident sizes of the big processes (reading smaps costs ~ms per GiB)."""
+        roots = self.roots()
+        pids = set(roots.values())
+        out = {}
+        for label, pid in roots.items():
+            for name, proc in _tree(label, pid, pids - {pid}):
+                try:
+                    if proc.memory_info().rss / MIB >= min_rss_mib:
+                        out[name] = _mappings(proc)
+                except psutil.Error:
+                    continue
+        return out
 
     async def run(self, stop: asyncio.Event) -> None:
         while True:

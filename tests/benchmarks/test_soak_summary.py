@@ -11,7 +11,14 @@ import sys
 import pytest
 
 from benchmarks.soak_report import passed, phase_of, verdict
-from benchmarks.soak_rss import RssSample, RssSampler, fit_slope, summarize_rss
+from benchmarks.soak_rss import (
+    Mapping,
+    RssSample,
+    RssSampler,
+    fit_slope,
+    mapping_growth,
+    summarize_rss,
+)
 from benchmarks.soak_slow import SlowResult
 from lorafleet_cli.probe.results import RequestResult
 
@@ -139,3 +146,16 @@ def test_sampler_labels_children_and_leaves_other_roots_children_to_them():
         child.wait()
         if child.stdout is not None:
             child.stdout.close()
+
+
+def test_mapping_growth_names_the_mapping_that_filled_up_first():
+    start = {"a-b": Mapping("[anon]", 1024.0, 100.0), "c-d": Mapping("[heap]", 50.0, 40.0)}
+    end = {
+        "a-b": Mapping("[anon]", 1024.0, 480.0),  # a preallocated buffer being touched
+        "c-d": Mapping("[heap]", 52.0, 42.0),
+        "e-f": Mapping("/lib/x.so", 2.0, 1.0),  # new since the start
+    }
+    rows = mapping_growth(start, end, top=2)
+    assert [(r["addr"], r["grown_mib"]) for r in rows] == [("a-b", 380.0), ("c-d", 2.0)]
+    assert rows[0]["size_mib"] == 1024.0
+    assert rows[0]["rss_before_mib"] == 100.0
