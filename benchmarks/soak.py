@@ -1,6 +1,6 @@
 """Soak: twice the design's per-replica load for 10 minutes, with RSS sampled and slow clients.
 
-    /work/wt/with-vllm-slot --bench .venv/bin/python -m benchmarks.soak --start   # 10 min
+    .venv/bin/python -m benchmarks.soak --start                                    # 10 min
     .venv/bin/python -m benchmarks.soak --start --duration 60 --slow-clients 30      # a quick one
     .venv/bin/python -m benchmarks.soak --base-url http://127.0.0.1:8080/v1 \\
         --state-dir .lorafleet --manifests .lorafleet/manifests        # a running `lorafleet up`
@@ -343,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         **out,
         "rss_samples": [[round(s.t, 2), s.label, s.pid, round(s.rss_mib, 2)] for s in samples],
         "slow_results": [s.as_dict() for s in slow],
+        # [sent at (s), TTFT (ms) or null, status] per normal request, for other windows
+        "requests": [[round(r.started_at, 2), _ms(r.ttft_s), r.status] for r in results],
     }
     print(format_verdict(v))
     for label, rows in out["mapping_growth"].items():
@@ -357,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plot: {write_plot(args.plot, title, samples, results, slow_window)}")
     print(command)
     return 0 if passed(v) else 1
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
 
 
 def describe_load(design: dict[str, float], rate: float, limits: LengthLimits, stack: Stack) -> str:

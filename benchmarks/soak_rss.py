@@ -160,7 +160,7 @@ class Mapping:
 def mapping_growth(
     start: dict[str, Mapping], end: dict[str, Mapping], top: int = 3
 ) -> list[dict[str, Any]]:
-    """The mappings (by address) whose resident size grew most between two snapshots (pure).
+    """The mappings (by start address) whose resident size grew most between two snapshots.
 
     Tells a leak (many small mappings, or the heap, growing) from a big preallocated buffer
     being touched for the first time (one mapping of fixed size filling up towards its size).
@@ -185,7 +185,8 @@ def mapping_growth(
 def _mappings(proc: psutil.Process) -> dict[str, Mapping]:
     out = {}
     for m in proc.memory_maps(grouped=False):
-        out[m.addr] = Mapping(m.path or "[anon]", m.size / MIB, m.rss / MIB)
+        # Keyed by the start address: the heap grows at its end, so its range changes.
+        out[m.addr.split("-")[0]] = Mapping(m.path or "[anon]", m.size / MIB, m.rss / MIB)
     return out
 
 
