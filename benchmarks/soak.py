@@ -9,7 +9,7 @@ Load. The design serves 40 requests/s at peak with 26 replicas: 1.54 requests/s 
 and with the production trace's mean lengths (1,155 prompt, 211 output tokens) 1,777 prompt +
 325 output tokens/s per replica. `--load-factor 2` sends twice that request rate per replica
 (3.08 req/s x replicas), open loop, with the trace's arrivals and its prompt/output lengths
-(`benchmarks.workload`, `e2e.loadplan`) scaled to what the demo model serves (a 256-token
+(`lorafleet_cli.loadtest.plan`) scaled to what the demo model serves (a 256-token
 context: each length x cap / the window's p95, clipped at `--max-prompt-tokens` 160 and
 `--max-output-tokens` 64), to aliases drawn from Zipf(1.0) over the demo's aliases (three
 canaries plus `--copies` versions of each, tiny GPU/RAM slot counts so adapters keep moving
@@ -41,6 +41,7 @@ import contextlib
 import json
 import math
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -56,10 +57,9 @@ from benchmarks.soak_report import format_verdict, passed, verdict, write_json, 
 from benchmarks.soak_rss import RssSampler, mapping_growth, summarize_rss
 from benchmarks.soak_slow import MODES, SlowResult, SlowTarget, run_slow_clients
 from benchmarks.workload import WorkloadSpec
-from e2e.loadplan import LengthLimits, native_rate, plan_workload
-from e2e.loadtest import Target, run_load
 from e2e.standalone_fleet import FleetOptions, started_fleet
-from lorafleet_cli.probe.client import reproduce_command
+from lorafleet_cli.loadtest.driver import Target, replay
+from lorafleet_cli.loadtest.plan import LengthLimits, ReplaySpec, plan_replay
 from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
 from lorafleet_cli.sim.params import FleetParams
 from lorafleet_cli.sim.scenarios import Inputs
@@ -130,7 +130,7 @@ def resolve_stack(args: argparse.Namespace) -> Iterator[Stack]:
             doc = json.loads((fleet.state_dir / "up.json").read_text())
             markers = markers_from_manifests(fleet.manifests)
             yield Stack(
-                Target(fleet.base_url, fleet.api_key, fleet.aliases, markers),
+                Target(fleet.base_url, fleet.api_key, markers, tuple(fleet.aliases)),
                 _up_roots(fleet.state_dir),
                 doc["gateway"]["internalUrl"] + "/metrics",
                 args.replicas,
@@ -138,7 +138,7 @@ def resolve_stack(args: argparse.Namespace) -> Iterator[Stack]:
         return
     if args.base_url is None:
         raise SystemExit("pass --start, or --base-url of a running gateway")
-    from lorafleet_cli.probe.client import read_api_key
+    from lorafleet_cli.probe.client import read_key
 
     markers = markers_from_manifests(args.manifests) if args.manifests else {}
     markers |= parse_marker_args(args.markers)
@@ -156,8 +156,8 @@ def resolve_stack(args: argparse.Namespace) -> Iterator[Stack]:
     def roots() -> dict[str, int]:
         return {**(up_roots() if up_roots else {}), **pids}
 
-    key = read_api_key(args.api_key, args.api_key_file)
-    yield Stack(Target(args.base_url, key, aliases, markers), roots, metrics, args.replicas)
+    key = args.api_key or read_key(args.api_key_file)
+    yield Stack(Target(args.base_url, key, markers, tuple(aliases)), roots, metrics, args.replicas)
 
 
 def gateway_statuses(url: str | None) -> dict[str, float] | None:
@@ -183,14 +183,9 @@ async def soak(
     stack: Stack, args: argparse.Namespace, limits: LengthLimits, rate: float
 ) -> dict[str, Any]:
     target = stack.target
-    base = WorkloadSpec(args.trace, 1.0, len(target.aliases), args.zipf, args.seed)
     max_requests = math.ceil(rate * args.duration * 1.2) + 10
-    speedup = rate / native_rate(base, max(2, math.ceil(rate * args.duration) + 1))
-    spec = WorkloadSpec(args.trace, speedup, len(target.aliases), args.zipf, args.seed)
-    plan = plan_workload(
-        spec=spec, aliases=target.aliases, limits=limits, max_requests=max_requests,
-        duration_s=args.duration,
-    )  # fmt: skip
+    spec = ReplaySpec(args.trace, rate, args.duration, max_requests, args.zipf, args.seed)
+    plan = plan_replay(spec, list(target.aliases), limits)
     t0 = time.perf_counter()
     sampler = RssSampler(stack.roots, args.sample_interval, t0)
     stop = asyncio.Event()
@@ -214,7 +209,7 @@ async def soak(
             )
         )  # fmt: skip
     load_start = os.getloadavg()
-    results, elapsed = await run_load(
+    results, elapsed = await replay(
         target, plan, concurrency=args.concurrency, timeout_s=args.timeout,
         tokens_per_word=args.tokens_per_word, progress=not args.no_progress,
     )  # fmt: skip
@@ -231,7 +226,7 @@ async def soak(
         sampler.samples, warmup_s=warmup, min_rise_mib=args.min_rise_mib, rel_rise=args.rel_rise
     )
     return {
-        "workload": spec.describe(),
+        "workload": spec.describe(len(target.aliases)),
         "planned_requests": len(plan),
         "verdict": verdict(results, slow, rss, elapsed_s=elapsed, slow_window=slow_window),
         "gateway_statuses": gateway_statuses(stack.gateway_metrics_url),
@@ -321,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    command = reproduce_command("benchmarks.soak", sys.argv[1:] if argv is None else argv)
+    command = _reproduce(sys.argv[1:] if argv is None else argv)
     design = design_load(args.trace, args.load_factor, args.replicas)
     rate = args.rate if args.rate is not None else design["offered_rps"]
     try:
@@ -359,6 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"plot: {write_plot(args.plot, title, samples, results, slow_window)}")
     print(command)
     return 0 if passed(v) else 1
+
+
+def _reproduce(argv: list[str]) -> str:
+    """The command line that reruns this, with an `--api-key` value hidden."""
+    shown = ["$LORAFLEET_API_KEY" if i and argv[i - 1] == "--api-key" else a
+             for i, a in enumerate(argv)]  # fmt: skip
+    line = shlex.join(shown).replace("'$LORAFLEET_API_KEY'", '"$LORAFLEET_API_KEY"')
+    return "command: .venv/bin/python -m benchmarks.soak " + line
 
 
 def _ms(seconds: float | None) -> float | None:
