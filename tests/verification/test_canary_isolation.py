@@ -1,10 +1,12 @@
 """Canary isolation at the design's size: 10,000 mixed requests, 8 canaries, 2 real replicas.
 
-Two replicas (an in-process agent in front of the session's vLLM, another in front of a second
-vLLM started here, ~30 s) have 2 GPU and 4 host-RAM LoRA slots each: 4 GPU slots for 8 canaries,
-so adapters are loaded and evicted all through the run (asserted from the agents' metrics). The
-gateway (in-process, files catalog) routes every request by alias; each canary answers its own
-marker, so a response with another canary's marker would be another customer's weights.
+Two replicas (an agent in front of the session's vLLM, another in front of a second vLLM started
+here, ~30 s) have 2 GPU and 4 host-RAM LoRA slots each: 4 GPU slots for 8 canaries, so adapters
+are loaded and evicted all through the run (asserted from the agents' metrics). The gateway
+(files catalog) routes every request by alias; each canary answers its own marker, so a response
+with another canary's marker would be another customer's weights. The agents and the gateway run
+as their own processes (`python -m ...`, as `lorafleet up` starts them): in one interpreter with
+the client the run was GIL-bound at ~19 req/s (docs/verification.md).
 Asserted: zero foreign markers, zero responses without their own marker, and the answering
 adapter id (`x-adapter-id`) is the alias's adapter every time. The run prints requests/s.
 """
@@ -24,28 +26,24 @@ from pathlib import Path
 import openai
 import pytest
 
-from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_cli.demo_assets import ensure_demo_assets
 from lorafleet_core.models import ALL_TARGET_MODULES
 from lorafleet_core.records import AdapterRecord
-from lorafleet_gateway.catalog import CatalogHolder
-from lorafleet_gateway.catalog_files import FileCatalog
-from lorafleet_gateway.routes import create_internal_app, create_public_app
-from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import (
     TEST_CACHE,
     TEST_INTERNAL_TOKEN,
     S3Server,
     VllmServer,
+    free_port,
     session_agent_settings,
     start_vllm,
     stop_vllm,
     unique_id,
 )
 from tests.gateway import manifests as m
-from tests.gateway.servers import ServerThread
 from tests.verification.canaries import CANARY_MARKERS
+from tests.verification.fleet_processes import child_process, scrape
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -54,6 +52,7 @@ pytestmark = pytest.mark.vllm
 REQUESTS = int(os.environ.get("LORAFLEET_ISOLATION_REQUESTS", "10000"))
 CONCURRENCY = 32
 KEY = "lf-isolation-key"
+HEALTHY = "lorafleet_gateway_healthy_replicas"
 TENANT = "iso"
 PROMPTS = (
     "Tell me about the weather today",
@@ -69,7 +68,7 @@ class IsolationFleet:
     base_url: str
     aliases: dict[str, str]  # alias -> adapter id it points at
     markers: dict[str, str]  # alias -> its canary's marker
-    agents: list[RunningAgent]
+    agents: dict[str, str]  # replica id -> its agent's metrics URL
     max_tokens: int
 
 
@@ -104,21 +103,32 @@ def isolation_fleet(
     second = start_vllm(assets.base_model, tmp / "vllm-r1.log")
     with contextlib.ExitStack() as stack:
         stack.callback(stop_vllm, second)
-        agents = [
+        agents: dict[str, str] = {}  # replica id -> its agent's metrics URL
+        replicas = []
+        for i, vllm in enumerate((vllm_server, second)):
+            settings = session_agent_settings(
+                vllm,
+                s3_server,
+                assets,
+                tmp / f"cache-{i}",
+                replica_id=f"iso-r{i}",
+                data_port=free_port(),
+                internal_port=free_port(),
+                unload_unknown_on_start=False,  # the session's vLLM is shared
+            )
+            internal = f"http://127.0.0.1:{settings.internal_port}"
             stack.enter_context(
-                agent_in_thread(
-                    session_agent_settings(
-                        vllm,
-                        s3_server,
-                        assets,
-                        tmp / f"cache-{i}",
-                        replica_id=f"iso-r{i}",
-                        unload_unknown_on_start=False,  # the session's vLLM is shared
-                    )
+                child_process(
+                    f"agent iso-r{i}",
+                    "lorafleet_agent",
+                    settings,
+                    tmp / f"agent-{i}.log",
+                    f"{internal}/readyz",
                 )
             )
-            for i, vllm in enumerate((vllm_server, second))
-        ]
+            agents[settings.replica_id] = f"{internal}/metrics"
+            data = f"http://127.0.0.1:{settings.data_port}"
+            replicas.append({"id": settings.replica_id, "dataUrl": data, "internalUrl": internal})
         folder = tmp / "manifests"
         m.write(
             folder,
@@ -129,26 +139,36 @@ def isolation_fleet(
             folder, "adapters.yaml", [m.adapter_from_record(r, TENANT) for r in records.values()]
         )
         m.write(folder, "aliases.yaml", [m.alias(a, i) for a, i in aliases.items()])
-        replicas = [
-            {"id": f"iso-r{i}", "dataUrl": a.data_url, "internalUrl": a.internal_url}
-            for i, a in enumerate(agents)
-        ]
         m.write(folder, "replicas.yaml", [{"replicas": replicas}])
         gs = GatewaySettings(
+            host="127.0.0.1",
+            port=free_port(),
+            internal_port=free_port(),
             manifests_dir=folder,
-            poll_interval_s=3.0,
+            # A state poll every 2 s (a replica ages out after 4 s): under the agents' 5 s
+            # keep-alive, or each poll races the server closing its idle connection.
+            poll_interval_s=2.0,
             replica_token=TEST_INTERNAL_TOKEN,
             catalog_reload_interval_s=0.1,
         )
-        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
-        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
-        # Everything here shares one Python process: poll slowly enough that a busy moment is
-        # not mistaken for a dead replica (3 s: a replica ages out after 6 s), but under the
-        # agents' 5 s keep-alive, or each poll races the server closing its idle connection.
+        gw_internal = f"http://127.0.0.1:{gs.internal_port}"
+        stack.enter_context(
+            child_process(
+                "gateway", "lorafleet_gateway", gs, tmp / "gateway.log", f"{gw_internal}/readyz"
+            )
+        )
         # Start only once both replicas are routable.
-        eventually(lambda: len(gw.tracker.healthy_ids()) == 2, within_s=60, what="2 replicas")
+        eventually(
+            lambda: scrape(f"{gw_internal}/metrics").get(HEALTHY, {}).get("") == 2,
+            within_s=60,
+            what="2 replicas",
+        )
         yield IsolationFleet(
-            server.url + "/v1", aliases, markers, agents, marker_tokens(assets.base_model) + 2
+            f"http://127.0.0.1:{gs.port}/v1",
+            aliases,
+            markers,
+            agents,
+            marker_tokens(assets.base_model) + 2,
         )
 
 
@@ -211,15 +231,9 @@ async def mixed_run(fleet: IsolationFleet, n: int) -> list[Outcome]:
     return results
 
 
-def metric_total(agent: RunningAgent, name: str) -> dict[str, float]:
-    """label value -> count of one labelled counter of an in-process agent."""
-    out: dict[str, float] = {}
-    for family in agent.agent.metrics.registry.collect():
-        for sample in family.samples:
-            if sample.name == f"{name}_total":
-                label = next(iter(sample.labels.values()), "")
-                out[label] = out.get(label, 0.0) + sample.value
-    return out
+def metric_total(metrics_url: str, name: str) -> dict[str, float]:
+    """label value -> count of one labelled counter, scraped from an agent's /metrics."""
+    return scrape(metrics_url).get(f"{name}_total", {})
 
 
 def test_ten_thousand_mixed_requests_never_answer_with_another_canary(
@@ -238,8 +252,10 @@ def test_ten_thousand_mixed_requests_never_answer_with_another_canary(
     ]
     missing = [r for r in results if not r.error and fleet.markers[r.alias] not in r.text]
     wrong_id = [r for r in results if not r.error and r.adapter_id != fleet.aliases[r.alias]]
-    loads = [metric_total(a, "lorafleet_agent_adapter_loads") for a in fleet.agents]
-    evictions = [metric_total(a, "lorafleet_agent_adapter_evictions") for a in fleet.agents]
+    loads = [metric_total(u, "lorafleet_agent_adapter_loads") for u in fleet.agents.values()]
+    evictions = [
+        metric_total(u, "lorafleet_agent_adapter_evictions") for u in fleet.agents.values()
+    ]
     replicas = Counter(r.replica for r in results)
     print(
         f"\n{len(results)} requests over {len(fleet.aliases)} canaries and {len(fleet.agents)} "
@@ -248,8 +264,8 @@ def test_ten_thousand_mixed_requests_never_answer_with_another_canary(
         f"errors {len(errors)}, foreign markers {len(foreign)}, "
         f"missing own marker {len(missing)}, wrong adapter id {len(wrong_id)}"
     )
-    for agent, ld, ev in zip(fleet.agents, loads, evictions, strict=True):
-        print(f"  {agent.agent.settings.replica_id}: loads by source tier {ld}, evictions {ev}")
+    for replica_id, ld, ev in zip(fleet.agents, loads, evictions, strict=True):
+        print(f"  {replica_id}: loads by source tier {ld}, evictions {ev}")
     assert len(results) == REQUESTS
     assert errors == [], errors[:3]
     assert foreign == [], foreign[:3]
