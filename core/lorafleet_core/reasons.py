@@ -54,3 +54,9 @@ NOTHING_TO_SERVE = "NothingToServe"
 REPLICAS_READY = "ReplicasReady"
 AUTOSCALING_DISABLED = "AutoscalingDisabled"
 NO_METRICS = "NoMetrics"
+
+# ReplicaPool merged mode (Ready condition while the merge is not done; status.merge).
+MERGE_PENDING = "MergePending"
+MERGING = "Merging"
+MERGE_FAILED = "MergeFailed"
+MERGED_ADAPTER_NOT_FOUND = "MergedAdapterNotFound"
