@@ -59,7 +59,7 @@ def merged(
 
 
 def test_merged_weights_land_under_their_checksum_and_verify(merged, s3_server: S3Server):
-    record, folder, checksum, uri = merged
+    _, folder, checksum, uri = merged
     assert uri == f"s3://{s3_server.bucket}/lorafleet-merged/{checksum.removeprefix('sha256:')}/"
     assert merged_checksum(folder) == checksum
     verify_merged(folder, checksum)  # raises on a mismatch
