@@ -60,3 +60,5 @@ MERGE_PENDING = "MergePending"
 MERGING = "Merging"
 MERGE_FAILED = "MergeFailed"
 MERGED_ADAPTER_NOT_FOUND = "MergedAdapterNotFound"
+# The agent of a merged pool's replica refuses every other adapter (LoRA is disabled there).
+MERGED_POOL = "MergedPool"

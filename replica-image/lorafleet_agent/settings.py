@@ -107,6 +107,19 @@ class AgentSettings(BaseSettings):
     pod_namespace: str = Field(default="default", description="downward API metadata.namespace")
     pod_uid: str | None = Field(default=None, description="downward API metadata.uid")
 
+    # Merged pools (spec.merged): vLLM serves one adapter merged into the base weights under
+    # the adapter's id as its model name, LoRA disabled. The agent verifies the folder against
+    # the checksum before it is ready and admits only that adapter.
+    merged_adapter_id: str | None = Field(
+        default=None, description="the adapter vLLM serves merged (its --served-model-name)"
+    )
+    merged_checksum: str | None = Field(
+        default=None, description="sha256:<hex> of the merged folder (status.merge.checksum)"
+    )
+    merged_model_dir: Path | None = Field(
+        default=None, description="the merged model folder vLLM was started with"
+    )
+
     # Ports.
     host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)
     data_port: int = 8100
