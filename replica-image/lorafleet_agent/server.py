@@ -154,12 +154,9 @@ class Agent:
 
 
 def _merged_model(s: AgentSettings) -> MergedModel | None:
-    """A merged pool's replica: all three merged settings, or none."""
-    values = (s.merged_adapter_id, s.merged_checksum, s.merged_model_dir)
-    if all(v is None for v in values):
-        return None
+    """A merged pool's replica (AgentSettings checks the three settings come together)."""
     if s.merged_adapter_id is None or s.merged_checksum is None or s.merged_model_dir is None:
-        raise ValueError("merged_adapter_id, merged_checksum and merged_model_dir go together")
+        return None
     return MergedModel(s.merged_adapter_id, s.merged_checksum, s.merged_model_dir)
 
 

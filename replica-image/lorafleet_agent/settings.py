@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.models import ALL_TARGET_MODULES
@@ -124,3 +124,10 @@ class AgentSettings(BaseSettings):
     host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)
     data_port: int = 8100
     internal_port: int = 8101
+
+    @model_validator(mode="after")
+    def _merged_settings_go_together(self) -> AgentSettings:
+        merged = (self.merged_adapter_id, self.merged_checksum, self.merged_model_dir)
+        if any(v is not None for v in merged) and any(v is None for v in merged):
+            raise ValueError("merged_adapter_id, merged_checksum and merged_model_dir go together")
+        return self
