@@ -196,8 +196,9 @@ def _start_merged_pools(
     logs = opts.state_dir / "logs"
     runs = []
     for p in plans:
-        if p.record is None:
-            continue  # its problem is reported by the reconciler's status
+        if p.record is None:  # refused by plan_merge: the shared pool serves the adapter
+            _say(f"merged pool not started: {p.problem}")
+            continue
         _say(f"merging {p.record.id} into the base model for merged pool {p.name}")
         try:
             status = merge_locally(p, model_dir, opts.state_dir)
