@@ -193,7 +193,8 @@ def plan_merge_job(
             "--work-dir",
             WORK_DIR,
         ],
-        "env": replica_pod.merged_env([], pool),
+        # Read-only root: Hugging Face libraries keep their caches on the work volume.
+        "env": replica_pod.merged_env([{"name": "HF_HOME", "value": f"{WORK_DIR}/hf"}], pool),
         "resources": resources,
         "securityContext": replica_pod.container_security(read_only_root=True),
         "terminationMessagePolicy": "FallbackToLogsOnError",
