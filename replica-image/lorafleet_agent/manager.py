@@ -24,11 +24,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 
 from lorafleet_agent.disk_cache import DiskCache
+from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
 from lorafleet_agent.object_store import FetchError, ObjectStore
 from lorafleet_agent.slots import SlotTracker
@@ -36,7 +36,6 @@ from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files,
 from lorafleet_agent.vllm_client import VllmClient, is_unknown_model
 from lorafleet_core import reasons
 from lorafleet_core.cache_policy import CachePolicy
-from lorafleet_core.merged_weights import MergedChecksumError, verify_merged
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier, slowest
 
@@ -49,15 +48,6 @@ class RecordConflict(ValueError):
 
 class CacheFull(RuntimeError):
     """The disk budget cannot fit the adapter even after evicting every idle one."""
-
-
-@dataclass(frozen=True)
-class MergedModel:
-    """What a merged pool's vLLM serves: one adapter merged into the base, by its id."""
-
-    adapter_id: str
-    checksum: str
-    folder: Path
 
 
 @dataclass
@@ -107,14 +97,7 @@ class AdapterManager:
     async def start(self, unload_unknown: bool, wait_s: float) -> None:
         """Wait for vLLM (it starts beside the agent and takes a while), then take over."""
         if self.merged is not None:
-            m = self.merged
-            try:
-                await asyncio.to_thread(verify_merged, m.folder, m.checksum)
-            except (MergedChecksumError, OSError, ValueError) as exc:
-                raise RuntimeError(
-                    f"refusing to serve merged adapter {m.adapter_id}: {exc}"
-                ) from exc
-            log.info("merged weights of %s verified (%s)", m.adapter_id, m.checksum)
+            await asyncio.to_thread(self.merged.verify)  # never serve weights not named
         deadline = time.monotonic() + wait_s
         while not await self.vllm.healthy():
             if time.monotonic() > deadline:

@@ -17,6 +17,7 @@ import logging
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from lorafleet_agent.object_store import FetchError, ObjectStore, ObjectStoreConfig
@@ -24,6 +25,25 @@ from lorafleet_agent.settings import AgentSettings
 from lorafleet_core.merged_weights import MergedChecksumError, verify_merged
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MergedModel:
+    """What a merged pool's vLLM serves: one adapter merged into the base, by its id."""
+
+    adapter_id: str
+    checksum: str
+    folder: Path
+
+    def verify(self) -> None:
+        """Raise RuntimeError unless the folder holds the weights the pool's status names."""
+        try:
+            verify_merged(self.folder, self.checksum)
+        except (MergedChecksumError, OSError, ValueError) as exc:
+            raise RuntimeError(
+                f"refusing to serve merged adapter {self.adapter_id}: {exc}"
+            ) from exc
+        log.info("merged weights of %s verified (%s)", self.adapter_id, self.checksum)
 
 
 def ensure_merged(store: ObjectStore, uri: str, checksum: str, dest: Path) -> Path:

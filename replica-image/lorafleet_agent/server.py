@@ -18,7 +18,8 @@ from lorafleet_agent.engine_watch import EngineWatch
 from lorafleet_agent.internal_app import build_internal_app
 from lorafleet_agent.internal_auth import build_internal_auth
 from lorafleet_agent.kube import AgentKube
-from lorafleet_agent.manager import AdapterManager, MergedModel
+from lorafleet_agent.manager import AdapterManager
+from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.prewarm import PrewarmWatcher

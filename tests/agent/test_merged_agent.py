@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from lorafleet_agent.disk_cache import DiskCache
-from lorafleet_agent.manager import AdapterManager, MergedModel
+from lorafleet_agent.manager import AdapterManager
+from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.server import agent_in_thread

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
@@ -11,8 +10,6 @@ from lorafleet_core.kube_schemas import kube_field
 from lorafleet_core.models.common import (
     ALL_TARGET_MODULES,
     SHA256_REF,
-    WEIGHTS_URI,
-    AdapterName,
     CamelModel,
     Condition,
     ModuleName,
@@ -20,6 +17,7 @@ from lorafleet_core.models.common import (
     SpecModel,
     immutable,
 )
+from lorafleet_core.models.merged import MergedSpec, MergeStatus
 
 
 class BaseModelRef(SpecModel):
@@ -299,21 +297,6 @@ class CacheSpec(SpecModel):
     )
 
 
-class MergedSpec(SpecModel):
-    """Merged mode: the pool serves one adapter merged into the base weights, LoRA disabled.
-
-    For a tenant whose own traffic fills replicas: merged serving runs at base-model speed but
-    serves only this adapter. A merge step (PEFT merge_and_unload, run as a Job) writes the
-    merged weights to the object store; status.merge shows its progress and checksum.
-    """
-
-    adapter: AdapterName = Field(
-        description="Name of the LoRAAdapter (same namespace) to merge and serve. Its "
-        "baseModelHash must equal this pool's baseModel.hash. Changing it merges the new "
-        "version and rolls the replicas over to it."
-    )
-
-
 class ReplicaPoolSpec(SpecModel):
     """A pool of identical replicas serving one base model and many adapters."""
 
@@ -337,42 +320,6 @@ class ReplicaPoolSpec(SpecModel):
         default=None,
         description="Serve one adapter merged into the base weights (LoRA disabled) instead of "
         "many adapters; unset for a shared multi-LoRA pool.",
-    )
-
-
-class MergePhase(StrEnum):
-    PENDING = "Pending"
-    MERGING = "Merging"
-    READY = "Ready"
-    FAILED = "Failed"
-
-
-class MergeStatus(CamelModel):
-    """Progress of the merge step of a merged pool (written by the operator)."""
-
-    phase: MergePhase = Field(
-        description="Pending (waiting for the adapter or the Job), Merging (the Job runs), "
-        "Ready (merged weights stored; replicas serve them), Failed (see message)."
-    )
-    adapter_id: str | None = Field(
-        default=None, max_length=253, description="The LoRAAdapter merged (spec.merged.adapter)."
-    )
-    checksum: str | None = Field(
-        default=None,
-        pattern=SHA256_REF,
-        description="sha256:<hex> of the merged model folder (lorafleet_core.merged_weights); "
-        "replicas verify it before serving.",
-    )
-    uri: str | None = Field(
-        default=None,
-        pattern=WEIGHTS_URI,
-        max_length=2048,
-        description="Where the merged weights are: a content-addressed prefix ending in the "
-        "checksum's hex.",
-    )
-    message: str = Field(default="", max_length=32768, description="What happened, in words.")
-    observed_generation: int | None = Field(
-        default=None, ge=0, description="metadata.generation this merge status is for."
     )
 
 
