@@ -108,7 +108,7 @@ def test_the_merge_job_and_fetch_of_merged_pools_run_the_replica_images_modules(
     ready = MergeStatus(
         phase=MergePhase.READY, adapter_id="a", checksum="sha256:" + "2" * 64, uri="s3://b/m/x/"
     )
-    sts = pool_plan.plan_pool_objects(merged, "ns", 1, ready).statefulset["spec"]["template"]
+    sts = pool_plan.plan_pool_objects(merged, "ns", 1, merge=ready).statefulset["spec"]["template"]
     for c in [*job["containers"], *sts["spec"]["initContainers"]]:
         assert c["image"] == merged.spec.engine.image
         assert c["command"][:2] == ["python3", "-m"]

@@ -203,11 +203,11 @@ def test_the_merge_job_module_exists_in_the_replica_image_sources():
 
 def test_a_merged_pool_has_no_statefulset_before_its_merge_is_ready():
     with pytest.raises(ValueError, match="no Ready merge"):
-        plan_pool_objects(MERGED, "ns", 1, None)
+        plan_pool_objects(MERGED, "ns", 1, merge=None)
 
 
 def test_merged_replicas_serve_the_merged_weights_under_the_adapter_id_without_lora():
-    c = containers(plan_pool_objects(MERGED, "ns", 2, READY))
+    c = containers(plan_pool_objects(MERGED, "ns", 2, merge=READY))
     args = c["vllm"]["args"]
     assert "--enable-lora" not in args
     assert "--max-loras" not in args
@@ -228,14 +228,14 @@ def test_merged_replicas_serve_the_merged_weights_under_the_adapter_id_without_l
 
 def test_merged_replica_manifests_pass_the_kubernetes_schema():
     kubernetes_validate.validate(
-        plan_pool_objects(MERGED, "ns", 2, READY).statefulset, "1.30", strict=True
+        plan_pool_objects(MERGED, "ns", 2, merge=READY).statefulset, "1.30", strict=True
     )
 
 
 def test_the_merged_agent_env_is_what_the_agent_settings_read(monkeypatch):
     from lorafleet_agent.settings import AgentSettings
 
-    agent = containers(plan_pool_objects(MERGED, "ns", 2, READY))["agent"]
+    agent = containers(plan_pool_objects(MERGED, "ns", 2, merge=READY))["agent"]
     for e in agent["env"]:
         monkeypatch.setenv(e["name"], e.get("value", "acme-merged-0"))
     s = AgentSettings()

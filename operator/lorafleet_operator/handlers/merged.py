@@ -77,7 +77,9 @@ async def apply_merged_pool(
         return None
     kube = await HOLDER.client()
     keep = None if current is None or not pool.spec.autoscaling.enabled else current
-    objects = plan_pool_objects(pool, namespace, clamp_replicas(pool, keep), ready)
+    replicas = clamp_replicas(pool, keep)
+    inside = runtime().settings.inside_auth()
+    objects = plan_pool_objects(pool, namespace, replicas, inside, merge=ready)
     done = {
         "statefulset": await kube.apply_owned(namespace, objects.statefulset),
         "service": await kube.apply_owned(namespace, objects.service),
