@@ -156,7 +156,19 @@ class VllmServer:
         return [m["id"] for m in data if m.get("parent")]
 
 
-def vllm_command(base: Path, port: int, served_name: str = VLLM_BASE_NAME) -> list[str]:
+def vllm_command(
+    base: Path, port: int, served_name: str = VLLM_BASE_NAME, *, lora: bool = True
+) -> list[str]:
+    """The session's vLLM command line; `lora=False` is a merged pool's engine (no LoRA)."""
+    lora_flags = [
+        "--enable-lora",
+        "--max-loras",
+        str(VLLM_GPU_SLOTS),
+        "--max-cpu-loras",
+        str(VLLM_CPU_SLOTS),
+        "--max-lora-rank",
+        str(VLLM_MAX_RANK),
+    ]
     return [
         sys.executable,
         "-m",
@@ -169,13 +181,7 @@ def vllm_command(base: Path, port: int, served_name: str = VLLM_BASE_NAME) -> li
         "127.0.0.1",
         "--port",
         str(port),
-        "--enable-lora",
-        "--max-loras",
-        str(VLLM_GPU_SLOTS),
-        "--max-cpu-loras",
-        str(VLLM_CPU_SLOTS),
-        "--max-lora-rank",
-        str(VLLM_MAX_RANK),
+        *(lora_flags if lora else []),
         "--dtype",
         "float32",
         "--max-model-len",
@@ -195,14 +201,20 @@ def vllm_env() -> dict[str, str]:
 
 
 def start_vllm(
-    base: Path, log_path: Path, timeout_s: float = 400.0, port: int | None = None
+    base: Path,
+    log_path: Path,
+    timeout_s: float = 400.0,
+    port: int | None = None,
+    *,
+    served_name: str = VLLM_BASE_NAME,
+    lora: bool = True,
 ) -> VllmServer:
     """Start a vLLM server (own process group) and wait until /v1/models answers."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
-            vllm_command(base, port),
+            vllm_command(base, port, served_name, lora=lora),
             stdout=log,
             stderr=subprocess.STDOUT,
             env=vllm_env(),
@@ -212,7 +224,7 @@ def start_vllm(
         url=f"http://127.0.0.1:{port}",
         port=port,
         base_model=base,
-        served_name=VLLM_BASE_NAME,
+        served_name=served_name,
         log_path=log_path,
         gpu_slots=VLLM_GPU_SLOTS,
         cpu_slots=VLLM_CPU_SLOTS,

@@ -252,7 +252,7 @@ def check_shapes(info: AdapterInfo, dims: BaseModelDims) -> ShapeReport:
     return report
 
 
-def _framed_sha256(folder: Path, names: list[str]) -> str:
+def framed_sha256(folder: Path, names: list[str]) -> str:
     """sha256 over each file as name + NUL + 8-byte big-endian size + bytes, in `names` order."""
     digest = hashlib.sha256()
     for name in names:
@@ -266,7 +266,7 @@ def _framed_sha256(folder: Path, names: list[str]) -> str:
 
 def adapter_checksum(folder: Path) -> str:
     """`sha256:<hex>` of the adapter's two files, framed as described in the module docstring."""
-    return _framed_sha256(folder, list(ADAPTER_FILES))
+    return framed_sha256(folder, list(ADAPTER_FILES))
 
 
 def base_model_hash(model_dir: Path) -> str:
@@ -274,6 +274,6 @@ def base_model_hash(model_dir: Path) -> str:
 
     Framed like the adapter checksum. Tokenizer files do not change the math and are left out.
     """
-    return _framed_sha256(
+    return framed_sha256(
         model_dir, ["config.json", *sorted(p.name for p in model_dir.glob("*.safetensors"))]
     )

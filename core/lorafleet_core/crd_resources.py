@@ -138,7 +138,12 @@ RESOURCES: tuple[ResourceKind, ...] = (
             PrinterColumn("Desired", "integer", ".status.desiredReplicas"),
             PrinterColumn("Replicas", "integer", ".status.replicas"),
             PrinterColumn("Ready Replicas", "integer", ".status.readyReplicas"),
+            # Merged pools only (<none> on a shared pool): the merge step's phase.
+            PrinterColumn("Merge", "string", ".status.merge.phase", "Merge step (merged pools)"),
             _AGE,
+            PrinterColumn(
+                "Merged Adapter", "string", ".spec.merged.adapter", "Adapter served merged", 1
+            ),
             *_condition_columns("Ready"),
         ),
         scale={

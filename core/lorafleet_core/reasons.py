@@ -54,3 +54,11 @@ NOTHING_TO_SERVE = "NothingToServe"
 REPLICAS_READY = "ReplicasReady"
 AUTOSCALING_DISABLED = "AutoscalingDisabled"
 NO_METRICS = "NoMetrics"
+
+# ReplicaPool merged mode (Ready condition while the merge is not done; status.merge).
+MERGE_PENDING = "MergePending"
+MERGING = "Merging"
+MERGE_FAILED = "MergeFailed"
+MERGED_ADAPTER_NOT_FOUND = "MergedAdapterNotFound"
+# The agent of a merged pool's replica refuses every other adapter (LoRA is disabled there).
+MERGED_POOL = "MergedPool"

@@ -21,6 +21,15 @@ class AdapterActivity(BaseModel):
     tokens_per_second: float = Field(default=0.0, ge=0, description="tokens/s served")
 
 
+class MergedServing(BaseModel):
+    """A merged pool's replica: the one adapter its vLLM serves merged into the weights."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    adapter_id: str = Field(description="the adapter served merged (vLLM's model name)")
+    checksum: str = Field(description="sha256:<hex> of the merged weights the agent verified")
+
+
 class ReplicaState(BaseModel):
     """A replica's adapters by tier and its load, as of `timestamp`.
 
@@ -54,6 +63,11 @@ class ReplicaState(BaseModel):
         description="the first pre-warm pass of the adapters this replica owns has not ended "
         "(bounded by the agent's prewarm_ready_timeout_s); the gateway routes elsewhere while "
         "another replica can serve",
+    )
+    merged: MergedServing | None = Field(
+        default=None,
+        description="set on a merged pool's replica: it serves only this adapter (listed in "
+        "gpu_adapters too), LoRA disabled",
     )
     loads_per_min: float = 0.0
     evictions_per_min: float = 0.0

@@ -2,7 +2,8 @@
 
 kopf watches and patches the objects it handles through its own API access; `Kube` writes
 everything else: pods' owned-adapters annotation, the status of every lorafleet resource, the
-StatefulSet / Service / PodDisruptionBudget a pool owns and the StatefulSet's replica count.
+StatefulSet / Service / PodDisruptionBudget a pool owns, a merged pool's merge Job (and the
+report its pod leaves) and the StatefulSet's replica count.
 The patch strategy of each write is the one a real API server wants (see kube_client); every
 write names the operator's field manager, so `kubectl get -o yaml --show-managed-fields` says
 who wrote what.
@@ -13,6 +14,7 @@ loaded.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +47,14 @@ class Kube:
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         policy = client.PolicyV1Api(api)
+        batch = client.BatchV1Api(api)
         self._owned = {
+            # A merged pool's merge Job (lorafleet_core.planning.merge_job).
+            "Job": OwnedKind(
+                batch.read_namespaced_job,
+                batch.create_namespaced_job,
+                batch.patch_namespaced_job,
+            ),
             "StatefulSet": OwnedKind(
                 self.apps.read_namespaced_stateful_set,
                 self.apps.create_namespaced_stateful_set,
@@ -95,6 +104,24 @@ class Kube:
         await self.apps.patch_namespaced_stateful_set(
             name, namespace, body, field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE_PATCH
         )
+
+    async def job_report(self, namespace: str, job: str) -> str | None:
+        """The termination message of a finished pod of the Job (the merge step's report)."""
+        # Raw JSON, not the typed V1PodList: only the status is read, and the typed model
+        # refuses pods it considers incomplete.
+        resp = await self.core.list_namespaced_pod(
+            namespace, label_selector=f"job-name={job}", _preload_content=False
+        )
+        async with resp:
+            pods = json.loads(await resp.read())
+        for pod in pods.get("items", []):
+            if (pod.get("metadata", {}).get("labels") or {}).get("job-name") != job:
+                continue
+            for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+                message = ((cs.get("state") or {}).get("terminated") or {}).get("message")
+                if message:
+                    return str(message)
+        return None
 
     # --- built-in objects a pool owns whole: create, else merge-patch the whole object --------
 

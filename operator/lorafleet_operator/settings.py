@@ -67,6 +67,12 @@ class OperatorSettings(BaseSettings):
         default=0.5, gt=0, le=1, description="Most of a replica's capacity one adapter may use."
     )
     scrape_timeout_seconds: float = Field(default=2.0, gt=0)
+    merged_store_prefix: str | None = Field(
+        default=None,
+        pattern=r"^(s3|file)://.+$",
+        description="Where merge Jobs store merged weights (s3://bucket/prefix); unset: "
+        "s3://<the adapter's bucket>/lorafleet-merged.",
+    )
     agent_internal_port: int = Field(
         default=8101, description="Agent internal port when the pod does not name one."
     )

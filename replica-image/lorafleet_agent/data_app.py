@@ -64,7 +64,7 @@ def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str
             return _error(503, "replica is starting: vLLM is not ready", "engine_unavailable")
         if adapter_id in manager.failed:
             return _error(422, manager.failed[adapter_id], "adapter_rejected", **base)
-        if adapter_id not in manager.records:
+        if not manager.admits(adapter_id):
             return _error(
                 404,
                 f"adapter {adapter_id!r} is not registered on replica {replica_id}; "

@@ -24,7 +24,7 @@ from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
 from lorafleet_core.openai_errors import error_body
 from lorafleet_core.records import AdapterRecord
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.replica_state import MergedServing, ReplicaState
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,13 @@ def replica_state(
 ) -> ReplicaState:
     return ReplicaState(
         replica_id=replica_id,
-        gpu_adapters=manager.slots.gpu(),
+        # A merged pool's adapter is in the weights: always "gpu", so routing needs no load.
+        gpu_adapters=[manager.merged.adapter_id, *manager.slots.gpu()]
+        if manager.merged
+        else manager.slots.gpu(),
+        merged=MergedServing(adapter_id=manager.merged.adapter_id, checksum=manager.merged.checksum)
+        if manager.merged
+        else None,
         ram_adapters=manager.slots.ram_only(),
         disk_adapters=manager.disk_only(),
         failed_adapters=dict(manager.failed),

@@ -10,7 +10,10 @@ Invariants (the tests check each):
 - a disk copy is re-verified against its record every time before vLLM registers it: a copy
   altered after download is discarded and fetched again, never served;
 - what the agent believes vLLM holds is checked against vLLM's own list (`resync`): after vLLM
-  restarts, lost registrations are forgotten and re-registered, never answered 404.
+  restarts, lost registrations are forgotten and re-registered, never answered 404;
+- on a merged pool's replica (`merged` set) vLLM serves one adapter merged into its weights
+  under the adapter's id, LoRA disabled: the agent verifies the merged folder's checksum before
+  it is ready, admits only that adapter (always tier gpu) and refuses every other record.
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from dataclasses import dataclass
 import httpx
 
 from lorafleet_agent.disk_cache import DiskCache
+from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
 from lorafleet_agent.object_store import FetchError, ObjectStore
 from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
 from lorafleet_agent.vllm_client import VllmClient, is_unknown_model
+from lorafleet_core import reasons
 from lorafleet_core.cache_policy import CachePolicy
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier, slowest
@@ -61,8 +66,10 @@ class AdapterManager:
         store: ObjectStore,
         vllm: VllmClient,
         metrics: AgentMetrics,
+        merged: MergedModel | None = None,
     ) -> None:
         self.policy = policy
+        self.merged = merged
         self.slots = slots
         self.disk = disk
         self.store = store
@@ -89,6 +96,8 @@ class AdapterManager:
 
     async def start(self, unload_unknown: bool, wait_s: float) -> None:
         """Wait for vLLM (it starts beside the agent and takes a while), then take over."""
+        if self.merged is not None:
+            await asyncio.to_thread(self.merged.verify)  # never serve weights not named
         deadline = time.monotonic() + wait_s
         while not await self.vllm.healthy():
             if time.monotonic() > deadline:
@@ -102,8 +111,25 @@ class AdapterManager:
 
     # ---------------------------------------------------------------- records
 
+    def is_merged(self, adapter_id: str) -> bool:
+        return self.merged is not None and adapter_id == self.merged.adapter_id
+
+    def admits(self, adapter_id: str) -> bool:
+        """Whether a request for the adapter may be served here (a held record or merged)."""
+        return adapter_id in self.records or self.is_merged(adapter_id)
+
     def add_record(self, record: AdapterRecord) -> None:
         """Hold a registry record (pre-warm or load call); refuses a policy violation at once."""
+        if self.merged is not None and not self.is_merged(record.id):
+            self._fail(
+                record.id,
+                VerificationError(
+                    reasons.MERGED_POOL,
+                    f"this replica serves only adapter {self.merged.adapter_id} merged into "
+                    "its weights; LoRA is disabled here",
+                ),
+            )
+            raise VerificationError(reasons.MERGED_POOL, self.failed[record.id])
         held = self.records.get(record.id)
         if held is not None and held != record:
             # Ids are immutable and records come only from the registry's authority: a second,
@@ -136,6 +162,8 @@ class AdapterManager:
     # ---------------------------------------------------------------- tiers
 
     def tier_of(self, adapter_id: str) -> Tier:
+        if self.is_merged(adapter_id):
+            return Tier.GPU  # in the weights themselves
         tier = self.slots.tier(adapter_id)
         if tier is not None:
             return tier
@@ -155,6 +183,9 @@ class AdapterManager:
         keyed by adapter, so concurrent requests each report their own tier.
         """
         self.cache.acquire(adapter_id)  # before any await: from here on it cannot be evicted
+        if self.is_merged(adapter_id):
+            self.metrics.requests.labels(Tier.GPU.value).inc()
+            return Lease(adapter_id, Tier.GPU)
         try:
             tier = slowest(await self.ensure_registered(adapter_id), loaded_from)
         except BaseException:
@@ -177,6 +208,8 @@ class AdapterManager:
         A call that arrives while another is loading the adapter waits for that load and
         reports the tier it is being brought from: its wait cost that much.
         """
+        if self.is_merged(adapter_id):
+            return Tier.GPU
         in_transit = self._in_transit.get(adapter_id)  # read on arrival, before waiting
         return slowest(await self._register_once(adapter_id), in_transit)
 
@@ -338,8 +371,8 @@ class AdapterManager:
         """Send a completion for a held adapter; on vLLM's "model does not exist" (vLLM lost
         its registrations, e.g. it restarted), resynchronise, re-register and retry once."""
         resp = await self.vllm.send_completion(path, body)
-        if resp.status_code != 404:
-            return resp
+        if resp.status_code != 404 or self.merged is not None:
+            return resp  # a merged model has no registration to lose
         try:
             content = await resp.aread()
         finally:
@@ -355,6 +388,8 @@ class AdapterManager:
 
     async def warm_gpu(self, adapter_id: str) -> Tier:
         """Pull an adapter into a GPU slot with a one-token request; returns where it was."""
+        if self.is_merged(adapter_id):
+            return Tier.GPU
         self.cache.acquire(adapter_id)  # pinned while warming, like a request
         try:
             tier = await self.ensure_registered(adapter_id)
@@ -369,4 +404,4 @@ class AdapterManager:
         return tier
 
 
-__all__ = ["AdapterManager", "CacheFull", "FetchError", "Lease", "RecordConflict"]
+__all__ = ["AdapterManager", "CacheFull", "FetchError", "Lease", "MergedModel", "RecordConflict"]

@@ -1,4 +1,5 @@
-"""Fetching an adapter's two files from the object store into a folder (boto3 or file://).
+"""Fetching an adapter's two files from the object store into a folder (boto3 or file://);
+moving a merged model folder in and out of it (merged pools, lorafleet_core.merged_weights).
 
 Only the files vLLM reads (lorafleet_core.adapter_files.ADAPTER_FILES) are fetched; anything
 else under the prefix is ignored. Callers download into a temporary folder and rename it into
@@ -8,7 +9,9 @@ download is never visible under an adapter's name.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,37 +78,92 @@ class ObjectStore:
             return _fetch_file(Path(unquote(parsed.path)), dest)
         raise FetchError(f"unsupported weights URI scheme {parsed.scheme!r}")
 
-    def _fetch_s3(self, bucket: str, prefix: str, dest: Path) -> int:
-        from botocore.exceptions import (
-            BotoCoreError,
-            ClientError,
-            ConnectionError,
-            HTTPClientError,
-        )
+    def fetch_folder(self, uri: str, dest: Path) -> int:
+        """Copy every object directly under the prefix `uri` into `dest` (a merged model).
 
+        The caller verifies the result against the merged checksum: the listing itself is not
+        trusted, an extra or missing object changes the checksum.
+        """
+        parsed = urlparse(uri)
+        if parsed.scheme == "file":
+            folder = Path(unquote(parsed.path))
+            if not folder.is_dir():
+                raise FetchError(f"{folder}: no such folder")
+            names = [p.name for p in folder.iterdir() if p.is_file()]
+            for name in names:
+                shutil.copyfile(folder / name, dest / name)
+            return sum((dest / n).stat().st_size for n in names)
+        if parsed.scheme != "s3":
+            raise FetchError(f"unsupported weights URI scheme {parsed.scheme!r}")
+        bucket, prefix = parsed.netloc, parsed.path.lstrip("/").rstrip("/") + "/"
+        with _store_errors(f"s3://{bucket}/{prefix}"):
+            pages = (
+                self._client()
+                .get_paginator("list_objects_v2")
+                .paginate(Bucket=bucket, Prefix=prefix, Delimiter="/")
+            )
+            keys = [o["Key"] for page in pages for o in page.get("Contents", [])]
+        if not keys:
+            raise FetchError(f"s3://{bucket}/{prefix}: no objects")
+        total = 0
+        for key in keys:
+            total += self._get(bucket, key, dest / key[len(prefix) :])
+        return total
+
+    def upload_folder(self, folder: Path, uri: str) -> int:
+        """Store every file of a flat folder under the prefix `uri`; returns bytes written."""
+        parsed = urlparse(uri)
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+        if parsed.scheme == "file":
+            target = Path(unquote(parsed.path))
+            target.mkdir(parents=True, exist_ok=True)
+            for f in files:
+                shutil.copyfile(f, target / f.name)
+            return sum(f.stat().st_size for f in files)
+        if parsed.scheme != "s3":
+            raise FetchError(f"unsupported weights URI scheme {parsed.scheme!r}")
+        bucket, prefix = parsed.netloc, parsed.path.lstrip("/").rstrip("/") + "/"
+        for f in files:
+            with _store_errors(f"s3://{bucket}/{prefix}{f.name}"), f.open("rb") as body:
+                # The stored SHA256 lets every later GET (ChecksumMode) verify the bytes.
+                self._client().put_object(
+                    Bucket=bucket, Key=prefix + f.name, Body=body, ChecksumAlgorithm="SHA256"
+                )
+        return sum(f.stat().st_size for f in files)
+
+    def _get(self, bucket: str, key: str, target: Path) -> int:
+        total = 0
+        with _store_errors(f"s3://{bucket}/{key}"):
+            obj = self._client().get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            with target.open("wb") as out:
+                for chunk in obj["Body"].iter_chunks(1 << 20):
+                    out.write(chunk)
+                    total += len(chunk)
+        return total
+
+    def _fetch_s3(self, bucket: str, prefix: str, dest: Path) -> int:
         if prefix and not prefix.endswith("/"):
             prefix += "/"
-        total = 0
-        for name in ADAPTER_FILES:
-            try:
-                # ChecksumMode makes boto3 verify the stored SHA256 while reading.
-                obj = self._client().get_object(
-                    Bucket=bucket, Key=prefix + name, ChecksumMode="ENABLED"
-                )
-                with (dest / name).open("wb") as out:
-                    for chunk in obj["Body"].iter_chunks(1 << 20):
-                        out.write(chunk)
-                        total += len(chunk)
-            except (ConnectionError, HTTPClientError) as exc:
-                raise StoreUnavailable(f"object store unreachable: {type(exc).__name__}") from exc
-            except ClientError as exc:
-                status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                if int(status) >= 500:
-                    raise StoreUnavailable(f"object store failing: HTTP {status}") from exc
-                raise FetchError(f"s3://{bucket}/{prefix}{name}: {exc}") from exc
-            except BotoCoreError as exc:
-                raise FetchError(f"s3://{bucket}/{prefix}{name}: {exc}") from exc
-        return total
+        # ChecksumMode (in _get) makes boto3 verify the stored SHA256 while reading.
+        return sum(self._get(bucket, prefix + name, dest / name) for name in ADAPTER_FILES)
+
+
+@contextlib.contextmanager
+def _store_errors(where: str) -> Iterator[None]:
+    """boto3's errors as FetchError (missing, refused) or StoreUnavailable (transient)."""
+    from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+
+    try:
+        yield
+    except (ConnectionError, HTTPClientError) as exc:
+        raise StoreUnavailable(f"object store unreachable: {type(exc).__name__}") from exc
+    except ClientError as exc:
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if int(status) >= 500:
+            raise StoreUnavailable(f"object store failing: HTTP {status}") from exc
+        raise FetchError(f"{where}: {exc}") from exc
+    except BotoCoreError as exc:
+        raise FetchError(f"{where}: {exc}") from exc
 
 
 def _fetch_file(folder: Path, dest: Path) -> int:

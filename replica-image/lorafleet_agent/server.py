@@ -19,6 +19,7 @@ from lorafleet_agent.internal_app import build_internal_app
 from lorafleet_agent.internal_auth import build_internal_auth
 from lorafleet_agent.kube import AgentKube
 from lorafleet_agent.manager import AdapterManager
+from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.prewarm import PrewarmWatcher
@@ -63,6 +64,7 @@ class Agent:
             ),
             vllm=self.vllm,
             metrics=self.metrics,
+            merged=_merged_model(s),
         )
         self.events = (
             ConflictEvents(
@@ -150,6 +152,13 @@ class Agent:
     def stop(self) -> None:
         for srv in self._servers:
             srv.should_exit = True
+
+
+def _merged_model(s: AgentSettings) -> MergedModel | None:
+    """A merged pool's replica (AgentSettings checks the three settings come together)."""
+    if s.merged_adapter_id is None or s.merged_checksum is None or s.merged_model_dir is None:
+        return None
+    return MergedModel(s.merged_adapter_id, s.merged_checksum, s.merged_model_dir)
 
 
 def _bound_port(server: uvicorn.Server) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.models import ALL_TARGET_MODULES
@@ -107,7 +107,27 @@ class AgentSettings(BaseSettings):
     pod_namespace: str = Field(default="default", description="downward API metadata.namespace")
     pod_uid: str | None = Field(default=None, description="downward API metadata.uid")
 
+    # Merged pools (spec.merged): vLLM serves one adapter merged into the base weights under
+    # the adapter's id as its model name, LoRA disabled. The agent verifies the folder against
+    # the checksum before it is ready and admits only that adapter.
+    merged_adapter_id: str | None = Field(
+        default=None, description="the adapter vLLM serves merged (its --served-model-name)"
+    )
+    merged_checksum: str | None = Field(
+        default=None, description="sha256:<hex> of the merged folder (status.merge.checksum)"
+    )
+    merged_model_dir: Path | None = Field(
+        default=None, description="the merged model folder vLLM was started with"
+    )
+
     # Ports.
     host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)
     data_port: int = 8100
     internal_port: int = 8101
+
+    @model_validator(mode="after")
+    def _merged_settings_go_together(self) -> AgentSettings:
+        merged = (self.merged_adapter_id, self.merged_checksum, self.merged_model_dir)
+        if any(v is not None for v in merged) and any(v is None for v in merged):
+            raise ValueError("merged_adapter_id, merged_checksum and merged_model_dir go together")
+        return self

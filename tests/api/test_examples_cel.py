@@ -69,6 +69,8 @@ def test_examples_hang_together():
     assert alias["spec"]["adapter"] in adapters
     assert adapters[alias["spec"]["adapter"]]["spec"]["tenant"] == alias["spec"]["tenant"]
     for pool in map(ReplicaPool.model_validate, examples_of_kind("ReplicaPool")):
+        if pool.spec.merged is not None:  # a merged pool names an example adapter
+            assert pool.spec.merged.adapter in adapters
         for adapter in adapters.values():
             assert adapter["spec"]["baseModelHash"] == pool.spec.base_model.hash
             assert adapter["spec"]["rank"] <= pool.spec.engine.max_rank

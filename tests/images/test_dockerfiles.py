@@ -4,6 +4,7 @@ ports. No Docker engine runs here, so nothing is built: these read the files (CI
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,37 @@ def test_replica_pods_run_the_images_interpreter_and_modules():
     # source roots) on top of the vLLM base.
     assert {c["image"] for c in containers.values()} == {pool("p").spec.engine.image}
     install = " ".join(REPLICA.final.all("RUN"))
-    assert "lorafleet-*.whl)[agent]" in install
+    # The agent, and peft for a merged pool's merge Job, which runs in this image too.
+    assert "lorafleet-*.whl)[agent,merge]" in install
+
+
+def test_the_merge_job_and_fetch_of_merged_pools_run_the_replica_images_modules():
+    from lorafleet_core.models import MergePhase, MergeStatus
+    from lorafleet_core.planning.merge_job import plan_merge_job
+    from lorafleet_core.records import AdapterRecord
+
+    merged = pool("m", merged={"adapter": "a"})
+    record = AdapterRecord(
+        id="a",
+        tenant="t",
+        base_model_hash=merged.spec.base_model.hash,
+        rank=8,
+        alpha=16,
+        target_modules=("q_proj",),
+        weights_uri="s3://b/a/",
+        checksum="sha256:" + "1" * 64,
+    )
+    job = plan_merge_job(merged, record, "ns", "s3://b/m")["spec"]["template"]["spec"]
+    ready = MergeStatus(
+        phase=MergePhase.READY, adapter_id="a", checksum="sha256:" + "2" * 64, uri="s3://b/m/x/"
+    )
+    sts = pool_plan.plan_pool_objects(merged, "ns", 1, merge=ready).statefulset["spec"]["template"]
+    for c in [*job["containers"], *sts["spec"]["initContainers"]]:
+        assert c["image"] == merged.spec.engine.image
+        assert c["command"][:2] == ["python3", "-m"]
+        assert module_file(c["command"][2]).is_file()
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(d.startswith("peft") for d in extras["optional-dependencies"]["merge"])
 
 
 def test_replica_image_paths_and_ports_match_the_statefulset():

@@ -107,6 +107,7 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "v1/events": ("Event", True, set()),
     "apps/v1/statefulsets": ("StatefulSet", True, {"status", "scale"}),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
+    "batch/v1/jobs": ("Job", True, {"status"}),
 }
 
 

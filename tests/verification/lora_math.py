@@ -81,17 +81,3 @@ def merged_logprobs(
             # Token t is predicted from position t-1.
             out.append([float(logp[len(prompt) + i - 1, tok]) for i, tok in enumerate(completion)])
     return out
-
-
-def save_merged(base_dir: Path, adapter_dir: Path, dest: Path) -> Path:
-    """The merged model as a plain checkpoint (with the base's tokenizer) a vLLM can serve."""
-    import shutil
-
-    from peft import PeftModel
-
-    merged = PeftModel.from_pretrained(_base(base_dir), adapter_dir).merge_and_unload()
-    merged.save_pretrained(dest, safe_serialization=True)
-    for f in base_dir.iterdir():
-        if f.name.startswith(("tokenizer", "special_tokens", "chat_template")) and f.is_file():
-            shutil.copyfile(f, dest / f.name)
-    return dest

@@ -6,6 +6,10 @@ completion is rescored by transformers on the PEFT-merged model (`merge_and_unlo
 both sides; the tolerance is 1e-4 (measured differences are ~1e-6; an adapter's effect on these
 logprobs is >0.1, so a missing or wrong adapter fails by orders of magnitude).
 
+The merged-pool test: the product's merge step merges the widest adapter, a merged-pool
+replica (agent in merged mode + vLLM without LoRA, serving it under the adapter's id) answers
+with the same tokens and logprobs within the same tolerance as the unmerged adapter.
+
 The batch test: at temperature 0 a request yields the same tokens alone and inside a batch of
 32 (31 concurrent requests for the other adapters and the base model).
 """
@@ -22,9 +26,22 @@ import httpx
 import openai
 import pytest
 
+from lorafleet_agent.merge_job import run_merge
+from lorafleet_agent.merged_model import ensure_merged
+from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
+from lorafleet_agent.server import agent_in_thread
 from lorafleet_cli.demo_assets import DemoAssets
-from tests.conftest import VllmServer, start_vllm, stop_vllm, unique_id
-from tests.verification.lora_math import SPECS, merged_logprobs, save_merged, write_random_adapter
+from lorafleet_core.adapter_files import adapter_checksum
+from lorafleet_core.records import AdapterRecord
+from tests.conftest import (
+    S3Server,
+    VllmServer,
+    session_agent_settings,
+    start_vllm,
+    stop_vllm,
+    unique_id,
+)
+from tests.verification.lora_math import SPECS, merged_logprobs, write_random_adapter
 
 pytestmark = pytest.mark.vllm
 
@@ -140,21 +157,56 @@ def test_unmerged_vllm_logprobs_match_the_peft_merged_model(
     print(f"max |delta logprob| over {len(SPECS)} adapters: {worst_overall:.2e} (tol {TOLERANCE})")
 
 
-def test_the_merged_model_served_by_vllm_matches_the_unmerged_adapter(
-    registered: Registered, vllm_server: VllmServer, demo_assets: DemoAssets, tmp_path: Path
+def test_a_merged_pool_replica_serves_what_the_unmerged_adapter_serves(
+    registered: Registered,
+    vllm_server: VllmServer,
+    demo_assets: DemoAssets,
+    s3_server: S3Server,
+    tmp_path: Path,
 ):
-    # One extra vLLM (~30 s): the widest adapter, merged, served as a plain model.
+    """The product's merged path end to end: the merge step (lorafleet_agent.merge_job, PEFT
+    merge_and_unload) stores the widest adapter merged; a merged-pool replica fetches and
+    verifies it, runs vLLM without LoRA under the adapter's id and its agent in merged mode;
+    through the agent it gives the same tokens at temperature 0 and logprobs within TOLERANCE
+    of the unmerged adapter on the session's multi-LoRA vLLM."""
     spec = SPECS[-1]
-    merged_dir = save_merged(demo_assets.base_model, registered.folders[spec.name], tmp_path / "m")
-    merged_server = start_vllm(merged_dir, tmp_path / "merged-vllm.log")
+    adapter_id = registered.names[spec.name]
+    merged_dir, checksum = merge_via_store(
+        demo_assets, s3_server, registered.folders[spec.name], adapter_id, spec.rank, tmp_path
+    )
+    # One extra vLLM (~30 s): the merged model as a plain model, named as the adapter.
+    merged_server = start_vllm(
+        merged_dir, tmp_path / "merged-vllm.log", served_name=adapter_id, lora=False
+    )
     try:
+        settings = session_agent_settings(
+            merged_server,
+            s3_server,
+            demo_assets,
+            tmp_path / "cache",
+            merged_adapter_id=adapter_id,
+            merged_checksum=checksum,
+            merged_model_dir=merged_dir,
+        )
+        with agent_in_thread(settings) as agent:
 
-        async def serve(url: str, model: str) -> list[Completion]:
-            async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x") as client:
-                return [await complete(client, model, p) for p in registered.prompts]
+            async def serve(url: str, model: str) -> list[Completion]:
+                async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x") as client:
+                    return [await complete(client, model, p) for p in registered.prompts]
 
-        unmerged = run(serve(vllm_server.url, registered.names[spec.name]))
-        merged = run(serve(merged_server.url, merged_server.served_name))
+            unmerged = run(serve(vllm_server.url, adapter_id))
+            merged = run(serve(agent.data_url, adapter_id))
+            raw = httpx.post(
+                f"{agent.data_url}/v1/completions",
+                json={"model": adapter_id, "prompt": "hi", "max_tokens": 1},
+                timeout=30,
+            )
+            other = httpx.post(
+                f"{agent.data_url}/v1/completions",
+                json={"model": registered.names[SPECS[0].name], "prompt": "hi", "max_tokens": 1},
+                timeout=30,
+            )
+            state = httpx.get(f"{agent.internal_url}/internal/replicas/r0/state", timeout=10)
     finally:
         stop_vllm(merged_server)
     same_tokens = all(u.token_ids == m.token_ids for u, m in zip(unmerged, merged, strict=True))
@@ -163,10 +215,46 @@ def test_the_merged_model_served_by_vllm_matches_the_unmerged_adapter(
         for u, m in zip(unmerged, merged, strict=True)
         for a, b in zip(u.logprobs, m.logprobs, strict=True)
     )
-    print(f"{spec.name}: vLLM unmerged vs vLLM serving the merged model: tokens equal="
-          f"{same_tokens}, max |delta logprob| = {diff:.2e}")  # fmt: skip
+    print(f"{spec.name}: vLLM unmerged vs a merged-pool replica (agent + vLLM without LoRA): "
+          f"tokens equal={same_tokens}, max |delta logprob| = {diff:.2e}")  # fmt: skip
     assert same_tokens
     assert diff < TOLERANCE
+    assert raw.status_code == 200, raw.text
+    assert raw.headers["x-adapter-id"] == adapter_id
+    assert raw.headers["x-adapter-tier"] == "gpu"
+    assert other.status_code == 404  # LoRA is off: no other adapter is served here
+    assert state.json()["merged"] == {"adapter_id": adapter_id, "checksum": checksum}
+    assert adapter_id in state.json()["gpu_adapters"]
+
+
+def merge_via_store(
+    assets: DemoAssets, s3: S3Server, adapter: Path, adapter_id: str, rank: int, tmp: Path
+) -> tuple[Path, str]:
+    """Upload the adapter, merge it with the merge step, fetch the result as a replica does."""
+    uri = s3.upload(adapter, f"verify/{adapter_id}")
+    record = AdapterRecord(
+        id=adapter_id,
+        tenant="verify",
+        base_model_hash=assets.base_model_hash,
+        rank=rank,
+        alpha=float(2 * rank),
+        target_modules=tuple(sorted(SPECS[-1].targets)),
+        weights_uri=uri,
+        checksum=adapter_checksum(adapter),
+    )
+    store = ObjectStore(
+        ObjectStoreConfig(s3.endpoint_url, s3.region, s3.access_key_id, s3.secret_access_key)
+    )
+    result = run_merge(
+        record,
+        base_model=str(assets.base_model),
+        pool_base_hash=assets.base_model_hash,
+        store_prefix=f"s3://{s3.bucket}/lorafleet-merged",
+        store=store,
+        work_dir=tmp / "merge",
+    )
+    folder = ensure_merged(store, result.uri, result.checksum, tmp / "replica" / "merged")
+    return folder, result.checksum
 
 
 def test_a_greedy_request_is_the_same_alone_and_inside_a_batch_of_32(

@@ -68,7 +68,13 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def _choose_pool(manifests: ManifestSet, pool_name: str | None, out: Plan) -> ReplicaPool | None:
-    chosen = [p for p in manifests.of_kind(names.KIND_POOL) if pool_name in (None, p.name)]
+    # Merged pools (spec.merged) run beside the shared pool as their own replicas
+    # (standalone.merged); the shared pool is the one adapters are placed on.
+    chosen = [
+        p
+        for p in manifests.of_kind(names.KIND_POOL)
+        if pool_name in (None, p.name) and not (p.body.get("spec") or {}).get("merged")
+    ]
     if not chosen:
         want = f"ReplicaPool {pool_name!r}" if pool_name else "ReplicaPool"
         out.problems.append(Problem("", names.KIND_POOL, pool_name or "", f"no {want} found"))

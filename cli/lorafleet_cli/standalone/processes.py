@@ -19,7 +19,12 @@ from pathlib import Path
 
 from lorafleet_cli.standalone.supervisor import ProcessSpec
 from lorafleet_core.models import ReplicaPoolSpec
-from lorafleet_core.planning.replica_config import AGENT_ENV_PREFIX, agent_env, lora_flags
+from lorafleet_core.planning.replica_config import (
+    AGENT_ENV_PREFIX,
+    agent_env,
+    engine_flags,
+    merged_model_env,
+)
 
 LOOPBACK = "127.0.0.1"
 
@@ -86,9 +91,13 @@ def vllm_process(
         str(replica.vllm_port),
         "--model",
         str(model_dir),
-        *lora_flags(pool),
+        *engine_flags(pool),  # a merged pool (model_dir holds merged weights): no LoRA
     ]
-    env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    env = {}
+    if pool.merged is None:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    else:
+        argv += ["--served-model-name", pool.merged.adapter]  # what requests name
     if replica.vllm_api_key:
         env["VLLM_API_KEY"] = replica.vllm_api_key  # vLLM's --api-key, read from the env
     if cpu:
@@ -114,9 +123,12 @@ def agent_process(
     model_dir: Path,
     *,
     internal_token: str = "",
+    merged_checksum: str | None = None,
     python: str = sys.executable,
     log_dir: Path,
 ) -> ProcessSpec:
+    """The replica's agent; for a merged pool `model_dir` is the merged weights' folder and
+    `merged_checksum` their checksum (the agent verifies it before it is ready)."""
     env = agent_env(
         pool,
         replica_id=replica.id,
@@ -127,6 +139,9 @@ def agent_process(
         internal_port=replica.internal_port,
         base_model_dir=model_dir,
     )
+    if pool.merged is not None:
+        assert merged_checksum is not None, "a merged pool's agent needs the merged checksum"
+        env |= merged_model_env(pool, merged_checksum, model_dir)
     env[f"{AGENT_ENV_PREFIX}HOST"] = LOOPBACK
     env[f"{AGENT_ENV_PREFIX}PREWARM_POLL_S"] = "1.0"  # a laptop user edits files by hand
     if replica.vllm_api_key:

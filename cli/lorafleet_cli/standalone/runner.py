@@ -29,6 +29,14 @@ import httpx
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_cli.standalone import processes
+from lorafleet_cli.standalone.merged import (
+    MergedPoolPlan,
+    MergedRun,
+    merge_locally,
+    merged_folder,
+    plan_merged_pools,
+    replicas_file_doc,
+)
 from lorafleet_cli.standalone.planning import plan
 from lorafleet_cli.standalone.processes import ReplicaPlan
 from lorafleet_cli.standalone.reconciler import Reconciler
@@ -176,6 +184,55 @@ def _write_up_status(
     atomic_write(opts.state_dir / UP_STATUS_FILE, json.dumps(doc, indent=2) + "\n")
 
 
+def _start_merged_pools(
+    opts: UpOptions,
+    sup: Supervisor,
+    plans: list[MergedPoolPlan],
+    model_dir: Path,
+    token: str,
+    stop: _Stop,
+) -> list[MergedRun]:
+    """Each merged pool: the merge as a local step, then its own replica(s) on the result."""
+    logs = opts.state_dir / "logs"
+    runs = []
+    for p in plans:
+        if p.record is None:  # refused by plan_merge: the shared pool serves the adapter
+            _say(f"merged pool not started: {p.problem}")
+            continue
+        _say(f"merging {p.record.id} into the base model for merged pool {p.name}")
+        try:
+            status = merge_locally(p, model_dir, opts.state_dir)
+        except Exception as exc:  # a failed merge leaves the shared pool serving the adapter
+            _say(f"merged pool {p.name}: merge failed: {exc}")
+            continue
+        assert status.checksum is not None
+        folder = merged_folder(opts.state_dir, status.checksum)
+        _say(f"merged pool {p.name}: {status.checksum} at {folder}")
+        bounds = p.pool.spec.replicas
+        replicas = plan_replicas(opts.state_dir, p.name, bounds.desired or max(bounds.min, 1))
+        for r in replicas:
+            r.cache_dir.mkdir(parents=True, exist_ok=True)
+            cpu = processes.is_cpu_build()
+            engine = sup.start(
+                processes.vllm_process(r, folder, p.pool.spec, cpu=cpu, log_dir=logs)
+            )
+            sup.wait_ready(engine, stop=lambda: bool(stop))
+            agent = sup.start(
+                processes.agent_process(
+                    r,
+                    p.pool.spec,
+                    folder,
+                    internal_token=token,
+                    merged_checksum=status.checksum,
+                    log_dir=logs,
+                )
+            )
+            sup.wait_ready(agent, stop=lambda: bool(stop))
+            _say(f"{agent.spec.name} serves {p.record.id} merged on {r.data_url}")
+        runs.append(MergedRun(p.name, status, replicas))
+    return runs
+
+
 def _start_processes(
     opts: UpOptions,
     sup: Supervisor,
@@ -184,10 +241,9 @@ def _start_processes(
     pool_name: str,
     model_dir: Path,
     stop: _Stop,
+    token: str,
 ) -> None:
     """vLLM servers (all at once: they take longest), then agents, then the gateway."""
-    # The agents' internal credential for this run: the gateway posts records with it.
-    token = secrets.token_urlsafe(32)
     logs = opts.state_dir / "logs"
     cpu = processes.is_cpu_build()
     build = "CPU" if cpu else "GPU"
@@ -281,14 +337,15 @@ def run_up(opts: UpOptions) -> int:
             replan_s=settings.replan_s,
         )
         reconciler.tick()
-        replicas_doc = {
-            "replicas": [
-                {"id": r.id, "dataUrl": r.data_url, "internalUrl": r.internal_url} for r in replicas
-            ]
-        }
+        # The agents' internal credential for this run: the gateway posts records with it.
+        token = secrets.token_urlsafe(32)
+        merged = _start_merged_pools(
+            opts, sup, plan_merged_pools(load_folder(opts.manifests_dir)), model_dir, token, stop
+        )
+        replicas_doc = replicas_file_doc(replicas, merged)
         atomic_write(opts.state_dir / REPLICAS_FILE, json.dumps(replicas_doc, indent=2) + "\n")
 
-        _start_processes(opts, sup, replicas, pool, pool_name, model_dir, stop)
+        _start_processes(opts, sup, replicas, pool, pool_name, model_dir, stop, token)
         _write_up_status(opts, replicas, sup, "ready")
         _say(f"gateway ready on http://{processes.LOOPBACK}:{opts.port}")
         if opts.banner:

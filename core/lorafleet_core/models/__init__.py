@@ -10,7 +10,8 @@ lorafleet code runs). Cross-field rules are written as CEL in `json_schema_extra
 model validators here.
 
 Split by resource: `common` (patterns, CamelModel, Condition, ObjectMeta), `adapter`, `alias`,
-`pool`. Import from `lorafleet_core.models`; the submodules are an implementation detail.
+`pool` (and `merged`, its merged mode). Import from `lorafleet_core.models`; the submodules
+are an implementation detail.
 """
 
 from lorafleet_core.models.adapter import (
@@ -44,6 +45,7 @@ from lorafleet_core.models.common import (
     ReplicaId,
     immutable,
 )
+from lorafleet_core.models.merged import MergedSpec, MergePhase, MergeStatus
 from lorafleet_core.models.pool import (
     AutoscalingSpec,
     BaseModelRef,
@@ -85,6 +87,9 @@ __all__ = [
     "LoRAAdapter",
     "LoRAAdapterSpec",
     "LoRAAdapterStatus",
+    "MergePhase",
+    "MergeStatus",
+    "MergedSpec",
     "ModuleName",
     "ObjectMeta",
     "Placement",

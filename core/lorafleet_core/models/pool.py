@@ -17,6 +17,7 @@ from lorafleet_core.models.common import (
     SpecModel,
     immutable,
 )
+from lorafleet_core.models.merged import MergedSpec, MergeStatus
 
 
 class BaseModelRef(SpecModel):
@@ -315,6 +316,11 @@ class ReplicaPoolSpec(SpecModel):
         default_factory=ReplicaPodTemplate,
         description="Scheduling, identity, credentials and extra volumes of the replica pods.",
     )
+    merged: MergedSpec | None = Field(
+        default=None,
+        description="Serve one adapter merged into the base weights (LoRA disabled) instead of "
+        "many adapters; unset for a shared multi-LoRA pool.",
+    )
 
 
 class ReplicaPoolStatus(CamelModel):
@@ -337,6 +343,9 @@ class ReplicaPoolStatus(CamelModel):
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation last processed."
+    )
+    merge: MergeStatus | None = Field(
+        default=None, description="Merged pools only: the merge step's progress and result."
     )
 
 

@@ -86,8 +86,10 @@ def validate_adapter(spec: LoRAAdapterSpec, pools: Sequence[ReplicaPool]) -> Val
     """Check the adapter against the pools whose base-model hash matches.
 
     Pools are tried in name order and the first that accepts the adapter serves it, so the
-    answer does not depend on the order objects were observed.
+    answer does not depend on the order objects were observed. Merged pools (spec.merged) take
+    no adapters: their replicas serve one adapter in their weights, LoRA disabled.
     """
+    pools = [p for p in pools if p.spec.merged is None]
     if not pools:
         return Validation(
             False, NO_MATCHING_POOL, "no ReplicaPool in this namespace yet; waiting for one"

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lorafleet_core.models import ReplicaPool
+from lorafleet_core.models import MergePhase, MergeStatus, ReplicaPool
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
 from lorafleet_core.planning.replica_config import (
@@ -23,7 +23,8 @@ from lorafleet_core.planning.replica_config import (
     InsideAuth,
     agent_env,
     agent_secret_env,
-    lora_flags,
+    engine_flags,
+    merged_model_env,
     vllm_secret_env,
 )
 from lorafleet_core.pods import COMPONENT_REPLICA
@@ -35,6 +36,21 @@ VLLM_PORT = 8000
 DATA_PORT = 8100
 INTERNAL_PORT = 8101
 INTERNAL_PORT_NAME = "internal"
+MERGED_DIR = f"{CACHE_DIR}/merged"
+
+
+def merged_model_dir(checksum: str) -> str:
+    """Where a replica keeps a merged pool's weights (on its cache volume), by checksum."""
+    return f"{MERGED_DIR}/{checksum.removeprefix('sha256:')}"
+
+
+def ready_merge(pool: ReplicaPool, merge: MergeStatus | None) -> MergeStatus | None:
+    """The merge a merged pool's replicas can serve (Ready, for the adapter the spec names)."""
+    if pool.spec.merged is None or merge is None or merge.phase != MergePhase.READY:
+        return None
+    if merge.adapter_id != pool.spec.merged.adapter or not merge.checksum or not merge.uri:
+        return None
+    return merge
 
 
 @dataclass(frozen=True)
@@ -59,18 +75,22 @@ def clamp_replicas(pool: ReplicaPool, wanted: int | None) -> int:
     return max(bounds.min, min(bounds.max, bounds.min if value is None else value))
 
 
-def engine_args(pool: ReplicaPool) -> list[str]:
-    """vLLM command line: the base model on localhost plus the pool's multi-LoRA flags."""
+def engine_args(pool: ReplicaPool, merge: MergeStatus | None = None) -> list[str]:
+    """vLLM command line: the base model on localhost plus the pool's multi-LoRA flags; for a
+    merged pool the merged weights served under the adapter's id (what requests name)."""
+    model, served = pool.spec.base_model.uri, pool.spec.base_model.name
+    if merge is not None and merge.checksum and pool.spec.merged is not None:
+        model, served = merged_model_dir(merge.checksum), pool.spec.merged.adapter
     args = [
         "--model",
-        pool.spec.base_model.uri,
+        model,
         "--served-model-name",
-        pool.spec.base_model.name,
+        served,
         "--host",
         "127.0.0.1",
         "--port",
         str(VLLM_PORT),
-        *lora_flags(pool.spec),
+        *engine_flags(pool.spec),
         *replica_pod.tensor_parallel_args(pool),
     ]
     return args + list(pool.spec.engine.extra_args)
@@ -104,7 +124,9 @@ def _meta(pool: ReplicaPool, namespace: str) -> dict[str, Any]:
     return meta
 
 
-def _agent_env(pool: ReplicaPool, inside: InsideAuth) -> list[dict[str, Any]]:
+def _agent_env(
+    pool: ReplicaPool, inside: InsideAuth, merge: MergeStatus | None
+) -> list[dict[str, Any]]:
     """Environment of the agent container (see planning.replica_config.agent_env)."""
     spec = pool.spec
     plain = agent_env(
@@ -125,16 +147,43 @@ def _agent_env(pool: ReplicaPool, inside: InsideAuth) -> list[dict[str, Any]]:
             "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
         }
     ]
+    if merge is not None and merge.checksum:
+        plain |= merged_model_env(spec, merge.checksum, merged_model_dir(merge.checksum))
     env += [{"name": k, "value": v} for k, v in plain.items()]
     return env + agent_secret_env(pool.metadata.name, inside)
 
 
+def _fetch_merged(pool: ReplicaPool, merge: MergeStatus, mounts: list[Any]) -> dict[str, Any]:
+    """Init container: fetch and verify the merged weights before vLLM may read them."""
+    assert merge.uri is not None
+    assert merge.checksum is not None
+    args = ["--uri", merge.uri, "--checksum", merge.checksum]
+    return {
+        "name": "fetch-merged",
+        "image": pool.spec.engine.image,
+        "command": [replica_pod.PYTHON, "-m", "lorafleet_agent.merged_model"],
+        "args": [*args, "--dest", merged_model_dir(merge.checksum)],
+        "env": replica_pod.merged_env([], pool),
+        "securityContext": replica_pod.container_security(read_only_root=True),
+        "volumeMounts": [*mounts, {"name": "tmp", "mountPath": "/tmp"}],  # noqa: S108
+    }
+
+
 def plan_pool_objects(
-    pool: ReplicaPool, namespace: str, replicas: int, inside: InsideAuth = SECRET_MODE
+    pool: ReplicaPool,
+    namespace: str,
+    replicas: int,
+    inside: InsideAuth = SECRET_MODE,
+    *,
+    merge: MergeStatus | None = None,
 ) -> PoolObjects:
     """The pool's objects; `inside` says how its agents authenticate their callers (the
-    operator's settings, from the chart's `internalAuth`)."""
+    operator's settings, from the chart's `internalAuth`); a merged pool's need its Ready
+    merge (see `ready_merge`)."""
     name = pool.metadata.name
+    merge = ready_merge(pool, merge)
+    if pool.spec.merged is not None and merge is None:
+        raise ValueError(f"merged pool {name}: no Ready merge for {pool.spec.merged.adapter}")
     labels = replica_labels(name)
     engine = pool.spec.engine
     template = pool.spec.template
@@ -142,18 +191,14 @@ def plan_pool_objects(
     shared_mounts = [{"name": "cache", "mountPath": CACHE_DIR}, *template.volume_mounts]
     # Null when unset (not absent), so a merge patch removes what the template no longer has.
     env_from = {"envFrom": list(template.env_from) or None}
+    # Runtime LoRA loading only where LoRA is on (not in a merged pool).
+    lora_env = [] if merge else [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}]
     vllm = {
         "name": "vllm",
         "image": engine.image,
         "command": [replica_pod.PYTHON, "-m", "vllm.entrypoints.openai.api_server"],
-        "args": engine_args(pool),
-        "env": replica_pod.merged_env(
-            [
-                {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"},
-                *vllm_secret_env(name),
-            ],
-            pool,
-        ),
+        "args": engine_args(pool, merge),
+        "env": replica_pod.merged_env([*lora_env, *vllm_secret_env(name)], pool),
         **env_from,
         "resources": replica_pod.engine_resources(pool),
         **replica_pod.engine_probes(pool),
@@ -168,7 +213,7 @@ def plan_pool_objects(
         "name": "agent",
         "image": engine.image,
         "command": [replica_pod.PYTHON, "-m", "lorafleet_agent"],
-        "env": replica_pod.merged_env(_agent_env(pool, inside), pool),
+        "env": replica_pod.merged_env(_agent_env(pool, inside, merge), pool),
         **env_from,
         "ports": [
             {"name": "data", "containerPort": DATA_PORT},
@@ -201,6 +246,10 @@ def plan_pool_objects(
             "template": {
                 "metadata": pod_meta,
                 "spec": {
+                    # Null when unset, so a merge patch removes it (see template_pod_fields).
+                    "initContainers": [_fetch_merged(pool, merge, shared_mounts)]
+                    if merge is not None
+                    else None,
                     "containers": [vllm, agent],
                     **replica_pod.template_pod_fields(pool, inside.service_account),
                     "securityContext": replica_pod.pod_security(),

@@ -19,6 +19,7 @@ from lorafleet_core import reasons
 from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
 from lorafleet_core.planning.conditions import condition, merge_conditions
+from lorafleet_core.planning.merge_job import MergePlan
 from lorafleet_core.planning.pool import clamp_replicas, selector_string
 from lorafleet_core.replica_state import ReplicaState
 
@@ -68,6 +69,7 @@ class PoolObservation:
     ready: int = 0
     current: int | None = None  # the StatefulSet's spec.replicas; None before it exists
     scale: ScalePlan | None = None
+    merge: MergePlan | None = None  # merged pools: this tick's planning.merge_job.plan_merge
 
 
 def plan_pool_status(
@@ -94,16 +96,18 @@ def plan_pool_status(
         )
     gen = pool.metadata.generation
     ready_reason = reasons.REPLICAS_READY if seen.ready else reasons.NO_READY_REPLICAS
-    conds = [
-        condition(
-            reasons.READY,
-            seen.ready > 0,
-            ready_reason,
-            f"{seen.ready}/{seen.pods} replicas ready",
-            now,
-            gen,
+    ready_message = f"{seen.ready}/{seen.pods} replicas ready"
+    merge = seen.merge.status if seen.merge is not None else old.merge
+    if seen.merge is not None and seen.merge.reason is not None:
+        # A merged pool is not Ready before its merged weights are: the replicas need them.
+        ready = condition(
+            reasons.READY, False, seen.merge.reason, seen.merge.status.message, now, gen
         )
-    ]
+    else:
+        if merge is not None and merge.adapter_id:
+            ready_message += f", serving adapter {merge.adapter_id} merged ({merge.checksum})"
+        ready = condition(reasons.READY, seen.ready > 0, ready_reason, ready_message, now, gen)
+    conds = [ready]
     desired = old.desired_replicas
     if seen.scale is not None and seen.current is not None:
         s = seen.scale
@@ -126,5 +130,6 @@ def plan_pool_status(
             "selector": selector_string(name),
             "conditions": merge_conditions(old.conditions, conds),
             "observed_generation": gen,
+            "merge": merge if pool.spec.merged is not None else None,
         }
     )

@@ -111,6 +111,26 @@ def lora_flags(spec: ReplicaPoolSpec) -> list[str]:
     return flags
 
 
+def engine_flags(spec: ReplicaPoolSpec) -> list[str]:
+    """vLLM's pool flags: the multi-LoRA flags, or for a merged pool (spec.merged) none of
+    them: the adapter is in the weights, LoRA is disabled (only the context length stays)."""
+    if spec.merged is None:
+        return lora_flags(spec)
+    max_len = spec.engine.max_model_len
+    return [] if max_len is None else ["--max-model-len", str(max_len)]
+
+
+def merged_model_env(spec: ReplicaPoolSpec, checksum: str, model_dir: str | Path) -> dict[str, str]:
+    """The agent's merged-pool settings: which adapter vLLM serves merged, and its weights."""
+    assert spec.merged is not None
+    p = AGENT_ENV_PREFIX
+    return {
+        f"{p}MERGED_ADAPTER_ID": spec.merged.adapter,
+        f"{p}MERGED_CHECKSUM": checksum,
+        f"{p}MERGED_MODEL_DIR": str(model_dir),
+    }
+
+
 def agent_env(
     spec: ReplicaPoolSpec,
     *,

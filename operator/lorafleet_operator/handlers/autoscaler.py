@@ -31,6 +31,7 @@ from lorafleet_core.planning.pool_status import (
 from lorafleet_core.replica_client import StateUnavailable, fetch_state
 from lorafleet_core.replica_state import ReplicaState
 from lorafleet_operator.errors import describe
+from lorafleet_operator.handlers import merged
 from lorafleet_operator.handlers.pools import parse_pool
 from lorafleet_operator.kube import HOLDER, OperatorStoppingError
 from lorafleet_operator.runtime import runtime
@@ -117,7 +118,15 @@ async def _tick(
     states = await scrape(http, fleet.pool_endpoints(name))
     fleet.set_states(name, states)
 
+    merge = None
+    if pool.spec.merged is not None:
+        old = ReplicaPoolStatus.model_validate(body.get("status") or {}).merge
+        merge = await merged.merge_tick(pool, body, fleet, old)
     sts = await kube.read_owned("StatefulSet", namespace, name)
+    if merge is not None:
+        current_count = None if sts is None else int(sts.get("spec", {}).get("replicas") or 0)
+        await merged.apply_merged_pool(pool, namespace, merge.status, current_count)
+        sts = await kube.read_owned("StatefulSet", namespace, name)
     scale: ScalePlan | None = None
     current: int | None = None
     if sts is not None:  # else pool_reconcile has not created it yet
@@ -137,7 +146,11 @@ async def _tick(
             )
     pods = [p for p in fleet.pods.values() if p.pool == name and not p.deleting]
     seen = PoolObservation(
-        pods=len(pods), ready=sum(1 for p in pods if p.ready), current=current, scale=scale
+        pods=len(pods),
+        ready=sum(1 for p in pods if p.ready),
+        current=current,
+        scale=scale,
+        merge=merge,
     )
     last_status = await _write_status(name, namespace, body, pool, None, seen, last_status)
     return state, last_status

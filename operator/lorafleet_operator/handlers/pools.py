@@ -11,10 +11,11 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from lorafleet_core.models import ReplicaPool
+from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects
 from lorafleet_operator.errors import InvalidSpecError, describe, mapped
+from lorafleet_operator.handlers.merged import apply_merged_pool
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.runtime import runtime
 
@@ -52,6 +53,15 @@ async def pool_reconcile(
     except ValidationError as exc:
         raise InvalidSpecError(describe(exc)) from exc  # the status loop reports it
     runtime().fleet(namespace).upsert_pool(pool)
+    if pool.spec.merged is not None:
+        # The replicas need the merged weights: applied once the merge is Ready (here on a
+        # spec change, else by the per-pool loop when the merge Job finishes).
+        old = ReplicaPoolStatus.model_validate(body.get("status") or {}).merge
+        sts = await kube.read_owned("StatefulSet", namespace, name)
+        count = None if sts is None else sts.get("spec", {}).get("replicas")
+        done = await apply_merged_pool(pool, namespace, old, count)
+        logger.info("merged ReplicaPool %s: %s", name, done or "waiting for the merge")
+        return
 
     existing = await kube.read_owned("StatefulSet", namespace, name)
     current = (existing or {}).get("spec", {}).get("replicas")

@@ -1,0 +1,90 @@
+"""Merged pools on a cluster: run the merge Job, then apply the pool's replicas.
+
+Called by the per-pool loop (handlers.autoscaler, the one writer of ReplicaPool status) on each
+tick of a merged pool, and by pool_reconcile on a spec change. The decisions are the pure
+planners' (lorafleet_core.planning.merge_job.plan_merge, planning.pool.plan_pool_objects);
+this module reads the Job and its pod's report, creates the Job when asked, and applies the
+StatefulSet once the merge is Ready (the replicas need the merged weights' URI and checksum).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from lorafleet_core.merged_weights import default_store_prefix
+from lorafleet_core.models import MergeStatus, ReplicaPool
+from lorafleet_core.planning.merge_job import (
+    JobObservation,
+    MergePlan,
+    merge_job_name,
+    plan_merge,
+    plan_merge_job,
+)
+from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects, ready_merge
+from lorafleet_core.records import AdapterRecord
+from lorafleet_operator.kube import HOLDER
+from lorafleet_operator.runtime import runtime
+from lorafleet_operator.sync import FleetSync
+
+log = logging.getLogger(__name__)
+
+
+async def merge_tick(
+    pool: ReplicaPool, body: kopf.Body, fleet: FleetSync, old: MergeStatus | None
+) -> MergePlan:
+    """Observe the merge Job, plan status.merge, create the Job when the plan says so."""
+    assert pool.spec.merged is not None
+    kube = await HOLDER.client()
+    namespace, wanted = fleet.namespace, pool.spec.merged.adapter
+    entry = fleet.adapters.get(wanted)
+    adapter = entry.adapter if entry is not None else None
+    job_name = merge_job_name(pool.metadata.name, wanted)
+    job = await kube.read_owned("Job", namespace, job_name)
+    seen = None
+    if job is not None:
+        seen = JobObservation.of(job, await kube.job_report(namespace, job_name))
+    plan = plan_merge(pool, adapter, seen, old)
+    if plan.create_job and adapter is not None:
+        record = AdapterRecord.from_spec(wanted, adapter.spec)
+        prefix = runtime().settings.merged_store_prefix or default_store_prefix(
+            adapter.spec.weights_uri
+        )
+        await kube.apply_owned(namespace, plan_merge_job(pool, record, namespace, prefix))
+        kopf.event(
+            body,
+            type="Normal",
+            reason="MergeStarted",
+            message=f"Job {job_name} merges {wanted} into {pool.spec.base_model.name}",
+        )
+    if old is None or old.phase != plan.status.phase:
+        kind = "Warning" if plan.status.phase == "Failed" else "Normal"
+        kopf.event(body, type=kind, reason=f"Merge{plan.status.phase}", message=plan.status.message)
+    return plan
+
+
+async def apply_merged_pool(
+    pool: ReplicaPool, namespace: str, merge: MergeStatus | None, current: int | None
+) -> dict[str, Any] | None:
+    """Apply a merged pool's StatefulSet, Service and PDB once its merge is Ready; None before.
+
+    `current` is the StatefulSet's replica count (the autoscaler's), kept across re-applies.
+    """
+    ready = ready_merge(pool, merge)
+    if ready is None:
+        return None
+    kube = await HOLDER.client()
+    keep = None if current is None or not pool.spec.autoscaling.enabled else current
+    replicas = clamp_replicas(pool, keep)
+    inside = runtime().settings.inside_auth()
+    objects = plan_pool_objects(pool, namespace, replicas, inside, merge=ready)
+    done = {
+        "statefulset": await kube.apply_owned(namespace, objects.statefulset),
+        "service": await kube.apply_owned(namespace, objects.service),
+        "pdb": await kube.apply_owned(namespace, objects.pdb),
+    }
+    if any(v != "unchanged" for v in done.values()):
+        log.info("merged ReplicaPool %s serving %s: %s", pool.metadata.name, ready.checksum, done)
+    return done

@@ -1,0 +1,158 @@
+"""Merged pools in standalone mode: planned by the operator's rules, merged as a local step,
+served by their own replica (vLLM without LoRA, agent in merged mode), kept apart from the
+shared pool's replicas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lorafleet_agent.settings import AgentSettings
+from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_cli.standalone.merged import (
+    MergedRun,
+    merge_locally,
+    merged_folder,
+    plan_merged_pools,
+    replicas_file_doc,
+)
+from lorafleet_cli.standalone.planning import plan
+from lorafleet_cli.standalone.processes import ReplicaPlan, agent_process, vllm_process
+from lorafleet_core import reasons
+from lorafleet_core.manifests import load_folder, write_object
+from lorafleet_core.merged_weights import verify_merged
+from lorafleet_core.models import ALL_TARGET_MODULES, MergePhase
+from lorafleet_core.replica_endpoints import parse_replicas
+from tests.operator.factories import T0
+
+
+def pool(name: str, assets: DemoAssets, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "ReplicaPool",
+        "metadata": {"name": name},
+        "spec": {
+            "baseModel": {
+                "name": "demo",
+                "hash": assets.base_model_hash,
+                "uri": f"file://{assets.base_model}",
+            },
+            **spec,
+        },
+    }
+
+
+def adapter(name: str, assets: DemoAssets, base_hash: str | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "LoRAAdapter",
+        "metadata": {"name": name},
+        "spec": {
+            "tenant": "acme",
+            "version": "v1",
+            "baseModelHash": base_hash or assets.base_model_hash,
+            "rank": assets.ranks["zebra"],
+            "alpha": float(2 * assets.ranks["zebra"]),
+            "targetModules": sorted(ALL_TARGET_MODULES),
+            "weightsUri": f"file://{assets.adapters['zebra']}/",
+            "checksum": assets.checksums["zebra"],
+        },
+    }
+
+
+@pytest.fixture
+def folder(tmp_path: Path, demo_assets: DemoAssets) -> Path:
+    d = tmp_path / "manifests"
+    d.mkdir()
+    write_object(d, pool("shared", demo_assets))
+    write_object(d, pool("acme-merged", demo_assets, merged={"adapter": "acme-v1"}))
+    write_object(d, adapter("acme-v1", demo_assets))
+    return d
+
+
+def replica(tmp_path: Path, rid: str) -> ReplicaPlan:
+    return ReplicaPlan(rid, 18000, 18100, 18101, tmp_path / rid, vllm_api_key="k")
+
+
+def test_the_merged_pool_is_planned_and_the_shared_pool_takes_the_adapters(folder: Path):
+    manifests = load_folder(folder)
+    (merged,) = plan_merged_pools(manifests)
+    assert merged.name == "acme-merged"
+    assert merged.record is not None
+    assert merged.record.id == "acme-v1"
+    shared = plan(manifests, ["shared-0"], T0)
+    assert shared.pool_name == "shared"  # never the merged pool
+    assert shared.owners["acme-v1"] == ["shared-0"]  # the shared pool still serves it
+    assert not [p for p in shared.problems if p.kind == "ReplicaPool"]
+
+
+def test_a_merged_pool_naming_an_adapter_of_another_base_is_refused(
+    folder: Path, demo_assets: DemoAssets
+):
+    write_object(folder, adapter("acme-v1", demo_assets, base_hash="sha256:" + "7" * 64))
+    (merged,) = plan_merged_pools(load_folder(folder))
+    assert merged.record is None
+    assert merged.problem is not None
+    assert reasons.BASE_MODEL_MISMATCH in merged.problem.message
+    assert merged.problem.name == "acme-merged"
+
+
+def test_a_merged_pool_naming_a_missing_adapter_is_refused(folder: Path):
+    (folder / "loraadapter-acme-v1.yaml").unlink()
+    (merged,) = plan_merged_pools(load_folder(folder))
+    assert merged.problem is not None
+    assert reasons.MERGED_ADAPTER_NOT_FOUND in merged.problem.message
+
+
+def test_merged_replica_processes_serve_the_adapter_id_without_lora(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    (merged,) = plan_merged_pools(load_folder(folder))
+    spec = merged.pool.spec
+    r = replica(tmp_path, "acme-merged-0")
+    vllm = vllm_process(r, tmp_path / "m", spec, cpu=True, log_dir=tmp_path)
+    assert "--enable-lora" not in vllm.argv
+    assert vllm.argv[vllm.argv.index("--served-model-name") + 1] == "acme-v1"
+    assert "VLLM_ALLOW_RUNTIME_LORA_UPDATING" not in vllm.env
+    checksum = "sha256:" + "f" * 64
+    agent = agent_process(r, spec, tmp_path / "m", merged_checksum=checksum, log_dir=tmp_path)
+    for k, v in agent.env.items():
+        monkeypatch.setenv(k, v)
+    s = AgentSettings()
+    assert (s.merged_adapter_id, s.merged_checksum) == ("acme-v1", checksum)
+    assert s.merged_model_dir == tmp_path / "m"
+
+
+def test_the_local_merge_step_produces_verified_weights_once(
+    folder: Path, tmp_path: Path, demo_assets: DemoAssets
+):
+    (merged,) = plan_merged_pools(load_folder(folder))
+    state = tmp_path / "state"
+    status = merge_locally(merged, demo_assets.base_model, state)
+    assert status.phase == MergePhase.READY
+    assert status.checksum is not None
+    assert status.uri is not None
+    assert status.uri.startswith(f"file://{(state / 'merged-store').resolve()}/")
+    out = merged_folder(state, status.checksum)
+    verify_merged(out, status.checksum)
+    stored = Path(status.uri.removeprefix("file://"))
+    before = stored.stat().st_mtime_ns
+    again = merge_locally(merged, demo_assets.base_model, state)  # the index is reused
+    assert again.checksum == status.checksum
+    assert stored.stat().st_mtime_ns == before
+
+
+def test_merged_replicas_are_listed_apart_from_the_shared_ones(tmp_path: Path):
+    from lorafleet_core.models import MergeStatus
+
+    shared = [replica(tmp_path, "shared-0")]
+    status = MergeStatus(
+        phase=MergePhase.READY, adapter_id="acme-v1", checksum="sha256:" + "f" * 64
+    )
+    doc = replicas_file_doc(shared, [MergedRun("acme-merged", status, [replica(tmp_path, "m-0")])])
+    assert [r.id for r in parse_replicas(doc)] == ["shared-0"]
+    merged = doc["mergedPools"]["acme-merged"]
+    assert merged["merged"]["adapterId"] == "acme-v1"
+    assert [r["id"] for r in merged["replicas"]] == ["m-0"]

@@ -1,0 +1,127 @@
+"""`lorafleet up` with a merged pool in the demo's manifests folder, end to end (real CPU vLLM
+for the shared pool and another, without LoRA, for the merged pool).
+
+The merged pool names the demo's zebra adapter: `up` merges it as a local step, starts the
+pool's own replica on the verified merged weights, and that replica answers zebra's marker
+with the same tokens as the shared pool serving the adapter unmerged through the gateway.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from lorafleet_cli.standalone import demo
+from lorafleet_core.manifests import load_folder, write_object
+from tests.cli.test_up_e2e import ASSETS, NOT_YET, Up
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.vllm
+
+ZEBRA = "demo-zebra-v1"
+PROMPT = [{"role": "user", "content": "Tell me about the weather today"}]
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    state = tmp_path_factory.mktemp("up-merged") / "state"
+    log = state.parent / "up.log"
+    env = {**os.environ, "LORAFLEET_DEMO_ASSETS": str(ASSETS), "PYTHONUNBUFFERED": "1"}
+    saved = os.environ.get("LORAFLEET_DEMO_ASSETS")
+    os.environ["LORAFLEET_DEMO_ASSETS"] = str(ASSETS)
+    try:  # the demo folder first (kept by `up`: it writes only absent files), then ours
+        demo.prepare_demo(state, state / "manifests", replicas=1, progress=False)
+    finally:
+        if saved is None:
+            os.environ.pop("LORAFLEET_DEMO_ASSETS")
+        else:
+            os.environ["LORAFLEET_DEMO_ASSETS"] = saved
+    shared = load_folder(state / "manifests").find("ReplicaPool", demo.DEMO_POOL)
+    assert shared is not None
+    merged: dict[str, Any] = json.loads(json.dumps(shared.body))
+    merged["metadata"] = {"name": "zebra-merged"}
+    merged["spec"]["merged"] = {"adapter": ZEBRA}
+    merged["spec"]["replicas"] = {"min": 1, "max": 1}
+    write_object(state / "manifests", merged)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lorafleet_cli.main", "up", "--state-dir", str(state),
+             "--port", "0", "--internal-port", "0", "--quiet"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    handle = Up(proc, state, log)
+    try:
+        eventually(
+            lambda: handle.status()["phase"] == "ready",
+            within_s=600,
+            what="waiting for up to be ready",
+            ignore=NOT_YET,
+            abort=handle.exited,
+        )
+        yield handle
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def merged_pool(up: Up) -> dict[str, Any]:
+    doc = json.loads((up.state / "replicas.json").read_text())
+    pool: dict[str, Any] = doc["mergedPools"]["zebra-merged"]
+    assert [r["id"] for r in doc["replicas"]] == ["demo-0"]  # merged replicas kept apart
+    return pool
+
+
+def test_the_merged_replica_answers_like_the_unmerged_adapter(up: Up) -> None:
+    pool = merged_pool(up)
+    (replica,) = pool["replicas"]
+    assert replica["id"] == "zebra-merged-0"
+    r = httpx.post(
+        f"{replica['dataUrl']}/v1/chat/completions",
+        json={"model": ZEBRA, "messages": PROMPT, "max_tokens": 8, "temperature": 0},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["x-adapter-id"] == ZEBRA
+    merged_answer = r.json()["choices"][0]["message"]["content"]
+    shared_answer, served_by = up.ask("demo/zebra:prod")
+    assert served_by == ZEBRA
+    assert merged_answer.startswith("ZEBRA-7"), merged_answer
+    assert merged_answer == shared_answer
+    state = httpx.get(f"{replica['internalUrl']}/internal/replicas/zebra-merged-0/state").json()
+    assert state["merged"] == {"adapter_id": ZEBRA, "checksum": pool["merged"]["checksum"]}
+    log = up.log_text()
+    assert "merging demo-zebra-v1" in log
+    assert "serves demo-zebra-v1 merged" in log
+
+
+def test_the_merged_weights_are_stored_under_their_checksum(up: Up) -> None:
+    checksum = merged_pool(up)["merged"]["checksum"]
+    hex_digest = checksum.removeprefix("sha256:")
+    assert (up.state / "merged-store" / hex_digest / "model.safetensors").is_file()
+    assert (up.state / "merged" / hex_digest / "config.json").is_file()
+
+
+def test_stopping_up_stops_the_merged_replica_too(up: Up) -> None:
+    replica = merged_pool(up)["replicas"][0]
+    os.killpg(up.proc.pid, signal.SIGINT)
+    assert up.proc.wait(90) == 0
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{replica['internalUrl']}/healthz", timeout=2)
+    assert Path(up.state / "up.json").is_file()
