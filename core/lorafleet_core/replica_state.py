@@ -21,6 +21,20 @@ class AdapterActivity(BaseModel):
     tokens_per_second: float = Field(default=0.0, ge=0, description="tokens/s served")
 
 
+class MergedWeights(BaseModel):
+    """What a merged replica serves: one adapter merged into the base weights.
+
+    The gateway sends an adapter's requests to a merged replica only when this names that
+    adapter (and, when the pool's status names one, the same checksum): a replica serving
+    another tenant's merged weights is never a candidate, whatever the pool's labels say.
+    """
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    adapter_id: str = Field(alias="adapterId")
+    checksum: str | None = None
+
+
 class ReplicaState(BaseModel):
     """A replica's adapters by tier and its load, as of `timestamp`.
 
@@ -54,6 +68,9 @@ class ReplicaState(BaseModel):
         description="the first pre-warm pass of the adapters this replica owns has not ended "
         "(bounded by the agent's prewarm_ready_timeout_s); the gateway routes elsewhere while "
         "another replica can serve",
+    )
+    merged: MergedWeights | None = Field(
+        default=None, description="set by a replica of a merged pool: the adapter it serves"
     )
     loads_per_min: float = 0.0
     evictions_per_min: float = 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
@@ -9,6 +10,7 @@ from pydantic import ConfigDict, Field, StringConstraints, model_validator
 from lorafleet_core.kube_schemas import kube_field
 from lorafleet_core.models.common import (
     ALL_TARGET_MODULES,
+    DNS_SUBDOMAIN,
     SHA256_REF,
     CamelModel,
     Condition,
@@ -296,6 +298,29 @@ class CacheSpec(SpecModel):
     )
 
 
+class MergedSpec(SpecModel):
+    """Merged mode: the pool serves one adapter merged into the base weights (LoRA off)."""
+
+    adapter: str = Field(
+        description="The LoRAAdapter (name) whose weights are merged into the base model.",
+        pattern=DNS_SUBDOMAIN,
+        max_length=253,
+    )
+
+
+class AutoMergeSpec(SpecModel):
+    """Whether the operator may create merged pools for this shared pool's hottest adapters."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Create a merged ReplicaPool (owned by this pool) for an adapter whose "
+        "sustained tokens/s exceeds one replica's capacity (condition MergedPoolRecommended).",
+    )
+    max_pools: int = Field(
+        default=2, ge=0, le=64, description="Most merged pools the operator creates for this pool."
+    )
+
+
 class ReplicaPoolSpec(SpecModel):
     """A pool of identical replicas serving one base model and many adapters."""
 
@@ -315,6 +340,39 @@ class ReplicaPoolSpec(SpecModel):
         default_factory=ReplicaPodTemplate,
         description="Scheduling, identity, credentials and extra volumes of the replica pods.",
     )
+    merged: MergedSpec | None = Field(
+        default=None,
+        description="Merged mode: serve one adapter merged into the base weights. Without "
+        "it the pool is a shared pool (many adapters, multi-LoRA).",
+    )
+    auto_merge: AutoMergeSpec = Field(
+        default_factory=AutoMergeSpec,
+        description="Shared pools only: let the operator create merged pools for adapters "
+        "that fill a replica by themselves.",
+    )
+
+
+class MergePhase(StrEnum):
+    PENDING = "Pending"
+    MERGING = "Merging"
+    READY = "Ready"
+    FAILED = "Failed"
+
+
+class MergeStatus(CamelModel):
+    """Progress of a merged pool's merge step and the merged weights it produced."""
+
+    phase: MergePhase = Field(description="Pending, Merging, Ready or Failed.")
+    adapter_id: str | None = Field(
+        default=None, max_length=253, description="The LoRAAdapter merged into these weights."
+    )
+    checksum: str | None = Field(
+        default=None, pattern=SHA256_REF, description="sha256 of the merged weights."
+    )
+    uri: str | None = Field(
+        default=None, max_length=2048, description="Where the merged weights are stored."
+    )
+    message: str = Field(default="", max_length=32768, description="What happened last.")
 
 
 class ReplicaPoolStatus(CamelModel):
@@ -337,6 +395,9 @@ class ReplicaPoolStatus(CamelModel):
     )
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation last processed."
+    )
+    merge: MergeStatus | None = Field(
+        default=None, description="Merged pools only: the merge step's progress and result."
     )
 
 
