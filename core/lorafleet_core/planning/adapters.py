@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from lorafleet_core.models import (
     AdapterPhase,
     AdapterStats,
+    Condition,
     LoRAAdapter,
     LoRAAdapterSpec,
     LoRAAdapterStatus,
@@ -239,6 +240,7 @@ class AdapterInputs:
     blocked_by_aliases: list[str] = field(default_factory=list)
     stats: AdapterStats | None = None  # planned by planning.adapter_stats (rate-bounded)
     placements: list[Placement] = field(default_factory=list)  # idem
+    merge_advice: Condition | None = None  # MergedPoolRecommended (planning.merge_advice)
 
 
 def plan_adapter_status(
@@ -296,6 +298,8 @@ def plan_adapter_status(
                     READY, True, SERVABLE, "owners pre-warm it; any replica can load it", now, gen
                 )
             )
+    if inputs.merge_advice is not None:
+        conds.append(inputs.merge_advice)
     if inputs.blocked_by_aliases:
         names = ", ".join(sorted(inputs.blocked_by_aliases))
         conds.append(
