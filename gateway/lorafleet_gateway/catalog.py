@@ -76,13 +76,13 @@ class CatalogSnapshot:
     def pools_for(self, adapter_id: str) -> AdapterPools:
         return self.adapter_pools.get(adapter_id) or _ANY_POOL
 
-
-_ANY_POOL = AdapterPools()
-
     def served_pairs(self) -> Iterator[tuple[str, str]]:
         """(tenant, adapter id) of every alias: the label pairs usage can be metered under."""
         for target in self.aliases.values():
             yield target.tenant, target.adapter_id
+
+
+_ANY_POOL = AdapterPools()
 
 
 class CatalogHolder:

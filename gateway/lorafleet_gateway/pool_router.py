@@ -10,8 +10,12 @@ per copy). The choice for one request, pure and deterministic:
    serves this adapter's merged weights (`merged.adapterId`, and the checksum the pool's
    status names) is a candidate, least loaded first. The replica's own word is required: a
    pod labelled into the pool but serving other weights never gets the request.
-2. Otherwise, or when every such replica is overloaded (the absolute thresholds: the pool's
-   replicas carry one adapter, so there is no fleet mean to balance against), the shared pool
+2. Otherwise, or when every such replica is overloaded (the shared pool's rule: queue over
+   `max_queue_depth`, or tokens in flight over both `max_tokens_in_flight` and `balance` times
+   the merged replicas' mean; so in practice a full queue everywhere: a merged replica's batch
+   holds 32 sequences of ~1,400 tokens, well past the absolute token threshold, and spilling
+   the hot tenant into the shared pool at a third of a batch would waste the merged GPUs; the
+   simulator measured it), the shared pool
    the adapter was placed in (its rank class, `lorafleet_core.planning.adapters
    .validate_adapter`, the operator's own choice) routes it with `router.plan_route`, exactly
    as a single pool does. Nothing is refused because a merged pool is missing, starting,
@@ -24,6 +28,7 @@ is never a shared candidate (it has no LoRA slots).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -71,10 +76,12 @@ def plan_pool_route(
     pool_of: Mapping[str, str | None],
     k: int,
     thresholds: Thresholds,
+    rng: random.Random | None = None,
 ) -> PoolRoute:
     """The replicas to try for `adapter_id` across pools, best first.
 
-    `replicas` are the healthy replicas' views (any pool), `pool_of` each replica's pool.
+    `replicas` are the healthy replicas' views (any pool), `pool_of` each replica's pool;
+    `rng` goes to `plan_route` (its `random` policy).
     """
     merged_pools = {t.pool: t.checksum for t in pools.merged}
     serving: list[tuple[int, int, str]] = []
@@ -91,8 +98,9 @@ def plan_pool_route(
                 serving.append((view.tokens_in_flight, view.queue_depth, rid))
         elif pools.shared is None or pool == pools.shared:
             shared[rid] = view
-    fallback: RoutePlan = plan_route(adapter_id, shared, k, thresholds)
-    ok = sorted(s for s in serving if not thresholds.overloaded(replicas[s[2]]))
+    fallback: RoutePlan = plan_route(adapter_id, shared, k, thresholds, rng)
+    cap = thresholds.cap_for([t for t, _, _ in serving])
+    ok = sorted(s for s in serving if not thresholds.overloaded(replicas[s[2]], cap))
     if ok:
         first = tuple(rid for *_, rid in ok)
         return PoolRoute(

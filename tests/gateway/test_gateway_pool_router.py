@@ -30,12 +30,15 @@ READY = AdapterPools("shared", (MergedTarget("hot-merged", SUM),))
 
 
 def fleet(
-    merged_load: tuple[int, int] = (0, 0), serves: str = HOT, checksum: str = SUM
+    merged_load: tuple[int, int] = (0, 0),
+    serves: str = HOT,
+    checksum: str = SUM,
+    queued: tuple[int, int] = (0, 0),
 ) -> dict[str, ReplicaView]:
     out = {r: ReplicaView() for r in SHARED + BIG}
     weights = MergedWeights.model_validate({"adapterId": serves, "checksum": checksum})
-    for rid, load in zip(MERGED_IDS, merged_load, strict=True):
-        out[rid] = ReplicaView(tokens_in_flight=load, merged=weights)
+    for rid, load, queue in zip(MERGED_IDS, merged_load, queued, strict=True):
+        out[rid] = ReplicaView(tokens_in_flight=load, queue_depth=queue, merged=weights)
     return out
 
 
@@ -68,10 +71,16 @@ def test_merged_pool_without_healthy_replicas_falls_back_to_shared():
 
 
 def test_all_merged_replicas_overloaded_falls_back_to_shared():
-    plan = plan_pool_route(HOT, READY, fleet((5000, 5000)), POOL_OF, 2, T)
+    plan = plan_pool_route(HOT, READY, fleet((900, 900), queued=(11, 40)), POOL_OF, 2, T)
     assert plan.outcome == "owner"
     assert plan.fallback == "overloaded"
     assert not set(plan.candidates) & set(MERGED_IDS)
+
+
+def test_busy_merged_replicas_keep_serving_under_bounded_load():
+    # both past the absolute token threshold, neither queueing: still the merged pool's
+    plan = plan_pool_route(HOT, READY, fleet((5000, 4000)), POOL_OF, 2, T)
+    assert (plan.outcome, plan.candidates[0]) == (MERGED, "hot-1")
 
 
 def test_one_overloaded_merged_replica_leaves_the_other():
@@ -108,7 +117,7 @@ def test_no_pool_known_routes_over_every_replica_without_merged_weights():
 
 
 @given(
-    loads=st.lists(st.integers(0, 3000), min_size=2, max_size=2),
+    loads=st.lists(st.integers(0, 40), min_size=2, max_size=2),
     healthy=st.lists(st.booleans(), min_size=8, max_size=8),
 )
 def test_merged_replicas_serve_only_their_adapter_and_shared_never_loses_the_request(
@@ -116,7 +125,9 @@ def test_merged_replicas_serve_only_their_adapter_and_shared_never_loses_the_req
 ):
     views = {
         r: v
-        for (r, v), ok in zip(fleet((loads[0], loads[1])).items(), healthy, strict=True)
+        for (r, v), ok in zip(
+            fleet((100, 100), queued=(loads[0], loads[1])).items(), healthy, strict=True
+        )
         if ok or r in MERGED_IDS
     }
     plan = plan_pool_route(HOT, READY, views, POOL_OF, 2, T)
@@ -125,4 +136,4 @@ def test_merged_replicas_serve_only_their_adapter_and_shared_never_loses_the_req
     shared_up = [r for r in SHARED if r in views]
     # nothing is refused for a merged pool's sake: the shared replicas are always candidates
     assert set(shared_up) <= set(plan.candidates)
-    assert (plan.outcome == MERGED) == any(load <= T.max_tokens_in_flight for load in loads)
+    assert (plan.outcome == MERGED) == any(queue <= T.max_queue_depth for queue in loads)
