@@ -21,7 +21,7 @@ class AdapterActivity(BaseModel):
     tokens_per_second: float = Field(default=0.0, ge=0, description="tokens/s served")
 
 
-class MergedWeights(BaseModel):
+class MergedServing(BaseModel):
     """What a merged replica serves: one adapter merged into the base weights.
 
     The gateway sends an adapter's requests to a merged replica only when this names that
@@ -29,10 +29,12 @@ class MergedWeights(BaseModel):
     another tenant's merged weights is never a candidate, whatever the pool's labels say.
     """
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore")
 
-    adapter_id: str = Field(alias="adapterId")
-    checksum: str | None = None
+    adapter_id: str = Field(description="the adapter served merged (vLLM's model name)")
+    checksum: str | None = Field(
+        default=None, description="sha256:<hex> of the merged weights the agent verified"
+    )
 
 
 class ReplicaState(BaseModel):
@@ -69,7 +71,7 @@ class ReplicaState(BaseModel):
         "(bounded by the agent's prewarm_ready_timeout_s); the gateway routes elsewhere while "
         "another replica can serve",
     )
-    merged: MergedWeights | None = Field(
+    merged: MergedServing | None = Field(
         default=None, description="set by a replica of a merged pool: the adapter it serves"
     )
     loads_per_min: float = 0.0

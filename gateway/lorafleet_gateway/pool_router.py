@@ -7,7 +7,7 @@ per copy). The choice for one request, pure and deterministic:
 
 1. A Ready merged pool for this adapter (the catalog lists only pools whose `status.merge`
    is Ready for `spec.merged.adapter`): every healthy replica of it whose own `/state` says it
-   serves this adapter's merged weights (`merged.adapterId`, and the checksum the pool's
+   serves this adapter's merged weights (`merged.adapter_id`, and the checksum the pool's
    status names) is a candidate, least loaded first. The replica's own word is required: a
    pod labelled into the pool but serving other weights never gets the request.
 2. Otherwise, or when every such replica is overloaded (the shared pool's rule: queue over

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lorafleet_core.placement import owners
-from lorafleet_core.replica_state import MergedWeights
+from lorafleet_core.replica_state import MergedServing
 from lorafleet_gateway.pool_router import (
     MERGED,
     AdapterPools,
@@ -36,7 +36,7 @@ def fleet(
     queued: tuple[int, int] = (0, 0),
 ) -> dict[str, ReplicaView]:
     out = {r: ReplicaView() for r in SHARED + BIG}
-    weights = MergedWeights.model_validate({"adapterId": serves, "checksum": checksum})
+    weights = MergedServing(adapter_id=serves, checksum=checksum)
     for rid, load, queue in zip(MERGED_IDS, merged_load, queued, strict=True):
         out[rid] = ReplicaView(tokens_in_flight=load, queue_depth=queue, merged=weights)
     return out

@@ -39,7 +39,7 @@ def merged_pool(merge: dict[str, Any] | None) -> dict[str, Any]:
 def pools_env(tmp_path: Path) -> Iterator[GatewayEnv]:
     replicas = {rid: FakeReplica(rid, registered=(HOT, "globex-bot-v1")) for rid in SHARED}
     hot = FakeReplica("acme-hot-0", registered=(HOT,))
-    hot.merged = {"adapterId": HOT, "checksum": SUM}
+    hot.merged = {"adapter_id": HOT, "checksum": SUM}
     replicas["acme-hot-0"] = hot
     servers = {rid: ServerThread(r.app()).start() for rid, r in replicas.items()}
     folder = tmp_path / "manifests"
@@ -110,9 +110,9 @@ def test_merged_replica_down_or_serving_other_weights_falls_back_to_shared(
     eventually(lambda: _served(env)[0] == "acme-hot-0", what="merged pool serving")
     hot = env.replicas["acme-hot-0"]
     # the replica now reports other merged weights: never a candidate for this adapter
-    hot.merged = {"adapterId": HOT, "checksum": m.checksum("stale-weights")}
+    hot.merged = {"adapter_id": HOT, "checksum": m.checksum("stale-weights")}
     eventually(lambda: _served(env)[0] in SHARED, what="stale merged replica left out")
-    hot.merged = {"adapterId": HOT, "checksum": SUM}
+    hot.merged = {"adapter_id": HOT, "checksum": SUM}
     eventually(lambda: _served(env)[0] == "acme-hot-0", what="merged replica back")
     env.replica_servers["acme-hot-0"].stop()  # the merged pool's only replica dies
     assert all(_served(env)[0] in SHARED for _ in range(5))

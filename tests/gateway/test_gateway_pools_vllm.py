@@ -4,7 +4,7 @@ Two replicas: `pools-shared` in the shared pool and `pools-hot` in a merged pool
 canary adapter. Both are real agents on the session's one vLLM (CPU). The merged-weights
 serving itself (PEFT merge, vLLM without LoRA) is the merged branch's part; here the merged
 replica is a real agent serving the adapter with LoRA whose /state is passed through a
-loopback HTTP hop that adds the `merged` field a merged replica reports ({adapterId,
+loopback HTTP hop that adds the `merged` field a merged replica reports ({adapter_id,
 checksum}). What is under test is the gateway: it must send the adapter there only while the
 pool's `status.merge` is Ready, to the shared pool before that and after the merge failed,
 and the canary's marker must come back from whichever replica served it.
@@ -64,7 +64,7 @@ def merged_state_hop(agent_internal: str, record_id: str) -> FastAPI:
                 headers={**headers, "content-type": "application/json"},
             )
         if request.method == "GET" and path.endswith("/state") and up.status_code == 200:
-            body = up.json() | {"merged": {"adapterId": record_id, "checksum": MERGED_SUM}}
+            body = up.json() | {"merged": {"adapter_id": record_id, "checksum": MERGED_SUM}}
             return Response(
                 httpx.Response(200, json=body).content, 200, media_type="application/json"
             )

@@ -24,7 +24,7 @@ from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
 from lorafleet_core.placement import owners as rendezvous_owners
 from lorafleet_core.planning.adapters import plan_owner_count
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
-from lorafleet_core.replica_state import MergedWeights, ReplicaState
+from lorafleet_core.replica_state import MergedServing, ReplicaState
 from lorafleet_gateway.pool_router import (
     MERGED,
     AdapterPools,
@@ -103,7 +103,7 @@ class Engine:
         # The merged pool (fp.merged_replicas > 0): its replicas, their pool and the weights
         # their state reports, and where the merged adapter may go (pool_router's inputs).
         merged_ids = [f"merged-{i}" for i in range(fp.merged_replicas)]
-        weights = MergedWeights.model_validate({"adapterId": fp.merged_adapter})
+        weights = MergedServing(adapter_id=fp.merged_adapter)
         self._merged_weights = dict.fromkeys(merged_ids, weights)
         self._pool_of: dict[str, str | None] = dict.fromkeys(merged_ids, MERGED_POOL)
         self._merged_route = AdapterPools(SHARED_POOL, (MergedTarget(MERGED_POOL),))

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lorafleet_core.replica_state import MergedWeights
+from lorafleet_core.replica_state import MergedServing
 from lorafleet_gateway.router import ReplicaView, blended_tokens
 
 
 class GatewayView:
-    def __init__(self, merged: Mapping[str, MergedWeights] | None = None) -> None:
+    def __init__(self, merged: Mapping[str, MergedServing] | None = None) -> None:
+        self.merged = merged or {}  # replica -> the merged weights its /state reports
         self.merged = merged or {}  # replica -> the merged weights its /state reports
         self.polled: dict[str, tuple[int, int, frozenset[str], frozenset[str]]] = {}
         self.local: dict[str, int] = {}
