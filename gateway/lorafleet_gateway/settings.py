@@ -37,11 +37,16 @@ class GatewaySettings(BaseSettings):
         description="the gateway's own ReplicaPool: it serves every pool of this pool's base "
         "model in the namespace (rank classes, merged pools), unless `pools` lists them",
     )
-    pools: list[str] = Field(
-        default_factory=list,
-        description='ReplicaPools to serve, as JSON (e.g. ["default"]: that pool alone); '
+    pools: str = Field(
+        default="",
+        description="ReplicaPools to serve, comma-separated (e.g. `default`: that pool alone); "
         "empty: every pool with the base model of `pool`",
     )
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.pools.split(",") if p.strip())
+
     replica_data_port: int = 8100
     replica_internal_port: int = 8101
 
