@@ -47,8 +47,9 @@ from lorafleet_core.names import (
 from lorafleet_core.planning.conditions import condition, find
 
 # Where the merged pool starts to win (docs/performance.md, "Hot tenant: more owners or a
-# merged pool"), as a share of one replica's capacity.
-MERGE_THRESHOLD_SHARE = 1.0
+# merged pool": from 2 x a replica's capacity on at every rate tried, never at 1 x or below),
+# as a share of one replica's capacity.
+MERGE_THRESHOLD_SHARE = 2.0
 HYSTERESIS = 0.8  # the recommendation is withdrawn only below this share of the threshold
 MAX_POOL_NAME = 52  # StatefulSet names above 52 characters break its pods' revision label
 
