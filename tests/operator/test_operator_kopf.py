@@ -417,7 +417,10 @@ def test_hot_adapter_gets_merged_pool_recommended_event_and_an_auto_merged_pool(
     )
     try:
         make_adapter(cluster, "merge-hot", base_hash=h)
-        eventually(lambda: status(cluster, "loraadapters", "merge-hot").get("phase") == "Ready")
+        eventually(
+            lambda: status(cluster, "loraadapters", "merge-hot").get("phase") == "Ready",
+            within_s=60,
+        )
         # 2,500 tokens/s on each: more than one replica's 2,000 even if a pass sees one only
         # (the status figure is then rewritten at most once a minute)
         hot = {"requests": 300, "gpu_hits": 300, "tokens_per_second": 2500.0}
@@ -426,6 +429,7 @@ def test_hot_adapter_gets_merged_pool_recommended_event_and_an_auto_merged_pool(
         created = eventually(
             lambda: cluster.get(cluster.path("replicapools", "merge-hot-merged")),
             what="the merged pool",
+            within_s=60,  # stats land after a scrape pass; the whole suite loads the machine
         )
         assert created["spec"]["merged"] == {"adapter": "merge-hot"}
         assert created["spec"]["baseModel"]["hash"] == h
@@ -447,6 +451,7 @@ def test_hot_adapter_gets_merged_pool_recommended_event_and_an_auto_merged_pool(
                 and x
             ),
             what="MergedPoolExists",
+            within_s=60,
         )
         assert c["status"] == "True"
         assert "merge-hot-merged" in c["message"]
@@ -459,7 +464,9 @@ def test_hot_adapter_gets_merged_pool_recommended_event_and_an_auto_merged_pool(
                 and e.get("reason") == "MergedPoolRecommended"
             ]
 
-        msgs = eventually(lambda: len(events()) >= 2 and events(), what="recommendation events")
+        msgs = eventually(
+            lambda: len(events()) >= 2 and events(), what="recommendation events", within_s=60
+        )
         assert any(m.startswith("MergedPoolCreated:") for m in msgs)
         assert len(cluster.items(cluster.path("replicapools"))) == len(
             {p["metadata"]["name"] for p in cluster.items(cluster.path("replicapools"))}
