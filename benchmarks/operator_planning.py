@@ -133,6 +133,9 @@ class CountingWriter:
     async def event(self, *args: Any) -> None:
         self.writes["event"] += 1
 
+    async def create_pool(self, *args: Any) -> None:
+        self.writes["pool create"] += 1
+
 
 async def bench_writes(n: int, r: int, rate: float, settings: OperatorSettings) -> None:
     writer = CountingWriter()

@@ -5,6 +5,8 @@ Examples (docs/performance.md has the figures they give):
     lorafleet sim --scenario routing-ab --duration 900
     lorafleet sim --scenario thrash --set gpu_slots=8
     lorafleet sim --capacity --duration 900        # fewest replicas that meet the SLO
+    lorafleet sim --scenario hot-tenant-merged --hot-rates 320,640,1280,2000 --duration 900
+                                                   # more owners vs a merged pool, per rate
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lorafleet_cli.exit_codes import UsageError
-from lorafleet_cli.sim import capacity, params, report
+from lorafleet_cli.sim import capacity, merged, params, report
 from lorafleet_cli.sim.engine import ROUTERS, Engine
 from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run
 
@@ -30,7 +32,12 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="steady")
+    p.add_argument("--scenario", choices=sorted([*SCENARIOS, merged.SCENARIO]), default="steady")
+    p.add_argument(
+        "--hot-rates",
+        default="2000",
+        help="hot-tenant-merged: the hot tenant's generated tokens/s to compare at (comma list)",
+    )
     p.add_argument("--rate", type=float, default=40.0, help="requests/s (default 40)")
     p.add_argument("--duration", type=float, default=3600.0, help="simulated seconds")
     p.add_argument(
@@ -125,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress and sys.stderr.isatty()
     if args.capacity:
         return _capacity(args, inputs, progress, started)
+    if args.scenario == merged.SCENARIO:
+        return _merged(args, inputs, progress, started)
     runs = SCENARIOS[args.scenario](inputs)
     summaries = [simulate(r, inputs.seed, progress) for r in runs]
     elapsed = time.perf_counter() - started
@@ -211,6 +220,47 @@ def _capacity(args: argparse.Namespace, inputs: Inputs, progress: bool, started:
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sim-capacity.md").write_text(text + "\n")
+    return 0
+
+
+def _merged(args: argparse.Namespace, inputs: Inputs, progress: bool, started: float) -> int:
+    rates = sorted({float(x) for x in args.hot_rates.split(",") if x.strip()})
+
+    def show(line: str) -> None:
+        if progress:
+            print(line, file=sys.stderr)
+
+    rows = merged.compare(inputs, rates, low=args.low, high=args.high, on_run=show)
+    rp = inputs.replica
+    capacity_tps = inputs.fleet.replica_capacity_tps or rp.max_seqs / rp.decode_s
+    found = merged.threshold(rows)
+    verdict = (
+        f"merged pool wins from {found:g} tokens/s ({found / capacity_tps:.2f} x one replica's "
+        f"{capacity_tps:g} tokens/s) at every rate tried above"
+        if found is not None
+        else "merged pool never wins at the rates tried"
+    )
+    workload = inputs.workload()
+    text = "\n".join(
+        [
+            f"## Hot tenant: more owners vs a merged pool ({workload.label}, router "
+            f"{inputs.router})",
+            "",
+            "each fleet at its fewest GPUs meeting worst-adapter p95 TTFT < 1 s; "
+            f"merged replicas decode at {rp.decode_s_merged * 1000:g} ms/step vs "
+            f"{rp.decode_s * 1000:g} ms, one adapter, no loads; GPUs = replica-hours / hour",
+            "",
+            merged.table(rows, capacity_tps),
+            "",
+            verdict,
+            "",
+            f"searched in {time.perf_counter() - started:.1f} s wall; command: lorafleet sim "
+            f"{' '.join(_argv(args))}",
+        ]
+    )
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"sim-{merged.SCENARIO}.md").write_text(text + "\n")
     return 0
 
 

@@ -22,6 +22,10 @@ PLURAL_POOL: Final = "replicapools"
 LABEL_POOL: Final = f"{GROUP}/pool"
 LABEL_COMPONENT: Final = f"{GROUP}/component"
 LABEL_TENANT: Final = f"{GROUP}/tenant"
+# On a merged ReplicaPool the operator created (autoMerge): the shared pool it came from and
+# the adapter it serves.
+LABEL_MERGED_FROM: Final = f"{GROUP}/merged-from"
+LABEL_MERGED_ADAPTER: Final = f"{GROUP}/merged-adapter"
 
 # Written by the operator on each replica pod; projected into the pod by the downward API
 # and read by the agent to pre-warm what the pod owns (see lorafleet_core.records).

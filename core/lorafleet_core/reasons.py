@@ -15,6 +15,7 @@ DELETION_BLOCKED = "DeletionBlocked"
 DEPLOYED = "Deployed"
 CONFLICT = "Conflict"
 SCALING = "Scaling"
+MERGED_POOL_RECOMMENDED = "MergedPoolRecommended"
 
 # Validation of an adapter against a pool (planner: Validated condition; agent: refusal code).
 VALID = "Valid"
@@ -39,6 +40,13 @@ OWNERS_ASSIGNED = "OwnersAssigned"
 REPLICA_REJECTED = "ReplicaRejected"  # every owner refused the files (phase Failed)
 SERVABLE = "Servable"
 REFERENCED_BY_ALIAS = "ReferencedByAlias"
+
+# LoRAAdapter MergedPoolRecommended (planning.merge_advice).
+SUSTAINED_TRAFFIC = "SustainedTrafficExceedsReplica"
+MERGED_POOL_CREATED = "MergedPoolCreated"
+MERGED_POOL_EXISTS = "MergedPoolExists"
+AUTO_MERGE_LIMIT = "AutoMergeLimitReached"
+WITHIN_CAPACITY = "WithinReplicaCapacity"
 
 # AdapterAlias Deployed / Ready / Conflict.
 ADAPTER_NOT_FOUND = "AdapterNotFound"

@@ -6,6 +6,10 @@ The standalone supervisor writes `replicas.yaml` (or `replicas.json`) beside the
       - id: replica-0
         dataUrl: http://127.0.0.1:8100
         internalUrl: http://127.0.0.1:8101
+        pool: default          # optional: the ReplicaPool the replica belongs to
+
+A row without `pool` belongs to the gateway's own pool (its `pool` setting, or the folder's
+only ReplicaPool), so a file written before pools existed means what it always meant.
 
 The gateway's folder catalog (where requests go) and the control API (where load/unload/state
 calls are forwarded) read it here, by the same rules.
@@ -26,11 +30,13 @@ from lorafleet_core.manifests import REPLICA_FILES
 
 @dataclass(frozen=True, slots=True)
 class ReplicaEndpoint:
-    """One replica: its stable id (pod name) and the agent's data and internal base URLs."""
+    """One replica: its stable id (pod name), the agent's data and internal base URLs, and
+    the ReplicaPool it belongs to (None: the gateway's own pool)."""
 
     id: str
     data_url: str
     internal_url: str
+    pool: str | None = None
 
 
 def parse_replicas(data: Any) -> list[ReplicaEndpoint]:
@@ -44,7 +50,8 @@ def parse_replicas(data: Any) -> list[ReplicaEndpoint]:
             raise ValueError(f"replica entry needs id and dataUrl: {row!r}")
         data_url = str(row["dataUrl"]).rstrip("/")
         internal = str(row.get("internalUrl") or data_url).rstrip("/")
-        out.append(ReplicaEndpoint(str(row["id"]), data_url, internal))
+        pool = row.get("pool")
+        out.append(ReplicaEndpoint(str(row["id"]), data_url, internal, str(pool) if pool else None))
     return out
 
 

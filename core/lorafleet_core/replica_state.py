@@ -22,12 +22,19 @@ class AdapterActivity(BaseModel):
 
 
 class MergedServing(BaseModel):
-    """A merged pool's replica: the one adapter its vLLM serves merged into the weights."""
+    """What a merged replica serves: one adapter merged into the base weights.
+
+    The gateway sends an adapter's requests to a merged replica only when this names that
+    adapter (and, when the pool's status names one, the same checksum): a replica serving
+    another tenant's merged weights is never a candidate, whatever the pool's labels say.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
     adapter_id: str = Field(description="the adapter served merged (vLLM's model name)")
-    checksum: str = Field(description="sha256:<hex> of the merged weights the agent verified")
+    checksum: str | None = Field(
+        default=None, description="sha256:<hex> of the merged weights the agent verified"
+    )
 
 
 class ReplicaState(BaseModel):

@@ -35,3 +35,8 @@ def parse_tier(value: str | None) -> Tier | None:
         return Tier(value) if value is not None else None
     except ValueError:
         return None
+
+
+# Not a cache tier: the answer came from a replica of a merged pool, which serves the adapter
+# merged into its base weights (no LoRA slot at all). The gateway sets it from its routing.
+MERGED_TIER = "merged"

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from lorafleet_core.apikeys import KeyIndex, TenantKeys
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.replica_endpoints import ReplicaEndpoint
+from lorafleet_gateway.pool_router import AdapterPools
 
 __all__ = ["ReplicaEndpoint"]  # re-exported: the gateway's modules import it from here
 
@@ -42,6 +43,11 @@ class CatalogSnapshot:
     max_model_len: int | None = None  # the pool's context length (vLLM --max-model-len)
     version: int = 0
     tenant_models: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # Several pools (lorafleet_gateway.catalog_pools): where each adapter may go, each
+    # replica's pool, each shared pool's ownersPerAdapter.
+    adapter_pools: Mapping[str, AdapterPools] = field(default_factory=dict)
+    pool_of: Mapping[str, str | None] = field(default_factory=dict)
+    pool_owners: Mapping[str, int] = field(default_factory=dict)
 
     def resolve(self, tenant: str, model: str) -> AliasTarget | None:
         """The alias `model` if `tenant` owns it; else None, exactly as for a missing one."""
@@ -60,12 +66,23 @@ class CatalogSnapshot:
         return sorted(m for m, t in self.aliases.items() if t.tenant == tenant)
 
     def owner_count(self, adapter_id: str) -> int:
-        return self.owner_counts.get(adapter_id) or self.owners_per_adapter
+        """The operator's owner count, else the ownersPerAdapter of the adapter's pool."""
+        counted = self.owner_counts.get(adapter_id)
+        if counted:
+            return counted
+        shared = self.pools_for(adapter_id).shared
+        return self.pool_owners.get(shared or "", self.owners_per_adapter)
+
+    def pools_for(self, adapter_id: str) -> AdapterPools:
+        return self.adapter_pools.get(adapter_id) or _ANY_POOL
 
     def served_pairs(self) -> Iterator[tuple[str, str]]:
         """(tenant, adapter id) of every alias: the label pairs usage can be metered under."""
         for target in self.aliases.values():
             yield target.tenant, target.adapter_id
+
+
+_ANY_POOL = AdapterPools()
 
 
 class CatalogHolder:

@@ -14,9 +14,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorafleet_core.apikeys import KeyIndex, TenantKeys
-from lorafleet_core.models import AdapterAliasSpec, LoRAAdapterSpec, ReplicaPoolSpec
+from lorafleet_core.models import AdapterAliasSpec, LoRAAdapterSpec
 from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.catalog import AliasTarget, CatalogSnapshot, ReplicaEndpoint
+from lorafleet_gateway.catalog_pools import served_pools
+from lorafleet_gateway.pool_router import AdapterPools
 
 log = logging.getLogger("lorafleet.gateway.catalog")
 
@@ -79,28 +81,37 @@ def build_snapshot(
     adapters: Iterable[Obj],
     aliases: Iterable[Obj],
     secrets: Iterable[Obj],
-    pool: Obj | None,
+    pools: Iterable[Obj],
     replicas: Sequence[ReplicaEndpoint],
     allow_missing_status: bool,
     version: int,
+    pool: str | None = None,
+    only_pools: Sequence[str] = (),
     alias_statuses: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CatalogSnapshot:
-    """The snapshot for these objects; `alias_statuses` (alias name -> status in wire form)
-    overrides the aliases' own status (standalone mode keeps it in a file, see catalog_files).
+    """The snapshot for these objects. `pool` is the gateway's own pool and `only_pools` the
+    explicit list of pools to serve (lorafleet_gateway.catalog_pools); `alias_statuses`
+    (alias name -> status in wire form) overrides the aliases' own status (standalone mode
+    keeps it in a file, see catalog_files).
     """
     stored = alias_statuses or {}
+    served = served_pools(pools, pool, only_pools)
     records: dict[str, AdapterRecord] = {}
     owner_counts: dict[str, int] = {}
+    adapter_pools: dict[str, AdapterPools] = {}
     for obj in adapters:
         name = _name(obj)
         try:
-            record = AdapterRecord.from_spec(name, LoRAAdapterSpec.model_validate(obj.get("spec")))
+            adapter_spec = LoRAAdapterSpec.model_validate(obj.get("spec"))
+            record = AdapterRecord.from_spec(name, adapter_spec)
         except (ValidationError, ValueError) as exc:
             log.warning("skipping LoRAAdapter %r: %s", name, exc)
             continue
         if not adapter_ready(obj, allow_missing_status=allow_missing_status):
             continue
         records[name] = record
+        if served.pools:
+            adapter_pools[name] = served.for_adapter(name, adapter_spec)
         status = _status(obj) or {}
         count = status.get("ownerCount")
         if isinstance(count, int) and count > 0:
@@ -142,13 +153,21 @@ def build_snapshot(
 
     owners_per_adapter = 2
     max_model_len = None
-    if pool is not None:
-        try:
-            pool_spec = ReplicaPoolSpec.model_validate(pool.get("spec"))
-            owners_per_adapter = pool_spec.owners_per_adapter
-            max_model_len = pool_spec.engine.max_model_len
-        except (ValidationError, ValueError) as exc:
-            log.warning("ReplicaPool %r invalid, using 2 owners per adapter: %s", _name(pool), exc)
+    home = served.home_pool()
+    if home is not None:
+        owners_per_adapter = home.spec.owners_per_adapter
+        max_model_len = home.spec.engine.max_model_len
+    # Replicas of the served pools only (with no pool known yet, of the home pool); one that
+    # names no pool belongs to the home pool.
+    names = served.names or {served.home}
+    kept: list[ReplicaEndpoint] = []
+    pool_of: dict[str, str | None] = {}
+    for ep in replicas:
+        ep_pool = ep.pool or served.home
+        if ep_pool is not None and ep_pool not in names:
+            continue
+        kept.append(ep)
+        pool_of[ep.id] = ep_pool
 
     by_tenant: dict[str, list[str]] = {}
     for model, entry in targets.items():
@@ -160,8 +179,11 @@ def build_snapshot(
         owner_counts=owner_counts,
         tenants=tenants,
         keys=KeyIndex(tenants.values()),
-        replicas=tuple(sorted(replicas, key=lambda r: r.id)),
+        replicas=tuple(sorted(kept, key=lambda r: r.id)),
         owners_per_adapter=owners_per_adapter,
         max_model_len=max_model_len,
         version=version,
+        adapter_pools=adapter_pools,
+        pool_of=pool_of,
+        pool_owners={p.metadata.name: p.spec.owners_per_adapter for p in served.pools},
     )

@@ -20,6 +20,7 @@ lorafleet_core.replica_endpoints:
       - id: replica-0
         dataUrl: http://127.0.0.1:8100
         internalUrl: http://127.0.0.1:8101
+        pool: default          # optional; default: the gateway's own pool
 
 The folder is re-read when any file's name, size or mtime changes, the status file's included
 (checked every `catalog_reload_interval_s`), and the new snapshot is swapped in whole.
@@ -63,10 +64,12 @@ class FileCatalog(CatalogSource):
         pool: str | None = None,
         replicas_file: Path | None = None,
         interval_s: float = 1.0,
+        pools: tuple[str, ...] = (),
     ) -> None:
         super().__init__(holder)
         self.folder = folder
         self.pool = pool
+        self.pools = pools
         self.replicas_file = replicas_file
         self.interval_s = interval_s
         self._fingerprint: tuple[tuple[str, int, int], ...] | None = None
@@ -111,9 +114,6 @@ class FileCatalog(CatalogSource):
                 pools.append(doc)
             elif kind == "Secret" and str(labels.get(API_KEYS_SECRET_LABEL)) == "true":
                 secrets.append(doc)
-        pool = next((p for p in pools if p["metadata"].get("name") == self.pool), None)
-        if pool is None and len(pools) == 1:
-            pool = pools[0]
         replicas: list[ReplicaEndpoint] = []
         rp = self._replicas_path()
         if rp is not None:
@@ -123,7 +123,9 @@ class FileCatalog(CatalogSource):
             adapters=adapters,
             aliases=aliases,
             secrets=secrets,
-            pool=pool,
+            pools=pools,
+            pool=self.pool,
+            only_pools=self.pools,
             replicas=replicas,
             # Hand-written manifests carry no status: trust them (the agent still verifies
             # every adapter's checksum, base model and shapes before it serves it).

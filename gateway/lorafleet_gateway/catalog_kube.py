@@ -1,5 +1,5 @@
-"""Catalog from Kubernetes: watches on LoRAAdapters, AdapterAliases, the ReplicaPool, its replica
-pods and the tenant key Secrets (kubernetes_asyncio; no kopf in the data path).
+"""Catalog from Kubernetes: watches on LoRAAdapters, AdapterAliases, the ReplicaPools, their
+replica pods and the tenant key Secrets (kubernetes_asyncio; no kopf in the data path).
 
 `KubeState` is the pure part: it applies watch events to an in-memory copy of each kind and
 builds snapshots (tested with plain dicts). `KubeCatalog` lists, then watches each kind from the
@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from lorafleet_core.names import (
@@ -48,26 +48,37 @@ def pod_endpoint(pod: Obj, data_port: int, internal_port: int) -> ReplicaEndpoin
         return None
     host = f"[{ip}]" if ":" in ip else ip
     return ReplicaEndpoint(
-        str(meta["name"]), f"http://{host}:{data_port}", f"http://{host}:{internal_port}"
+        str(meta["name"]),
+        f"http://{host}:{data_port}",
+        f"http://{host}:{internal_port}",
+        replica_pool(pod),
     )
 
 
 class KubeState:
     """The watched objects of each kind by name; pure."""
 
-    def __init__(self, pool: str, data_port: int = 8100, internal_port: int = 8101) -> None:
+    def __init__(
+        self,
+        pool: str,
+        data_port: int = 8100,
+        internal_port: int = 8101,
+        pools: Sequence[str] = (),
+    ) -> None:
         self.pool = pool
+        self.pools = tuple(pools)
         self.data_port = data_port
         self.internal_port = internal_port
         self.objects: dict[str, dict[str, Obj]] = {k: {} for k in KINDS}
         self.version = 0
 
     def wanted(self, kind: str, obj: Obj) -> bool:
-        """The server filters by label selector too; checked again so a pod of another pool or
-        an unlabelled Secret can never enter the catalog, whatever the API server did."""
+        """The server filters by label selector too; checked again so a pod that is no replica
+        or an unlabelled Secret can never enter the catalog, whatever the API server did (a
+        replica of a pool this gateway does not serve is dropped when the snapshot is built)."""
         labels = (obj.get("metadata") or {}).get("labels") or {}
         if kind == "pods":
-            return replica_pool(obj) == self.pool
+            return replica_pool(obj) is not None
         if kind == "secrets":
             return str(labels.get(API_KEYS_SECRET_LABEL)) == "true"
         return True
@@ -94,7 +105,7 @@ class KubeState:
         adapters = list(self.objects["adapters"].values())
         aliases = list(self.objects["aliases"].values())
         secrets = list(self.objects["secrets"].values())
-        pool = self.objects["pools"].get(self.pool)
+        pools = list(self.objects["pools"].values())
         version = self.version
 
         def build() -> CatalogSnapshot:
@@ -102,7 +113,9 @@ class KubeState:
                 adapters=adapters,
                 aliases=aliases,
                 secrets=secrets,
-                pool=pool,
+                pools=pools,
+                pool=self.pool,
+                only_pools=self.pools,
                 replicas=replicas,
                 # In a cluster only what the operator marked Ready serves.
                 allow_missing_status=False,
@@ -126,10 +139,11 @@ class KubeCatalog(CatalogSource):
         internal_port: int = 8101,
         api_client: Any = None,
         debounce_s: float = 0.05,
+        pools: Sequence[str] = (),
     ) -> None:
         super().__init__(holder)
         self.namespace = namespace
-        self.state = KubeState(pool, data_port, internal_port)
+        self.state = KubeState(pool, data_port, internal_port, pools)
         self.debounce_s = debounce_s
         self._api = api_client
         self._dirty = asyncio.Event()
@@ -170,10 +184,11 @@ class KubeCatalog(CatalogSource):
         return {
             "adapters": crd(PLURAL_ADAPTER),
             "aliases": crd(PLURAL_ALIAS),
-            "pools": crd(PLURAL_POOL, field_selector=f"metadata.name={self.state.pool}"),
+            # Every pool and replica pod of the namespace: which of them serve is decided per
+            # snapshot (catalog_pools), as pools of the same base model come and go.
+            "pools": crd(PLURAL_POOL),
             "pods": core_list(
-                core.list_namespaced_pod,
-                f"{LABEL_POOL}={self.state.pool},{LABEL_COMPONENT}={COMPONENT_REPLICA}",
+                core.list_namespaced_pod, f"{LABEL_POOL},{LABEL_COMPONENT}={COMPONENT_REPLICA}"
             ),
             "secrets": core_list(core.list_namespaced_secret, f"{API_KEYS_SECRET_LABEL}=true"),
         }

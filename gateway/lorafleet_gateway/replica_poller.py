@@ -133,7 +133,7 @@ class ReplicaTracker:
         for rid, e in chosen:
             assert e.state is not None
             tokens = blended_tokens(e.state.tokens_in_flight, e.local_tokens, e.local_at_poll)
-            out[rid] = ReplicaView(tokens, e.state.queue_depth, e.gpu)
+            out[rid] = ReplicaView(tokens, e.state.queue_depth, e.gpu, merged=e.state.merged)
         return out
 
     # Called only by lorafleet_gateway.reservation.Reservation, which pairs them.

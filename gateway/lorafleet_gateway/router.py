@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from lorafleet_core.placement import ranked
+from lorafleet_core.replica_state import MergedServing
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class ReplicaView:
     gpu_adapters: frozenset[str] = field(default_factory=frozenset)
     # In host RAM or on local disk, not in a GPU slot (read only with residency="any").
     held_adapters: frozenset[str] = field(default_factory=frozenset)
+    merged: MergedServing | None = None  # a merged replica: the adapter its weights carry
 
 
 def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:

@@ -22,15 +22,16 @@ from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_core.openai_stream import usage_tokens
 from lorafleet_core.request_ids import RequestIdMiddleware
+from lorafleet_core.tiers import MERGED_TIER
 from lorafleet_gateway.auth import authenticate
 from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.edge import EdgeMiddleware, edge_limits
 from lorafleet_gateway.errors import APIError, error_response, http_error_response, model_not_found
+from lorafleet_gateway.pool_router import plan_pool_route
 from lorafleet_gateway.public_probes import probe_routes
 from lorafleet_gateway.relay import RelayResult, json_usage, relay_stream
 from lorafleet_gateway.reqlog import log_request
 from lorafleet_gateway.reservation import RateLimited, Reservation
-from lorafleet_gateway.router import plan_route
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.upstream import Opened
 from lorafleet_gateway.validation import CompletionRequest, parse_request
@@ -121,12 +122,23 @@ class CompletionEndpoint:
         async with Reservation(
             gw.limiter, gw.tracker, tenant.tenant, req.tokens_estimate, limits
         ) as held:
-            plan = plan_route(
-                record.id, gw.tracker.views(), snap.owner_count(record.id), gw.thresholds
+            plan = plan_pool_route(
+                record.id,
+                snap.pools_for(record.id),
+                gw.tracker.views(),
+                snap.pool_of,
+                snap.owner_count(record.id),
+                gw.thresholds,
             )
             gw.metrics.child(gw.metrics.routing, plan.outcome).inc()
             out.log["route"] = plan.outcome
-            opened = await gw.upstream.open(req, record, plan.candidates, held)
+            if plan.fallback is not None:  # a Ready merged pool could not take it
+                gw.metrics.child(gw.metrics.routing, "merged_fallback").inc()
+                out.log["merged_fallback"] = plan.fallback
+            opened = await gw.upstream.open(req, record, plan.candidates, held, no_load=plan.merged)
+            if opened.replica_id in plan.merged:
+                opened.tier = MERGED_TIER  # served by the adapter's merged weights
+            out.log["pool"] = snap.pool_of.get(opened.replica_id)
             try:
                 await self._answer(opened, record.id, req, held, out, scope, receive, send)
             finally:

@@ -31,6 +31,7 @@ def source_from_settings(settings: GatewaySettings, holder: CatalogHolder) -> Ca
             holder,
             namespace=settings.namespace,
             pool=settings.pool,
+            pools=settings.pool_names,
             data_port=settings.replica_data_port,
             internal_port=settings.replica_internal_port,
         )
@@ -40,6 +41,7 @@ def source_from_settings(settings: GatewaySettings, holder: CatalogHolder) -> Ca
         holder,
         settings.manifests_dir,
         pool=settings.pool,
+        pools=settings.pool_names,
         replicas_file=settings.replicas_file,
         interval_s=settings.catalog_reload_interval_s,
     )

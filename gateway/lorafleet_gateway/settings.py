@@ -32,7 +32,21 @@ class GatewaySettings(BaseSettings):
     )
     catalog_reload_interval_s: float = Field(default=1.0, gt=0)
     namespace: str = "default"
-    pool: str = Field(default="default", description="ReplicaPool whose pods serve traffic")
+    pool: str = Field(
+        default="default",
+        description="the gateway's own ReplicaPool: it serves every pool of this pool's base "
+        "model in the namespace (rank classes, merged pools), unless `pools` lists them",
+    )
+    pools: str = Field(
+        default="",
+        description="ReplicaPools to serve, comma-separated (e.g. `default`: that pool alone); "
+        "empty: every pool with the base model of `pool`",
+    )
+
+    @property
+    def pool_names(self) -> tuple[str, ...]:
+        return tuple(p.strip() for p in self.pools.split(",") if p.strip())
+
     replica_data_port: int = 8100
     replica_internal_port: int = 8101
 

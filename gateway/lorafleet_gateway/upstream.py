@@ -125,11 +125,14 @@ class Upstream:
         record: AdapterRecord,
         candidates: tuple[str, ...],
         held: Reservation,
+        no_load: frozenset[str] = frozenset(),
     ) -> Opened:
         """`try_replica` on the candidates in order until one answers.
 
-        Raises APIError 503 when none answered, 504 on a read timeout, 502 when a replica
-        refused the adapter's files.
+        `no_load` are replicas never sent an on-demand load (merged replicas: their weights
+        already are the adapter, they have no LoRA slots): one that does not know the adapter
+        is skipped. Raises APIError 503 when none answered, 504 on a read timeout, 502 when a
+        replica refused the adapter's files.
         """
         content = upstream_body(req, record.id)
         tried = 0
@@ -143,7 +146,9 @@ class Upstream:
                 self.on_outcome("retry")
             tried += 1
             try:
-                opened = await self.try_replica(ep, req, record, content, held)
+                opened = await self.try_replica(
+                    ep, req, record, content, held, load=replica_id not in no_load
+                )
             except TryNext as exc:
                 last_error = str(exc)
                 codes.append(exc.code)
@@ -160,8 +165,11 @@ class Upstream:
         record: AdapterRecord,
         content: bytes,
         held: Reservation,
+        *,
+        load: bool = True,
     ) -> Opened:
-        """One candidate: send, and after a 404 adapter_not_registered load it and send again."""
+        """One candidate: send, and after a 404 adapter_not_registered load it and send again
+        (unless `load` is False: then the next candidate)."""
         held.place(ep.id)
         headers = {"content-type": "application/json", HEADER_TOKENS_ESTIMATE: str(held.tokens)}
         request_id = request_ids.current.get()
@@ -170,7 +178,8 @@ class Upstream:
         try:
             return await self._send(ep, req, content, headers)
         except _NotRegistered:
-            pass
+            if not load:
+                raise TryNext(f"{ep.id} does not serve {record.id}") from None
         headers[HEADER_LOADED_FROM] = await self._load(ep, record)
         self.on_outcome("load_on_demand")
         try:

@@ -91,6 +91,12 @@ class Kube:
             _content_type=MERGE_PATCH,
         )
 
+    async def create_custom(self, plural: str, namespace: str, body: dict[str, Any]) -> None:
+        """Create a lorafleet object (a merged ReplicaPool the operator decided on)."""
+        await self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, body, field_manager=FIELD_MANAGER
+        )
+
     # --- built-in objects the operator touches: strategic merge patch -----------------------
 
     async def annotate_pod(self, namespace: str, pod: str, value: str) -> None:

@@ -161,3 +161,6 @@ class CountingWriter:
         self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
     ) -> None:
         await self.inner.event(namespace, kind, name, uid, reason, message)
+
+    async def create_pool(self, namespace: str, body: dict[str, Any]) -> None:
+        await self._counted(namespace, "pool", self.inner.create_pool(namespace, body))

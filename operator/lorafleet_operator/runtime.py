@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import kopf
 
-from lorafleet_core.names import API_VERSION, PLURAL_ADAPTER, PLURAL_ALIAS
+from lorafleet_core.names import API_VERSION, PLURAL_ADAPTER, PLURAL_ALIAS, PLURAL_POOL
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.metrics import OperatorMetrics
@@ -38,6 +38,9 @@ class KubeWriter:
 
     async def alias_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await (await HOLDER.client()).patch_status(PLURAL_ALIAS, namespace, name, status)
+
+    async def create_pool(self, namespace: str, body: dict[str, Any]) -> None:
+        await (await HOLDER.client()).create_custom(PLURAL_POOL, namespace, body)
 
     async def event(
         self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
@@ -95,7 +98,9 @@ class Runtime:
             fleet = FleetSync(
                 namespace,
                 self.metrics.counting(KubeWriter()),
-                params=FleetParams(s.replica_tokens_per_second, s.hot_adapter_share),
+                params=FleetParams(
+                    s.replica_tokens_per_second, s.hot_adapter_share, s.merge_threshold_share
+                ),
                 debounce=s.sync_debounce_seconds,
                 max_delay=s.sync_max_delay_seconds,
                 pod_interval=s.pod_patch_interval_seconds,

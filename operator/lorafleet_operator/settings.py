@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
+from lorafleet_core.planning.merge_advice import MERGE_THRESHOLD_SHARE
 from lorafleet_core.planning.replica_config import InsideAuth
 from lorafleet_core.token_review import parse_accounts
 
@@ -65,6 +66,13 @@ class OperatorSettings(BaseSettings):
     )
     hot_adapter_share: float = Field(
         default=0.5, gt=0, le=1, description="Most of a replica's capacity one adapter may use."
+    )
+    merge_threshold_share: float = Field(
+        default=MERGE_THRESHOLD_SHARE,
+        gt=0,
+        description="An adapter sustaining more than this share of replica_tokens_per_second "
+        "gets MergedPoolRecommended (and, with the pool's autoMerge, a merged pool); the "
+        "default is where the fleet simulator finds the merged pool winning.",
     )
     scrape_timeout_seconds: float = Field(default=2.0, gt=0)
     merged_store_prefix: str | None = Field(

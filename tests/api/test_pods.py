@@ -40,6 +40,8 @@ class _NoWrites:
         self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
     ) -> None: ...
 
+    async def create_pool(self, namespace: str, body: dict[str, Any]) -> None: ...
+
 
 @pytest.mark.parametrize(
     ("body", "expected"),

@@ -50,6 +50,7 @@ class FakeReplica:
         self.n_tokens = 4
         self.split_crlf = False  # CRLF line ends, every event written in two pieces cut in one
         self.state_polls = 0
+        self.merged: dict[str, str] | None = None  # /state `merged` (a merged pool's replica)
 
     def _text(self, adapter: str) -> list[str]:
         return [f"[{self.replica_id}|{adapter}]"] + [f" tok{i}" for i in range(self.n_tokens - 1)]
@@ -91,6 +92,7 @@ class FakeReplica:
                     "tokens_in_flight": self.tokens_in_flight,
                     "warming": self.warming,
                     "timestamp": time.time(),
+                    "merged": self.merged,
                 }
             )
 

@@ -18,7 +18,9 @@ def checksum(name: str) -> str:
     return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
 
 
-def adapter(name: str, tenant: str, *, status: dict[str, Any] | None = None) -> dict[str, Any]:
+def adapter(
+    name: str, tenant: str, *, status: dict[str, Any] | None = None, rank: int = 8
+) -> dict[str, Any]:
     obj: dict[str, Any] = {
         "apiVersion": "lorafleet.dev/v1alpha1",
         "kind": "LoRAAdapter",
@@ -27,7 +29,7 @@ def adapter(name: str, tenant: str, *, status: dict[str, Any] | None = None) -> 
             "tenant": tenant,
             "version": "v1",
             "baseModelHash": BASE_HASH,
-            "rank": 8,
+            "rank": rank,
             "alpha": 16,
             "targetModules": ["q_proj", "v_proj"],
             "weightsUri": f"file:///adapters/{name}/",
@@ -71,16 +73,33 @@ def alias(model: str, adapter_name: str, *, status: dict[str, Any] | None = None
     return obj
 
 
-def pool(name: str = "default", owners: int = 2) -> dict[str, Any]:
-    return {
+def pool(
+    name: str = "default",
+    owners: int = 2,
+    *,
+    max_rank: int | None = None,
+    merged: str | None = None,
+    merge: dict[str, Any] | None = None,
+    base_hash: str = BASE_HASH,
+) -> dict[str, Any]:
+    """A ReplicaPool; `merged` names the adapter of a merged pool, `merge` its status.merge."""
+    spec: dict[str, Any] = {
+        "baseModel": {"name": "tiny", "hash": base_hash, "uri": "file:///model"},
+        "ownersPerAdapter": owners,
+    }
+    if max_rank is not None:
+        spec["engine"] = {"maxRank": max_rank}
+    if merged is not None:
+        spec["merged"] = {"adapter": merged}
+    obj: dict[str, Any] = {
         "apiVersion": "lorafleet.dev/v1alpha1",
         "kind": "ReplicaPool",
         "metadata": {"name": name},
-        "spec": {
-            "baseModel": {"name": "tiny", "hash": BASE_HASH, "uri": "file:///model"},
-            "ownersPerAdapter": owners,
-        },
+        "spec": spec,
     }
+    if merge is not None:
+        obj["status"] = {"merge": merge}
+    return obj
 
 
 def key_secret(tenant: str, key: str, **limits: Any) -> dict[str, Any]:
@@ -96,10 +115,12 @@ def write(folder: Path, name: str, docs: list[dict[str, Any]]) -> Path:
     return path
 
 
-def replicas_doc(endpoints: dict[str, str]) -> dict[str, Any]:
-    return {
-        "replicas": [
-            {"id": rid, "dataUrl": url, "internalUrl": url}
-            for rid, url in sorted(endpoints.items())
-        ]
-    }
+def replicas_doc(endpoints: dict[str, str], pools: dict[str, str] | None = None) -> dict[str, Any]:
+    """The standalone replicas file; `pools` (replica id -> pool) adds each row's pool."""
+    rows: list[dict[str, Any]] = []
+    for rid, url in sorted(endpoints.items()):
+        row: dict[str, Any] = {"id": rid, "dataUrl": url, "internalUrl": url}
+        if pools and rid in pools:
+            row["pool"] = pools[rid]
+        rows.append(row)
+    return {"replicas": rows}

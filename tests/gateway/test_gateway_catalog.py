@@ -34,7 +34,7 @@ def build(adapters, aliases, *, allow=True, secrets=(), pool=None) -> CatalogSna
         adapters=adapters,
         aliases=aliases,
         secrets=secrets,
-        pool=pool,
+        pools=[pool] if pool is not None else [],
         replicas=[],
         allow_missing_status=allow,
         version=1,

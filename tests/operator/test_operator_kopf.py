@@ -403,3 +403,74 @@ def test_scraped_adapter_stats_reach_the_status_and_raise_a_hot_adapters_owners(
     finally:
         for s in servers:
             s.close()
+
+
+def test_hot_adapter_gets_merged_pool_recommended_event_and_an_auto_merged_pool(cluster, operator):
+    h = "sha256:" + "9" * 64  # its own base model: no other test's pool can take the adapter
+    servers = make_pool(
+        cluster,
+        "merge",
+        2,
+        base_hash=h,
+        autoscaling={"enabled": False, "pollIntervalSeconds": 0.3},
+        autoMerge={"enabled": True, "maxPools": 1},
+    )
+    try:
+        make_adapter(cluster, "merge-hot", base_hash=h)
+        eventually(
+            lambda: status(cluster, "loraadapters", "merge-hot").get("phase") == "Ready",
+            within_s=60,
+        )
+        # 2,500 tokens/s on each: more than one replica's 2,000 even if a pass sees one only
+        # (the status figure is then rewritten at most once a minute)
+        hot = {"requests": 300, "gpu_hits": 300, "tokens_per_second": 2500.0}
+        for s in servers:
+            s.set_load(adapters={"merge-hot": hot}, tokens_per_second={"merge-hot": 2500.0})
+        created = eventually(
+            lambda: cluster.get(cluster.path("replicapools", "merge-hot-merged")),
+            what="the merged pool",
+            within_s=60,  # stats land after a scrape pass; the whole suite loads the machine
+        )
+        assert created["spec"]["merged"] == {"adapter": "merge-hot"}
+        assert created["spec"]["baseModel"]["hash"] == h
+        assert created["metadata"]["labels"]["lorafleet.dev/merged-from"] == "merge"
+        adapter_obj = cluster.get(cluster.path("loraadapters", "merge-hot"))
+        [ref] = created["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"]) == (
+            "LoRAAdapter",
+            "merge-hot",
+            adapter_obj["metadata"]["uid"],
+        )
+        # the condition names the pool once the operator has seen it
+        c = eventually(
+            lambda: (
+                (
+                    x := cond(status(cluster, "loraadapters", "merge-hot"), "MergedPoolRecommended")
+                ).get("reason")
+                == "MergedPoolExists"
+                and x
+            ),
+            what="MergedPoolExists",
+            within_s=60,
+        )
+        assert c["status"] == "True"
+        assert "merge-hot-merged" in c["message"]
+
+        def events() -> list[str]:
+            return [
+                e.get("message", "")
+                for e in cluster.items(cluster.path("events", group="v1"))
+                if e.get("involvedObject", {}).get("name") == "merge-hot"
+                and e.get("reason") == "MergedPoolRecommended"
+            ]
+
+        msgs = eventually(
+            lambda: len(events()) >= 2 and events(), what="recommendation events", within_s=60
+        )
+        assert any(m.startswith("MergedPoolCreated:") for m in msgs)
+        assert len(cluster.items(cluster.path("replicapools"))) == len(
+            {p["metadata"]["name"] for p in cluster.items(cluster.path("replicapools"))}
+        )
+    finally:
+        for s in servers:
+            s.close()

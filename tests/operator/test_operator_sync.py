@@ -20,6 +20,7 @@ class RecordingWriter:
         self.adapters: Counter[str] = Counter()
         self.aliases: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[str, str, str]] = []
+        self.created: list[dict[str, Any]] = []
 
     async def pod_annotation(self, namespace: str, pod: str, value: str) -> None:
         await asyncio.sleep(0)
@@ -34,6 +35,9 @@ class RecordingWriter:
 
     async def event(self, namespace, kind, name, uid, reason, message) -> None:
         self.events.append((name, reason, message))
+
+    async def create_pool(self, namespace: str, body: dict[str, Any]) -> None:
+        self.created.append(body)
 
 
 def pod_body(name: str, ready: bool = True) -> dict[str, Any]:

@@ -34,16 +34,6 @@ def test_target_module_not_allowed():
     assert "gate_proj" in v.message
 
 
-def test_first_accepting_pool_by_name_wins():
-    small = pool("a-small", engine={"maxRank": 8})
-    big = pool("b-big", engine={"maxRank": 64})
-    v = A.validate_adapter(adapter("x", rank=32).spec, [big, small])
-    assert v.ok
-    assert v.pool == "b-big"
-    v = A.validate_adapter(adapter("y", rank=4).spec, [big, small])
-    assert v.pool == "a-small"
-
-
 def test_parse_maps_bad_fields_to_reasons():
     bad_uri = A.parse_adapter(adapter_body("a", weightsUri="http://evil/x"))
     assert isinstance(bad_uri, A.Validation)

@@ -13,7 +13,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lorafleet_cli.sim.gateway import GatewayView
@@ -24,14 +24,22 @@ from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
 from lorafleet_core.placement import owners as rendezvous_owners
 from lorafleet_core.planning.adapters import plan_owner_count
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.replica_state import MergedServing, ReplicaState
+from lorafleet_gateway.pool_router import (
+    MERGED,
+    AdapterPools,
+    MergedTarget,
+    plan_pool_route,
+)
 from lorafleet_gateway.router import POLICIES, Thresholds, plan_route
 
 # The routers the simulator compares are the gateway's own policies (`routing_policy`), run
 # through the same `plan_route`; the earlier names of the first two are still accepted.
 ROUTERS = POLICIES
 _ROUTER_ALIASES = {"shipped": "affinity", "least-loaded-owner": "least_loaded"}
-OUTCOMES = ("owner_resident", "owner", "holder", "spill", "saturated", "random", "failed")
+OUTCOMES = ("owner_resident", "owner", "holder", "spill", "saturated", "random", "failed", MERGED)
+SHARED_POOL, MERGED_POOL = "shared", "merged"
+_SHARED_ONLY = AdapterPools(SHARED_POOL)
 _OUTCOME_CODE = {name: i for i, name in enumerate(OUTCOMES)}
 
 
@@ -92,7 +100,14 @@ class Engine:
         self.k: dict[str, int] = {}  # adapters with more owners than the default
         self.capacity_tps = fp.replica_capacity_tps or rp.max_seqs / rp.decode_s
         self.replicas: list[Replica] = []
-        self.gateways = [GatewayView() for _ in range(max(1, fp.gateways))]
+        # The merged pool (fp.merged_replicas > 0): its replicas, their pool and the weights
+        # their state reports, and where the merged adapter may go (pool_router's inputs).
+        merged_ids = [f"merged-{i}" for i in range(fp.merged_replicas)]
+        weights = MergedServing(adapter_id=fp.merged_adapter)
+        self._merged_weights = dict.fromkeys(merged_ids, weights)
+        self._pool_of: dict[str, str | None] = dict.fromkeys(merged_ids, MERGED_POOL)
+        self._merged_route = AdapterPools(SHARED_POOL, (MergedTarget(MERGED_POOL),))
+        self.gateways = [GatewayView(self._merged_weights) for _ in range(max(1, fp.gateways))]
         # The pool has been running at its starting count: without this the first decision
         # (no requests in flight yet) would scale straight down to the minimum.
         self.scale_state = ScaleState(((0.0, fp.replicas),))
@@ -102,6 +117,14 @@ class Engine:
         self._members: tuple[str, ...] = ()
         for _ in range(fp.replicas):
             self._new_replica(0.0, ready_at=None)
+        merged_rp = replace(rp, decode_s=rp.decode_s_merged)
+        for rid in merged_ids:
+            index = len(self.replicas)
+            replica = Replica(rid, index, merged_rp, self)
+            replica.merged = fp.merged_adapter
+            self.replicas.append(replica)
+            replica.start_serving(0.0)
+        self._by_id = {r.id: r for r in self.replicas}
         self._membership_changed(0.0, initial=True)
         for ev in events:
             self.schedule(ev.at, self._fleet_event, ev)
@@ -154,8 +177,15 @@ class Engine:
         views = gw.views
         name = self.names[self.adapter_of[req]]
         k = self.k.get(name, self.fp.owners_per_adapter)
-        plan = plan_route(name, views, k, self.thresholds, self.rng)
-        candidates, outcome = plan.candidates, plan.outcome
+        if self._merged_weights:
+            pools = self._merged_route if name == self.fp.merged_adapter else _SHARED_ONLY
+            routed = plan_pool_route(
+                name, pools, views, self._pool_of, k, self.thresholds, self.rng
+            )
+            candidates, outcome = routed.candidates, routed.outcome
+        else:
+            plan = plan_route(name, views, k, self.thresholds, self.rng)
+            candidates, outcome = plan.candidates, plan.outcome
         by_id = self._by_id
         for rid in candidates:
             replica = by_id[rid]
@@ -210,6 +240,7 @@ class Engine:
         replica = Replica(f"replica-{index}", index, self.rp, self)
         replica.started_at = now
         self.replicas.append(replica)
+        self._pool_of[replica.id] = SHARED_POOL
         self._by_id = {r.id: r for r in self.replicas}
         if ready_at is None:
             replica.start_serving(now)
@@ -263,7 +294,8 @@ class Engine:
         replica.stopped_at = now
 
     def live_ids(self) -> tuple[str, ...]:
-        return tuple(r.id for r in self.replicas if r.alive and not r.draining)
+        """The shared pool's serving replicas (a merged pool's never own adapters)."""
+        return tuple(r.id for r in self.replicas if r.alive and not r.draining and r.merged is None)
 
     def _membership_changed(self, now: float, initial: bool = False) -> None:
         """The operator re-plans owners over the live replicas and pre-warms what moved."""
@@ -351,7 +383,7 @@ class Engine:
                 replica_id=r.id, tokens_in_flight=r.tokens_in_flight, queue_depth=r.queue_depth
             )
             for r in self.replicas
-            if r.alive and not r.draining
+            if r.alive and not r.draining and r.merged is None  # the shared pool's autoscaler
         ]
         spec = AutoscalingSpec(
             target_tokens_in_flight=fp.target_tokens_in_flight,
@@ -368,7 +400,11 @@ class Engine:
             self.desired += 1
             self._new_replica(now, ready_at=now + self._start_delay())
         if decision.desired < self.desired:
-            active = [r for r in self.replicas if not r.draining and r.stopped_at is None]
+            active = [
+                r
+                for r in self.replicas
+                if not r.draining and r.stopped_at is None and r.merged is None
+            ]
             active = active[: self.desired]
             for replica in reversed(active[decision.desired :]):
                 self._drain(replica, now)

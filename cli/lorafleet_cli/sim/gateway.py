@@ -11,11 +11,16 @@ next poll, as `mark_failed` does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from lorafleet_core.replica_state import MergedServing
 from lorafleet_gateway.router import ReplicaView, blended_tokens
 
 
 class GatewayView:
-    def __init__(self) -> None:
+    def __init__(self, merged: Mapping[str, MergedServing] | None = None) -> None:
+        self.merged = merged or {}  # replica -> the merged weights its /state reports
+        self.merged = merged or {}  # replica -> the merged weights its /state reports
         self.polled: dict[str, tuple[int, int, frozenset[str], frozenset[str]]] = {}
         self.local: dict[str, int] = {}
         self.local_at_poll: dict[str, int] = {}
@@ -31,7 +36,9 @@ class GatewayView:
             self.polled[rid] = (tokens, queue, gpu, held)
             mine = local.get(rid, 0)
             self.local_at_poll[rid] = mine
-            self.views[rid] = ReplicaView(blended_tokens(tokens, mine, mine), queue, gpu, held)
+            self.views[rid] = ReplicaView(
+                blended_tokens(tokens, mine, mine), queue, gpu, held, self.merged.get(rid)
+            )
 
     def _refresh(self, rid: str) -> None:
         polled = self.polled.get(rid)
@@ -39,7 +46,11 @@ class GatewayView:
             return
         tokens, queue, gpu, held = polled
         self.views[rid] = ReplicaView(
-            blended_tokens(tokens, self.local[rid], self.local_at_poll[rid]), queue, gpu, held
+            blended_tokens(tokens, self.local[rid], self.local_at_poll[rid]),
+            queue,
+            gpu,
+            held,
+            self.merged.get(rid),
         )
 
     def begin(self, rid: str, tokens: int) -> None:

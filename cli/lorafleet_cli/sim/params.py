@@ -107,6 +107,11 @@ class FleetParams:
     # Experiment (not in the operator): the N hottest adapters by tokens/s of the last operator
     # interval are also pre-warmed on their next rendezvous replica, where spills land.
     prewarm_next_hot: int = 0
+    # A merged pool beside the shared one: `merged_replicas` replicas serving only
+    # `merged_adapter`, merged into the base weights (decode_s_merged per step, no adapter
+    # loads, no LoRA slots); the gateway routes with lorafleet_gateway.pool_router.
+    merged_replicas: int = 0
+    merged_adapter: str = "hot-tenant"
     # Autoscaler (ReplicaPool spec.autoscaling defaults); off unless a scenario enables it.
     autoscale: bool = False
     min_replicas: int = 1

@@ -60,6 +60,7 @@ class Replica:
         self.loads = 0
         self.tokens_served: Counter[str] = Counter()  # adapter -> output tokens since last read
         self.busy_seq_s = 0.0  # integral of running sequences over time
+        self.merged: str | None = None  # a merged pool's replica: the one adapter it serves
         self._reset()
 
     def _reset(self) -> None:
@@ -118,6 +119,10 @@ class Replica:
         self.tokens_in_flight += tokens
         self.queue_depth += 1
         self.inflight.add(req)
+        if self.merged is not None:  # the weights are the adapter: nothing to load
+            eng.tier[req] = 0
+            self._enqueue(req, now)
+            return
         cache = self.cache
         cache.acquire(name)
         waiting = self.pending.get(name)
@@ -247,6 +252,7 @@ class Replica:
             # of running adapters go ahead. Only checked where it can bind.
             limit = self.p.gpu_slots if self.p.gpu_slots < self.p.max_seqs else 0
             active = self.active
+            merged = self.merged is not None
             skipped: list[int] = []
             while waiting and self.running < self.p.max_seqs:
                 req = waiting.popleft()
@@ -256,7 +262,7 @@ class Replica:
                         skipped.append(req)
                         continue
                     active[name] += 1
-                if use(name) is not None:
+                if not merged and use(name) is not None:
                     self.gpu_swaps += 1
                 self.prefill.append([req, prompt[req]])
                 self.running += 1
@@ -365,5 +371,5 @@ class Replica:
         self.inflight.discard(req)
         eng.finish_time[req] = now
         eng.on_finish(self, req, tokens)
-        if self.cache.release(name) and self.ram_waiters:
+        if self.merged is None and self.cache.release(name) and self.ram_waiters:
             self._retry_waiters(now)

@@ -47,6 +47,7 @@ from lorafleet_core.models.common import (
 )
 from lorafleet_core.models.merged import MergedSpec, MergePhase, MergeStatus
 from lorafleet_core.models.pool import (
+    AutoMergeSpec,
     AutoscalingSpec,
     BaseModelRef,
     CacheSpec,
@@ -77,6 +78,7 @@ __all__ = [
     "AdapterStats",
     "AliasHistoryEntry",
     "AnyResource",
+    "AutoMergeSpec",
     "AutoscalingSpec",
     "BaseModelRef",
     "CacheSpec",

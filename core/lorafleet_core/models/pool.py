@@ -297,6 +297,19 @@ class CacheSpec(SpecModel):
     )
 
 
+class AutoMergeSpec(SpecModel):
+    """Whether the operator may create merged pools for this shared pool's hottest adapters."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Create a merged ReplicaPool (owned by this pool) for an adapter whose "
+        "sustained tokens/s exceeds one replica's capacity (condition MergedPoolRecommended).",
+    )
+    max_pools: int = Field(
+        default=2, ge=0, le=64, description="Most merged pools the operator creates for this pool."
+    )
+
+
 class ReplicaPoolSpec(SpecModel):
     """A pool of identical replicas serving one base model and many adapters."""
 
@@ -320,6 +333,11 @@ class ReplicaPoolSpec(SpecModel):
         default=None,
         description="Serve one adapter merged into the base weights (LoRA disabled) instead of "
         "many adapters; unset for a shared multi-LoRA pool.",
+    )
+    auto_merge: AutoMergeSpec = Field(
+        default_factory=AutoMergeSpec,
+        description="Shared pools only: let the operator create merged pools for adapters "
+        "that fill a replica by themselves.",
     )
 
 

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from lorafleet_core.models import (
     AdapterPhase,
     AdapterStats,
+    Condition,
     LoRAAdapter,
     LoRAAdapterSpec,
     LoRAAdapterStatus,
@@ -82,19 +83,32 @@ def parse_adapter(raw: Mapping[str, Any]) -> LoRAAdapter | Validation:
         return Validation(False, reason, f"{where}: {first['msg']}", final=True)
 
 
-def validate_adapter(spec: LoRAAdapterSpec, pools: Sequence[ReplicaPool]) -> Validation:
-    """Check the adapter against the pools whose base-model hash matches.
+def shared_pools(pools: Sequence[ReplicaPool]) -> list[ReplicaPool]:
+    """The pools that serve many adapters (multi-LoRA): every pool not in merged mode."""
+    return [p for p in pools if p.spec.merged is None]
 
-    Pools are tried in name order and the first that accepts the adapter serves it, so the
-    answer does not depend on the order objects were observed. Merged pools (spec.merged) take
-    no adapters: their replicas serve one adapter in their weights, LoRA disabled.
+
+def rank_class_order(pools: Sequence[ReplicaPool]) -> list[ReplicaPool]:
+    """Pools smallest rank class first (then by name, so the order never depends on the
+    order objects were observed)."""
+    return sorted(pools, key=lambda p: (p.spec.engine.max_rank, p.metadata.name))
+
+
+def validate_adapter(spec: LoRAAdapterSpec, pools: Sequence[ReplicaPool]) -> Validation:
+    """Check the adapter against the shared pools whose base-model hash matches.
+
+    Several shared pools of one base model are rank classes: the adapter goes to the
+    smallest `maxRank` that accepts it (a rank-8 adapter to the rank-16 pool, not the
+    rank-64 one, whose slots cost four times the memory). Merged pools serve one adapter
+    each and never take placements; their adapter is placed here like any other, which is
+    where its traffic falls back to.
     """
-    pools = [p for p in pools if p.spec.merged is None]
+    pools = shared_pools(pools)
     if not pools:
         return Validation(
-            False, NO_MATCHING_POOL, "no ReplicaPool in this namespace yet; waiting for one"
+            False, NO_MATCHING_POOL, "no shared ReplicaPool in this namespace yet; waiting for one"
         )
-    ordered = sorted(pools, key=lambda p: p.metadata.name)
+    ordered = rank_class_order(pools)
     matching = [p for p in ordered if p.spec.base_model.hash == spec.base_model_hash]
     if not matching:
         served = ", ".join(sorted({p.spec.base_model.hash for p in ordered}))
@@ -116,7 +130,9 @@ def validate_adapter(spec: LoRAAdapterSpec, pools: Sequence[ReplicaPool]) -> Val
                 f"{pool.spec.engine.max_rank}, modules allowed",
                 pool=pool.metadata.name,
             )
-        first_problem = first_problem or problem
+        # The largest rank class's refusal says the most (e.g. the highest maxRank there is).
+        if first_problem is None or problem.reason == RANK_TOO_HIGH:
+            first_problem = problem
     assert first_problem is not None
     return first_problem
 
@@ -224,6 +240,7 @@ class AdapterInputs:
     blocked_by_aliases: list[str] = field(default_factory=list)
     stats: AdapterStats | None = None  # planned by planning.adapter_stats (rate-bounded)
     placements: list[Placement] = field(default_factory=list)  # idem
+    merge_advice: Condition | None = None  # MergedPoolRecommended (planning.merge_advice)
 
 
 def plan_adapter_status(
@@ -281,6 +298,8 @@ def plan_adapter_status(
                     READY, True, SERVABLE, "owners pre-warm it; any replica can load it", now, gen
                 )
             )
+    if inputs.merge_advice is not None:
+        conds.append(inputs.merge_advice)
     if inputs.blocked_by_aliases:
         names = ", ".join(sorted(inputs.blocked_by_aliases))
         conds.append(

@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from lorafleet_core import reasons
 from lorafleet_core.models import (
@@ -36,7 +37,12 @@ from lorafleet_core.planning.aliases import (
     created_at,
     plan_alias,
 )
-from lorafleet_core.planning.conditions import condition
+from lorafleet_core.planning.conditions import condition, find
+from lorafleet_core.planning.merge_advice import (
+    MERGE_THRESHOLD_SHARE,
+    MergeAdvice,
+    plan_merge_advice,
+)
 from lorafleet_core.planning.prewarm import plan_owned_annotations
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.replica_state import ReplicaState
@@ -52,6 +58,7 @@ class AdapterEntry:
     status: LoRAAdapterStatus | None = None
     deleting: bool = False
     generation: int | None = None
+    uid: str | None = None  # metadata.uid (owner reference of a merged pool created for it)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,10 @@ class FleetParams:
     # Generated tokens/s one replica serves (the design's 640; planning.adapters explains it).
     replica_capacity_tps: float = REPLICA_TOKENS_PER_SECOND
     hot_share: float = 0.5  # most of a replica's capacity one adapter may take per owner
+    # Sustained tokens/s of one adapter, as a share of replica_capacity_tps, above which a
+    # merged pool wins (planning.merge_advice; measured with `lorafleet sim --scenario
+    # hot-tenant-merged`, docs/performance.md).
+    merge_threshold_share: float = MERGE_THRESHOLD_SHARE
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,10 @@ class FleetPlan:
     alias_deploys: dict[str, str] = field(default_factory=dict)  # alias -> newly served
     blocked_deletions: dict[str, list[str]] = field(default_factory=dict)  # adapter -> aliases
     dropped: dict[str, list[str]] = field(default_factory=dict)  # pod -> not pre-warmed
+    # MergedPoolRecommended newly True (or a new reason): adapter -> (reason, message), the
+    # Event to emit on the LoRAAdapter; and merged ReplicaPools to create (autoMerge).
+    merge_events: dict[str, tuple[str, str]] = field(default_factory=dict)
+    pools_to_create: list[dict[str, Any]] = field(default_factory=list)
 
 
 def ready_replicas(pods: Sequence[PodView], pool: str) -> list[str]:
@@ -180,8 +195,22 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
         stats = adapter_stats.plan_stats(
             old.stats, measured.get(entry.name, adapter_stats.IDLE) if snap.states else None, now
         )
+        advice = None
+        if v.ok and v.pool is not None and entry.adapter is not None:
+            advice = plan_merge_advice(
+                entry.adapter.model_copy(update={"status": entry.status}),
+                stats.tokens_per_second if stats else 0.0,
+                pools[v.pool],
+                snap.pools,
+                params.merge_threshold_share * params.replica_capacity_tps,
+                params.replica_capacity_tps,
+                now,
+                entry.uid,
+            )
+            _note_advice(plan, entry, advice)
         inputs = AdapterInputs(
             validation=v,
+            merge_advice=advice.condition if advice else None,
             owners=owners.get(entry.name, []),
             owner_count=counts.get(entry.name),
             ready_replicas=len(replicas_of.get(v.pool or "", [])),
@@ -218,6 +247,18 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
         if ap.deployed:
             plan.alias_deploys[alias.metadata.name] = ap.deployed
     return plan
+
+
+def _note_advice(plan: FleetPlan, entry: AdapterEntry, advice: MergeAdvice | None) -> None:
+    """An Event when the recommendation turns True or changes reason; the pool to create."""
+    if advice is None or not advice.recommended:
+        return
+    old = find(entry.status.conditions, reasons.MERGED_POOL_RECOMMENDED) if entry.status else None
+    new = advice.condition
+    if old is None or (old.status, old.reason) != (new.status, new.reason):
+        plan.merge_events[entry.name] = (new.reason, new.message)
+    if advice.create is not None:
+        plan.pools_to_create.append(advice.create)
 
 
 def _tenant(entry: AdapterEntry) -> str:

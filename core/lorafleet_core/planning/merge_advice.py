@@ -1,0 +1,187 @@
+"""When an adapter should have a merged pool, and the merged ReplicaPool to create (pure).
+
+An adapter whose own sustained traffic fills a replica is cheaper on replicas that serve it
+merged into the base weights (no LoRA delta per token: 40 ms instead of 50 ms per decode step
+in the design's numbers, one adapter per copy, no loads) than on more owners in the shared
+pool, which pay the LoRA overhead on every token. `lorafleet sim --scenario
+hot-tenant-merged` finds where the merged pool wins (docs/performance.md); the threshold here
+is that point, as a share of one replica's capacity (`FleetParams.merge_threshold_share`).
+
+"Sustained" is the status figure `stats.tokensPerSecond` (planning.adapter_stats: a minute's
+traffic summed over replicas, rewritten only when it moves by 25%), not one scrape. The
+condition `MergedPoolRecommended` turns True above the threshold and False only below 80% of
+it, so it does not flap; an adapter that never crossed it carries no such condition at all
+(5,000 quiet adapters cost no writes).
+
+With the shared pool's `spec.autoMerge.enabled` the plan also names the merged ReplicaPool to
+create: the shared pool's spec with `merged.adapter` set, owned by the LoRAAdapter (garbage
+collected with it), labelled with the shared pool and the adapter; at most
+`autoMerge.maxPools` per shared pool. Nothing is ever deleted here: scaling a merged pool down
+is its autoscaler's job, removing it a person's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from lorafleet_core import reasons
+from lorafleet_core.models import (
+    Condition,
+    ConditionStatus,
+    LoRAAdapter,
+    MergedSpec,
+    ReplicaPool,
+)
+from lorafleet_core.names import (
+    API_VERSION,
+    KIND_ADAPTER,
+    KIND_POOL,
+    LABEL_MERGED_ADAPTER,
+    LABEL_MERGED_FROM,
+)
+from lorafleet_core.planning.conditions import condition, find
+
+# Where the merged pool starts to win (docs/performance.md, "Hot tenant: more owners or a
+# merged pool": from 2 x a replica's capacity on at every rate tried, never at 1 x or below),
+# as a share of one replica's capacity.
+MERGE_THRESHOLD_SHARE = 2.0
+HYSTERESIS = 0.8  # the recommendation is withdrawn only below this share of the threshold
+MAX_POOL_NAME = 52  # StatefulSet names above 52 characters break its pods' revision label
+
+
+@dataclass(frozen=True)
+class MergeAdvice:
+    """The MergedPoolRecommended condition of one adapter, and a pool to create, if any."""
+
+    condition: Condition
+    create: dict[str, Any] | None = None  # a ReplicaPool body
+
+    @property
+    def recommended(self) -> bool:
+        return self.condition.status == ConditionStatus.TRUE
+
+
+def merged_pool_name(adapter: str) -> str:
+    """`<adapter>-merged`, shortened with a stable hash when it would be too long."""
+    name = f"{adapter}-merged"
+    if len(name) <= MAX_POOL_NAME:
+        return name
+    digest = hashlib.blake2b(adapter.encode(), digest_size=4).hexdigest()
+    return f"{adapter[: MAX_POOL_NAME - 16].rstrip('-.')}-{digest}-merged"
+
+
+def plan_merge_advice(
+    adapter: LoRAAdapter,
+    tps: float,
+    shared: ReplicaPool,
+    pools: Sequence[ReplicaPool],
+    threshold_tps: float,
+    replica_capacity_tps: float,
+    now: datetime,
+    uid: str | None = None,
+) -> MergeAdvice | None:
+    """The advice for `adapter` (placed in `shared`, sustaining `tps` generated tokens/s, the
+    status figure), or None: no condition to hold.
+
+    `threshold_tps` is the sustained tokens/s above which a merged pool wins;
+    `replica_capacity_tps` sizes the pool to create; `uid` is the adapter's (owner reference).
+    """
+    name = adapter.metadata.name
+    gen = adapter.metadata.generation
+    old_status = adapter.status
+    old = find(old_status.conditions, reasons.MERGED_POOL_RECOMMENDED) if old_status else None
+    was = old is not None and old.status == ConditionStatus.TRUE
+    above = tps > (threshold_tps * HYSTERESIS if was else threshold_tps)
+    if not above:
+        if old is None:
+            return None
+        msg = (
+            f"sustained {tps:g} tokens/s is within the shared pool's capacity (merged pool "
+            f"recommended above {threshold_tps:g})"
+        )
+        return MergeAdvice(
+            condition(
+                reasons.MERGED_POOL_RECOMMENDED, False, reasons.WITHIN_CAPACITY, msg, now, gen
+            )
+        )
+
+    traffic = (
+        f"sustained {tps:g} tokens/s exceeds {threshold_tps:g} (the point where a merged "
+        f"pool beats more owners in ReplicaPool {shared.metadata.name})"
+    )
+    existing = [p for p in pools if p.spec.merged is not None and p.spec.merged.adapter == name]
+    if existing:
+        names = ", ".join(sorted(p.metadata.name for p in existing))
+        reason, msg, create = reasons.MERGED_POOL_EXISTS, f"{traffic}; served by {names}", None
+    elif not shared.spec.auto_merge.enabled:
+        reason = reasons.SUSTAINED_TRAFFIC
+        msg = (
+            f"{traffic}; create a ReplicaPool with spec.merged.adapter: {name}, or set "
+            f"spec.autoMerge.enabled on ReplicaPool {shared.metadata.name}"
+        )
+        create = None
+    elif _created_by(shared, pools) >= shared.spec.auto_merge.max_pools:
+        reason = reasons.AUTO_MERGE_LIMIT
+        msg = (
+            f"{traffic}; ReplicaPool {shared.metadata.name} already has "
+            f"autoMerge.maxPools={shared.spec.auto_merge.max_pools} merged pools"
+        )
+        create = None
+    else:
+        create = merged_pool_body(adapter, shared, tps, replica_capacity_tps, uid)
+        reason = reasons.MERGED_POOL_CREATED
+        msg = f"{traffic}; creating ReplicaPool {create['metadata']['name']} (autoMerge)"
+    cond = condition(reasons.MERGED_POOL_RECOMMENDED, True, reason, msg, now, gen)
+    return MergeAdvice(cond, create)
+
+
+def _created_by(shared: ReplicaPool, pools: Sequence[ReplicaPool]) -> int:
+    return sum(1 for p in pools if p.metadata.labels.get(LABEL_MERGED_FROM) == shared.metadata.name)
+
+
+def merged_pool_body(
+    adapter: LoRAAdapter,
+    shared: ReplicaPool,
+    tps: float,
+    replica_capacity_tps: float,
+    uid: str | None,
+) -> dict[str, Any]:
+    """The merged ReplicaPool for `adapter`: the shared pool's spec, one adapter merged.
+
+    Sized for the traffic measured: at least ceil(tps / capacity) replicas (the merged
+    replicas' capacity is at least the shared one's), at most the shared pool's max.
+    """
+    spec = shared.spec.model_copy(deep=True)
+    spec.merged = MergedSpec(adapter=adapter.metadata.name)
+    spec.auto_merge = spec.auto_merge.model_copy(update={"enabled": False})
+    need = max(1, math.ceil(tps / max(replica_capacity_tps, 1e-9)))
+    bounds = spec.replicas
+    spec.replicas = bounds.model_copy(
+        update={"min": min(need, bounds.max), "desired": None, "max": max(bounds.max, 1)}
+    )
+    body_spec = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    meta: dict[str, Any] = {
+        "name": merged_pool_name(adapter.metadata.name),
+        "labels": {
+            LABEL_MERGED_FROM: shared.metadata.name,
+            LABEL_MERGED_ADAPTER: adapter.metadata.name,
+            "app.kubernetes.io/managed-by": "lorafleet-operator",
+        },
+    }
+    if uid:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND_ADAPTER,
+                "name": adapter.metadata.name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {"apiVersion": API_VERSION, "kind": KIND_POOL, "metadata": meta, "spec": body_spec}
