@@ -210,6 +210,19 @@ POOL_CASES = {
     "starting": (pool(0, 2), "Progressing", "NoReadyReplicas"),
     "scaling up": (pool(2, 4), "Progressing", "Scaling: 2/4 replicas ready"),
     "invalid spec": (pool(0, 0, reason="InvalidSpec", pods=0), "Degraded", "InvalidSpec"),
+    "merge pending": (pool(0, 1, reason="MergePending"), "Progressing", "MergePending"),
+    "merging": (pool(0, 1, reason="Merging"), "Progressing", "Merging"),
+    "merge waits for its adapter": (
+        pool(0, 1, reason="MergedAdapterNotFound"),
+        "Progressing",
+        "MergedAdapterNotFound",
+    ),
+    "merge failed": (pool(0, 1, reason="MergeFailed"), "Degraded", "MergeFailed"),
+    "merged adapter of another base": (
+        pool(0, 1, reason="BaseModelMismatch"),
+        "Degraded",
+        "BaseModelMismatch",
+    ),
 }
 
 
@@ -236,14 +249,17 @@ def test_argocd_cm_patch_holds_the_scripts_verbatim():
 
 
 def test_example_sync_waves_apply_pools_then_adapters_then_aliases():
-    waves = {
-        kind: {
-            int(doc["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
-            for path in EXAMPLES.glob("*.yaml")
-            for doc in yaml.safe_load_all(path.read_text())
-            if doc and doc["kind"] == kind
-        }
-        for kind in ("ReplicaPool", "LoRAAdapter", "AdapterAlias")
-    }
+    def kind_of(doc: dict[str, Any]) -> str:
+        merged = doc["kind"] == "ReplicaPool" and doc["spec"].get("merged")
+        return "MergedPool" if merged else str(doc["kind"])
+
+    waves: dict[str, set[int]] = {}
+    for path in EXAMPLES.glob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] in ("ReplicaPool", "LoRAAdapter", "AdapterAlias"):
+                wave = int(doc["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
+                waves.setdefault(kind_of(doc), set()).add(wave)
     assert max(waves["ReplicaPool"]) < min(waves["LoRAAdapter"])
     assert max(waves["LoRAAdapter"]) < min(waves["AdapterAlias"])
+    # a merged pool waits for the adapter it merges: Healthy only once that exists
+    assert max(waves["LoRAAdapter"]) < min(waves["MergedPool"])

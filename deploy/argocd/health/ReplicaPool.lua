@@ -1,7 +1,9 @@
 -- Argo CD health check for lorafleet.dev/ReplicaPool (Lua 5.1, as Argo CD runs it).
 -- Healthy: Ready and as many ready replicas as the autoscaler wants. Progressing: no status yet,
--- a status older than the spec, replicas starting or scaling. Degraded: the spec is invalid
--- (the operator cannot build the StatefulSet from it).
+-- a status older than the spec, replicas starting or scaling, a merged pool's merge pending or
+-- running (or waiting for its adapter to exist). Degraded: the spec is invalid (the operator
+-- cannot build the StatefulSet from it), or a merged pool's merge failed or its adapter was
+-- trained on another base model (neither fixes itself).
 local hs = {}
 
 local function condition(kind)
@@ -34,7 +36,8 @@ if generation ~= nil and observed ~= nil and observed < generation then
 end
 
 if ready.status ~= "True" then
-  if ready.reason == "InvalidSpec" then
+  local broken = { InvalidSpec = true, MergeFailed = true, BaseModelMismatch = true }
+  if broken[ready.reason] then
     hs.status = "Degraded"
   else
     hs.status = "Progressing"
