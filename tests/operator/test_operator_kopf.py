@@ -8,7 +8,6 @@ Replica pods are created by the test (kmock has no StatefulSet controller) and p
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +24,7 @@ from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LAB
 from lorafleet_core.records import decode_owned
 from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
+from tests.operator.kopf_harness import operator_running
 from tests.operator.state_servers import StateServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -47,26 +47,8 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster) -> Iterator[KopfRunner]:
-    saved = {k: os.environ.get(k) for k in [*ENV, "LORAFLEET_OPERATOR_API_SERVER"]}
-    os.environ.update(ENV, LORAFLEET_OPERATOR_API_SERVER=cluster.url)
-    args = [
-        "run",
-        "--standalone",
-        "--namespace",
-        cluster.namespace,
-        "-m",
-        "lorafleet_operator.handlers",
-    ]
-    try:
-        with KopfRunner(args, timeout=60) as runner:
-            yield runner
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert runner.exception is None, runner.output[-5000:]
+    with operator_running(cluster, ENV) as runner:
+        yield runner
 
 
 def pod_body(name: str, pool: str, port: int, ready: bool = True) -> dict[str, Any]:

@@ -8,7 +8,6 @@ termination message), as test_operator_kopf plays the StatefulSet controller.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from kopf.testing import KopfRunner
 from lorafleet_core.planning.merge_job import merge_job_name
 from tests.operator.factories import adapter_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
+from tests.operator.kopf_harness import operator_running
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -41,26 +41,8 @@ def cluster() -> Iterator[Cluster]:
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster) -> Iterator[KopfRunner]:
-    saved = {k: os.environ.get(k) for k in [*ENV, "LORAFLEET_OPERATOR_API_SERVER"]}
-    os.environ.update(ENV, LORAFLEET_OPERATOR_API_SERVER=cluster.url)
-    args = [
-        "run",
-        "--standalone",
-        "--namespace",
-        cluster.namespace,
-        "-m",
-        "lorafleet_operator.handlers",
-    ]
-    try:
-        with KopfRunner(args, timeout=60) as runner:
-            yield runner
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert runner.exception is None, runner.output[-5000:]
+    with operator_running(cluster, ENV) as runner:
+        yield runner
 
 
 def create(cluster: Cluster, plural: str, body: dict[str, Any]) -> None:
