@@ -64,10 +64,17 @@ class FaultProxy:
 
     def _pump(self, src: socket.socket, dst: socket.socket, back: bool) -> None:
         try:
-            while data := src.recv(256 if back and self._rate else 65536):
-                dst.sendall(data)
-                if back and (rate := self._rate):
-                    time.sleep(len(data) / rate)  # the slow link itself, not synchronisation
+            while data := src.recv(65536):
+                rate = self._rate if back else None
+                if not rate:
+                    dst.sendall(data)
+                    continue
+                # Throttled by what is sent, not by the read: a read issued before slow() (a
+                # kept-alive connection's pump waiting in recv) may return a whole answer.
+                for i in range(0, len(data), 256):
+                    piece = data[i : i + 256]
+                    dst.sendall(piece)
+                    time.sleep(len(piece) / rate)  # the slow link itself, not synchronisation
         except OSError:
             pass
         finally:
