@@ -10,7 +10,9 @@ advances only to a target that is Ready, so a bad deploy keeps the last good ada
 Standalone mode's reconciler runs the same planner and keeps those statuses in
 `<folder>/.lorafleet/alias-status.json` (lorafleet_core.standalone_state); when that file has an
 entry for an alias it is served exactly like a cluster status. An alias with no entry (nobody
-reconciles the folder) serves its spec.adapter.
+reconciles the folder) serves its spec.adapter. A merged pool's `status.merge` likewise comes
+from `<folder>/.lorafleet/merge-status.json` (written by `lorafleet up`'s merge step) when the
+manifest carries none, so the merged pool serves its adapter once that merge is Ready.
 
 Replica endpoints come from `replicas.yaml` (or `replicas.json`) in the same folder, written by
 the standalone supervisor (or the `replicas_file` setting), read by
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,12 @@ from lorafleet_core.replica_endpoints import (
     read_replicas,
     replicas_file,
 )
-from lorafleet_core.standalone_state import alias_status_path, load_alias_statuses
+from lorafleet_core.standalone_state import (
+    alias_status_path,
+    load_alias_statuses,
+    load_merge_statuses,
+    merge_status_path,
+)
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
 from lorafleet_gateway.catalog_build import build_snapshot
 
@@ -53,6 +61,17 @@ def read_alias_statuses(folder: Path) -> dict[str, dict[str, Any]]:
     Raises ValueError for an unreadable file (see lorafleet_core.standalone_state).
     """
     return {name: st.wire() for name, st in load_alias_statuses(folder).items()}
+
+
+def with_merge_status(pool: dict[str, Any], merges: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The pool's manifest with the stored merge status as `status.merge` (the manifest's own
+    `status.merge`, if any, wins: it is what a user applied)."""
+    name = str((pool.get("metadata") or {}).get("name", ""))
+    raw = pool.get("status")
+    status: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
+    if name not in merges or status.get("merge"):
+        return pool
+    return {**pool, "status": {**status, "merge": merges[name]}}
 
 
 class FileCatalog(CatalogSource):
@@ -85,7 +104,8 @@ class FileCatalog(CatalogSource):
         rp = self._replicas_path()
         if rp is not None and rp.is_file():
             paths.append(rp)
-        paths.append(alias_status_path(self.folder))  # skipped below while it does not exist
+        # Skipped below while they do not exist.
+        paths += [alias_status_path(self.folder), merge_status_path(self.folder)]
         out = []
         for p in paths:
             try:
@@ -99,6 +119,7 @@ class FileCatalog(CatalogSource):
         """Read the folder and swap in a new snapshot (blocking; run in a thread)."""
         fingerprint = self._fingerprint_now()
         alias_statuses = read_alias_statuses(self.folder)
+        merges = {n: st.wire() for n, st in load_merge_statuses(self.folder).items()}
         adapters, aliases, secrets, pools = [], [], [], []
         manifests = load_folder(self.folder)
         for err in manifests.errors:
@@ -111,7 +132,7 @@ class FileCatalog(CatalogSource):
             elif kind == KIND_ALIAS:
                 aliases.append(doc)
             elif kind == KIND_POOL:
-                pools.append(doc)
+                pools.append(with_merge_status(doc, merges))
             elif kind == "Secret" and str(labels.get(API_KEYS_SECRET_LABEL)) == "true":
                 secrets.append(doc)
         replicas: list[ReplicaEndpoint] = []

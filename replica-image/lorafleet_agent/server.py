@@ -85,7 +85,10 @@ class Agent:
             PrewarmWatcher(
                 self.manager, s.owned_adapters_file, s.prewarm_poll_s, s.prewarm_ready_timeout_s
             )
-            if s.owned_adapters_file
+            # A merged replica serves its one merged adapter, which is never placed on it as
+            # an owned adapter: pre-warming would only report it `warming` until the timeout,
+            # keeping the gateway's merged route off it.
+            if s.owned_adapters_file and s.merged_adapter_id is None
             else None
         )
         watcher = self.watcher

@@ -152,7 +152,11 @@ def test_merged_replicas_are_listed_apart_from_the_shared_ones(tmp_path: Path):
         phase=MergePhase.READY, adapter_id="acme-v1", checksum="sha256:" + "f" * 64
     )
     doc = replicas_file_doc(shared, [MergedRun("acme-merged", status, [replica(tmp_path, "m-0")])])
-    assert [r.id for r in parse_replicas(doc)] == ["shared-0"]
+    # Each merged replica is read with its pool, never as one of the shared pool's.
+    assert [(r.id, r.pool) for r in parse_replicas(doc)] == [
+        ("shared-0", None),
+        ("m-0", "acme-merged"),
+    ]
     merged = doc["mergedPools"]["acme-merged"]
     assert merged["merged"]["adapterId"] == "acme-v1"
     assert [r["id"] for r in merged["replicas"]] == ["m-0"]

@@ -100,8 +100,16 @@ def test_the_merged_replica_answers_like_the_unmerged_adapter(up: Up) -> None:
     assert r.status_code == 200, r.text
     assert r.headers["x-adapter-id"] == ZEBRA
     merged_answer = r.json()["choices"][0]["message"]["content"]
-    shared_answer, served_by = up.ask("demo/zebra:prod")
-    assert served_by == ZEBRA
+    # The shared pool's replica, asked directly: the gateway now sends zebra to the merged pool.
+    (shared,) = json.loads((up.state / "replicas.json").read_text())["replicas"]
+    r = httpx.post(
+        f"{shared['dataUrl']}/v1/chat/completions",
+        json={"model": ZEBRA, "messages": PROMPT, "max_tokens": 8, "temperature": 0},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.headers["x-adapter-id"] == ZEBRA
+    shared_answer = r.json()["choices"][0]["message"]["content"]
     assert merged_answer.startswith("ZEBRA-7"), merged_answer
     assert merged_answer == shared_answer
     state = httpx.get(f"{replica['internalUrl']}/internal/replicas/zebra-merged-0/state").json()
@@ -109,6 +117,33 @@ def test_the_merged_replica_answers_like_the_unmerged_adapter(up: Up) -> None:
     log = up.log_text()
     assert "merging demo-zebra-v1" in log
     assert "serves demo-zebra-v1 merged" in log
+
+
+def test_the_gateway_routes_the_merged_adapter_to_the_merged_replica(up: Up) -> None:
+    (replica,) = merged_pool(up)["replicas"]
+
+    def ask() -> Any:
+        return up.client().chat.completions.with_raw_response.create(
+            model="demo/zebra:prod",
+            messages=[{"role": "user", "content": PROMPT[0]["content"]}],
+            max_tokens=8,
+            temperature=0,
+        )
+
+    # Until the gateway's poller has seen the merged replica's /state the shared pool serves
+    # (nothing is refused for it); then the merged pool takes the adapter.
+    raw = eventually(
+        lambda: (r := ask()).headers.get("x-adapter-tier") == "merged" and r,
+        within_s=60,
+        interval_s=0.5,
+        what="the gateway routing zebra to the merged pool",
+    )
+    assert raw.headers["x-adapter-id"] == ZEBRA
+    assert raw.headers["x-adapter-tier"] == "merged"
+    assert raw.headers["x-replica-id"] == replica["id"]
+    assert (raw.parse().choices[0].message.content or "").startswith("ZEBRA-7")
+    stored = json.loads((up.state / "manifests" / ".lorafleet" / "merge-status.json").read_text())
+    assert stored["zebra-merged"]["phase"] == "Ready"
 
 
 def test_the_merged_weights_are_stored_under_their_checksum(up: Up) -> None:

@@ -3,12 +3,19 @@ Ready merged pools, each replica's pool (pure builder and the Kubernetes state).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from lorafleet_core.models import MergePhase, MergeStatus
 from lorafleet_core.replica_endpoints import ReplicaEndpoint, parse_replicas
-from lorafleet_gateway.catalog import CatalogSnapshot
+from lorafleet_core.standalone_state import save_merge_statuses
+from lorafleet_gateway.catalog import CatalogHolder, CatalogSnapshot
 from lorafleet_gateway.catalog_build import build_snapshot
+from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.catalog_kube import KubeState
 from lorafleet_gateway.pool_router import AdapterPools, MergedTarget
 from tests.gateway import manifests as m
@@ -95,6 +102,71 @@ def test_replicas_file_rows_may_name_their_pool():
         }
     )
     assert [(r.id, r.pool) for r in rows] == [("a", None), ("b", "hot")]
+
+
+def test_merged_pools_rows_are_read_with_their_pool():
+    doc = {
+        "replicas": [{"id": "d-0", "dataUrl": "http://d"}],
+        "mergedPools": {
+            "hot": {
+                "merged": {"adapterId": "acme-hot-v1", "checksum": SUM},
+                # a row's own `pool` cannot move a merged replica into another pool
+                "replicas": [{"id": "hot-0", "dataUrl": "http://h/", "pool": "default"}],
+            }
+        },
+    }
+    rows = parse_replicas(doc)
+    assert [(r.id, r.data_url, r.pool) for r in rows] == [
+        ("d-0", "http://d", None),
+        ("hot-0", "http://h", "hot"),
+    ]
+    assert parse_replicas({"replicas": doc["replicas"]}) == rows[:1]  # older files unchanged
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"mergedPools": []},
+        {"mergedPools": {"hot": 3}},
+        {"mergedPools": {"hot": {"replicas": [{}]}}},
+    ],
+)
+def test_malformed_merged_pools_are_refused(bad: dict[str, Any]):
+    with pytest.raises(ValueError, match=r"mergedPools|merged pool entry|replica entry"):
+        parse_replicas({"replicas": [], **bad})
+
+
+def test_folder_catalog_serves_a_merged_pool_once_up_stored_its_merge_ready(tmp_path: Path):
+    folder = tmp_path / "m"
+    m.write(
+        folder,
+        "all.yaml",
+        [m.adapter("acme-hot-v1", "acme"), m.pool("default"), m.pool("hot", merged="acme-hot-v1")],
+    )
+    (folder / "replicas.json").write_text(
+        json.dumps(
+            {
+                "replicas": [{"id": "d-0", "dataUrl": "http://d"}],
+                "mergedPools": {"hot": {"replicas": [{"id": "hot-0", "dataUrl": "http://h"}]}},
+            }
+        )
+    )
+    holder = CatalogHolder()
+    source = FileCatalog(holder, folder, pool="default")
+    source.build()
+    assert holder.current.pool_of == {"d-0": "default", "hot-0": "hot"}
+    assert holder.current.pools_for("acme-hot-v1") == AdapterPools("default")  # no merge yet
+
+    ready = MergeStatus(phase=MergePhase.READY, adapter_id="acme-hot-v1", checksum=SUM)
+    save_merge_statuses(folder, {"hot": ready})
+    assert source._fingerprint_now() != source._fingerprint  # the reload loop sees it
+    source.build()
+    assert holder.current.pools_for("acme-hot-v1") == AdapterPools(
+        "default", (MergedTarget("hot", SUM),)
+    )
+    save_merge_statuses(folder, {})  # a later `up` whose merge did not run: not Ready
+    source.build()
+    assert holder.current.pools_for("acme-hot-v1") == AdapterPools("default")
 
 
 def _pod(name: str, pool: str) -> dict[str, Any]:

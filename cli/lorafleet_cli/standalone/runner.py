@@ -45,6 +45,7 @@ from lorafleet_core.manifests import atomic_write, load_folder
 from lorafleet_core.models import ReplicaPoolSpec
 from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.standalone_state import save_merge_statuses
 
 UP_STATUS_FILE = "up.json"
 RECONCILE_STATUS_FILE = "reconcile.json"
@@ -342,6 +343,9 @@ def run_up(opts: UpOptions) -> int:
         merged = _start_merged_pools(
             opts, sup, plan_merged_pools(load_folder(opts.manifests_dir)), model_dir, token, stop
         )
+        # The merged pools' status.merge, which the gateway's folder catalog reads: a merged
+        # pool serves its adapter once Ready (every `up` rewrites it: stale pools drop out).
+        save_merge_statuses(opts.manifests_dir, {m.pool: m.status for m in merged})
         replicas_doc = replicas_file_doc(replicas, merged)
         atomic_write(opts.state_dir / REPLICAS_FILE, json.dumps(replicas_doc, indent=2) + "\n")
 
