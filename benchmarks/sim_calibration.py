@@ -12,9 +12,8 @@
    gpuSlots 2, hostRamSlots 4, the 3 demo canaries + 3 copies each = 12 aliases), then the
    probes of `benchmarks.calibration_probes` (prefill rate and request path, time per output
    token at batch 1/2/4/8/16), then for each of `--rates` the probes again and a trace replay
-   (the load test's plan:
-   `e2e.loadplan`, Zipf(`--zipf`) over the 12 aliases, lengths scaled to the demo's 256-token
-   context), recording TTFT and `x-adapter-tier` per request.
+   (the load test's plan, `lorafleet_cli.loadtest.plan`: Zipf(`--zipf`) over the 12 aliases,
+   lengths scaled to the demo's 256-token context), recording TTFT and `x-adapter-tier` per request.
 3. Every planned prompt is tokenized with the demo model's tokenizer and chat template (what
    vLLM counts), so the simulator gets the engine's token counts, not the planner's estimate.
 

@@ -58,14 +58,18 @@ def test_a_streamed_response_is_relayed_event_by_event_and_metered(env: GatewayE
     assert kinds[-1] == "response.completed"
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
     assert len(deltas) == env.replicas["replica-0"].n_tokens
-    assert _usage(env, "requests") == 1
+    # metered and counted when the gateway's side of the stream ends, just after the client's
+    eventually(lambda: _usage(env, "requests") == 1, what="metered request")
     eventually(
         lambda: _usage(env, "completion_tokens") == len(deltas), what="metered output tokens"
     )
-    ok = env.gw.metrics.registry.get_sample_value(
-        "lorafleet_gateway_requests_total", {"endpoint": "responses", "status": "200"}
-    )
-    assert ok == 1
+
+    def ok() -> float | None:
+        return env.gw.metrics.registry.get_sample_value(
+            "lorafleet_gateway_requests_total", {"endpoint": "responses", "status": "200"}
+        )
+
+    eventually(lambda: ok() == 1, what="the request counted as a 200")
 
 
 def test_a_responses_stream_cut_before_its_last_event_ends_with_an_error_event(
