@@ -25,11 +25,11 @@ def scrape(url: str) -> dict[tuple[str, str], float]:
 def test_tenant_counters_summed_over_two_gateways_give_the_fleet_over_target_fraction(
     tmp_path: Path,
 ):
-    fast = start_env(tmp_path / "a", ttft_target_s=0.2)
-    slow = start_env(tmp_path / "b", ttft_target_s=0.2)
+    fast = start_env(tmp_path / "a", ttft_target_s=1.0)
+    slow = start_env(tmp_path / "b", ttft_target_s=1.0)
     try:
         for replica in slow.replicas.values():
-            replica.first_byte_delay = 0.3  # every request through gateway b misses the target
+            replica.first_byte_delay = 1.2  # every request through gateway b misses the target
         sent = [(fast, "acme", 6), (slow, "acme", 4), (slow, "globex", 3), (fast, "globex", 1)]
         for env, tenant, n in sent:
             model = "acme/support:prod" if tenant == "acme" else "globex/bot:prod"
