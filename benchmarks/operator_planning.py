@@ -136,6 +136,12 @@ class CountingWriter:
     async def create_pool(self, *args: Any) -> None:
         self.writes["pool create"] += 1
 
+    async def patch_pool(self, *args: Any) -> None:
+        self.writes["pool patch"] += 1
+
+    async def delete_pool(self, *args: Any) -> None:
+        self.writes["pool delete"] += 1
+
 
 async def bench_writes(n: int, r: int, rate: float, settings: OperatorSettings) -> None:
     writer = CountingWriter()

@@ -26,6 +26,15 @@ LABEL_TENANT: Final = f"{GROUP}/tenant"
 # the adapter it serves.
 LABEL_MERGED_FROM: Final = f"{GROUP}/merged-from"
 LABEL_MERGED_ADAPTER: Final = f"{GROUP}/merged-adapter"
+# What the operator creates carries app.kubernetes.io/managed-by: lorafleet-operator; with the
+# merged-from label and the adapter's controller reference it marks a merged pool the
+# operator may scale and delete (never one a person created).
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY_OPERATOR: Final = "lorafleet-operator"
+# On such a merged pool once its adapter's traffic has stayed low for the cool-down: when it
+# started draining (RFC 3339). Gateways stop routing to it; the operator deletes it after
+# spec.autoMerge.drainSeconds.
+ANNOTATION_DRAINING_SINCE: Final = f"{GROUP}/draining-since"
 
 # Written by the operator on each replica pod; projected into the pod by the downward API
 # and read by the agent to pre-warm what the pod owns (see lorafleet_core.records).

@@ -47,6 +47,13 @@ MERGED_POOL_CREATED = "MergedPoolCreated"
 MERGED_POOL_EXISTS = "MergedPoolExists"
 AUTO_MERGE_LIMIT = "AutoMergeLimitReached"
 WITHIN_CAPACITY = "WithinReplicaCapacity"
+# Events on a merged pool the operator created, and its adapter (planning.merged_lifecycle).
+MERGED_POOL_SCALED = "MergedPoolScaled"
+MERGED_POOL_DRAINING = "MergedPoolDraining"
+MERGED_POOL_DRAIN_CANCELLED = "MergedPoolDrainCancelled"
+MERGED_POOL_DELETED = "MergedPoolDeleted"
+INTERNAL_SECRET_CREATED = "InternalSecretCreated"  # noqa: S105 (a reason, not a secret)
+INTERNAL_SECRET_MISSING = "InternalSecretMissing"  # noqa: S105 (a reason, not a secret)
 
 # AdapterAlias Deployed / Ready / Conflict.
 ADAPTER_NOT_FOUND = "AdapterNotFound"
@@ -68,5 +75,6 @@ MERGE_PENDING = "MergePending"
 MERGING = "Merging"
 MERGE_FAILED = "MergeFailed"
 MERGED_ADAPTER_NOT_FOUND = "MergedAdapterNotFound"
+DRAINING = "Draining"  # Ready=False on a merged pool about to be deleted (no sustained traffic)
 # The agent of a merged pool's replica refuses every other adapter (LoRA is disabled there).
 MERGED_POOL = "MergedPool"

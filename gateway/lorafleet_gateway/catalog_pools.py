@@ -9,7 +9,8 @@ of hot adapters all serve behind one endpoint. The `pools` setting lists them in
 Per adapter the catalog records its shared pool, chosen by the operator's own rule
 (`lorafleet_core.planning.adapters.validate_adapter`: the smallest rank class that accepts
 it), and the merged pools whose merge is Ready for it (`status.merge.phase` Ready for
-`spec.merged.adapter`). Statuses are read leniently, as everywhere in the catalog.
+`spec.merged.adapter`, and not draining). Statuses are read leniently, as everywhere in the
+catalog.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from lorafleet_core.models import LoRAAdapterSpec, MergePhase, ReplicaPool
 from lorafleet_core.planning.adapters import shared_pools, validate_adapter
+from lorafleet_core.planning.merged_lifecycle import draining
 from lorafleet_gateway.pool_router import AdapterPools, MergedTarget
 
 log = logging.getLogger("lorafleet.gateway.catalog")
@@ -103,9 +105,11 @@ def ready_merge(pool: ReplicaPool, status: Obj) -> MergedTarget | None:
     """The pool as a merged target when its merge is Ready for the adapter its spec names.
 
     A status naming another adapter (the spec changed and the new merge has not run yet) is
-    not Ready for this one.
+    not Ready for this one. A draining pool (the operator is about to delete it: its adapter's
+    traffic stayed low) is no target: new requests go to the shared pool while the pool's
+    replicas finish the ones they hold.
     """
-    if pool.spec.merged is None:
+    if pool.spec.merged is None or draining(pool):
         return None
     merge = status.get("merge")
     if not isinstance(merge, Mapping) or merge.get("phase") != MergePhase.READY.value:

@@ -97,6 +97,31 @@ class Kube:
             GROUP, VERSION, namespace, plural, body, field_manager=FIELD_MANAGER
         )
 
+    async def patch_custom(
+        self, plural: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> None:
+        """Merge-patch a lorafleet object (a merged pool the operator created: scale, drain)."""
+        await self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+            patch,
+            field_manager=FIELD_MANAGER,
+            _content_type=MERGE_PATCH,
+        )
+
+    async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
+        """Delete a lorafleet object; what it owns goes by garbage collection (background)."""
+        await self.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, namespace, plural, name, propagation_policy="Background"
+        )
+
+    async def create_secret(self, namespace: str, body: dict[str, Any]) -> None:
+        """Create a Secret (a merged pool's inside Secret); the operator never reads one."""
+        await self.core.create_namespaced_secret(namespace, body, field_manager=FIELD_MANAGER)
+
     # --- built-in objects the operator touches: strategic merge patch -----------------------
 
     async def annotate_pod(self, namespace: str, pod: str, value: str) -> None:

@@ -164,3 +164,9 @@ class CountingWriter:
 
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None:
         await self._counted(namespace, "pool", self.inner.create_pool(namespace, body))
+
+    async def patch_pool(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        await self._counted(namespace, "pool", self.inner.patch_pool(namespace, name, patch))
+
+    async def delete_pool(self, namespace: str, name: str) -> None:
+        await self._counted(namespace, "pool", self.inner.delete_pool(namespace, name))

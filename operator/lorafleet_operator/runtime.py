@@ -42,6 +42,12 @@ class KubeWriter:
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None:
         await (await HOLDER.client()).create_custom(PLURAL_POOL, namespace, body)
 
+    async def patch_pool(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        await (await HOLDER.client()).patch_custom(PLURAL_POOL, namespace, name, patch)
+
+    async def delete_pool(self, namespace: str, name: str) -> None:
+        await (await HOLDER.client()).delete_custom(PLURAL_POOL, namespace, name)
+
     async def event(
         self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
     ) -> None:

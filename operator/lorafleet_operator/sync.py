@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from lorafleet_core import reasons
-from lorafleet_core.kube_client import is_conflict, is_not_found
+from lorafleet_core.kube_client import is_not_found
 from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,
@@ -46,6 +46,7 @@ from lorafleet_core.planning.fleet import (
 from lorafleet_core.planning.pool import INTERNAL_PORT_NAME
 from lorafleet_core.pods import pod_ip, replica_pool, serving, terminating
 from lorafleet_core.replica_state import ReplicaState
+from lorafleet_operator.sync_merged import write_merged
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ class Writer(Protocol):
     ) -> None: ...
 
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None: ...
+
+    async def patch_pool(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+    async def delete_pool(self, namespace: str, name: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -308,10 +313,7 @@ class FleetSync:
             if entry is not None and entry.status != status:
                 adapter_jobs.append(self._write_adapter(entry, status))
         await self._run_all(adapter_jobs)
-        await self._run_all(
-            [self._merge_event(name, why) for name, why in sorted(plan.merge_events.items())]
-        )
-        await self._run_all([self._create_pool(body) for body in plan.pools_to_create])
+        await write_merged(self, plan)
 
         alias_jobs = []
         for name, astatus in plan.alias_status.items():
@@ -369,34 +371,6 @@ class FleetSync:
         current = self.adapters.get(entry.name)
         if current is not None:
             self.adapters[entry.name] = dataclasses.replace(current, status=status)
-
-    async def _merge_event(self, adapter: str, why: tuple[str, str]) -> None:
-        reason, message = why
-        uid = self.uids.get(("LoRAAdapter", adapter))
-        await self.writer.event(
-            self.namespace,
-            "LoRAAdapter",
-            adapter,
-            uid,
-            reasons.MERGED_POOL_RECOMMENDED,
-            f"{reason}: {message}",
-        )
-
-    async def _create_pool(self, body: dict[str, Any]) -> None:
-        """Create a merged pool once; its watch event then indexes it like any pool (until
-        then the planner would ask again, so what this loop created is remembered)."""
-        name = str(body["metadata"]["name"])
-        if name in self.created_pools or name in self.pools:
-            return
-        body = {**body, "metadata": {**body["metadata"], "namespace": self.namespace}}
-        async with self._sem:
-            try:
-                await self.writer.create_pool(self.namespace, body)
-            except Exception as exc:
-                if not is_conflict(exc):
-                    raise
-        self.created_pools.add(name)
-        log.info("created merged ReplicaPool %s/%s", self.namespace, name)
 
     async def _write_alias(
         self, alias: AdapterAlias, status: AdapterAliasStatus, deployed: str | None

@@ -42,6 +42,10 @@ class _NoWrites:
 
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None: ...
 
+    async def patch_pool(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
+
+    async def delete_pool(self, namespace: str, name: str) -> None: ...
+
 
 @pytest.mark.parametrize(
     ("body", "expected"),

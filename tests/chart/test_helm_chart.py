@@ -150,6 +150,23 @@ def test_the_pools_inside_secrets_are_generated_and_the_gateway_reads_only_the_t
     assert "volumes" not in gateway["spec"]["template"]["spec"]  # no projected token either
 
 
+def test_operator_may_create_but_never_read_secrets_and_holds_the_token_merged_pools_copy():
+    # autoMerge: a merged pool's <pool>-internal Secret gets the agents' token the callers hold
+    # (secret mode); the operator creates it and cannot read any Secret.
+    docs = render({"internalAuth": {"mode": "secret"}})
+    operator = _deployment(docs, "-operator")
+    assert _secret_refs(operator) == [{"name": "default-internal", "key": "agent-token"}]
+    rules = [
+        r for d in by_kind(docs, "Role") if "-operator" in d["metadata"]["name"] for r in d["rules"]
+    ]
+    secret_verbs = {v for r in rules if "secrets" in r["resources"] for v in r["verbs"]}
+    assert secret_verbs == {"create"}
+    pool_verbs = {v for r in rules if "replicapools" in r["resources"] for v in r["verbs"]}
+    assert {"create", "patch", "delete"} <= pool_verbs
+    # tokenReview (the default) with no control API: the operator holds no agents' token
+    assert _secret_refs(_deployment(render(), "-operator")) == []
+
+
 def _projected_token(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str | None]]:
     spec = pod["spec"]["template"]["spec"]
     (volume,) = [v for v in spec.get("volumes", []) if v["name"] == "agent-token"]

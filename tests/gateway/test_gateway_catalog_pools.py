@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from lorafleet_core.models import MergePhase, MergeStatus
+from lorafleet_core.names import ANNOTATION_DRAINING_SINCE
 from lorafleet_core.replica_endpoints import ReplicaEndpoint, parse_replicas
 from lorafleet_core.standalone_state import save_merge_statuses
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSnapshot
@@ -78,6 +79,17 @@ def test_merged_pool_not_ready_or_for_another_adapter_is_not_a_target():
         pools = [*FLEET[:2], m.pool("hot", merged="acme-hot-v1", merge=merge)]
         snap = build(pools, REPLICAS, pool="default")
         assert snap.pools_for("acme-hot-v1") == AdapterPools("default"), merge
+
+
+def test_a_draining_merged_pool_is_no_target_so_new_requests_go_to_the_shared_pool():
+    hot = m.pool("hot", merged="acme-hot-v1", merge=READY_MERGE)
+    hot["metadata"].setdefault("annotations", {})[ANNOTATION_DRAINING_SINCE] = (
+        "2026-12-01T13:00:00+00:00"
+    )
+    snap = build([*FLEET[:2], hot], REPLICAS, pool="default")
+    assert snap.pools_for("acme-hot-v1") == AdapterPools("default")
+    # its replicas stay known (they finish what they hold), they just get no new request
+    assert snap.pool_of["hot-0"] == "hot"
 
 
 def test_pools_setting_serves_only_the_listed_pools():

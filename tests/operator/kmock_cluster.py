@@ -85,6 +85,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             # As `Cluster.create` does for the tests' own objects: a create by a component
             # (the control API) gets the constant resourceVersion kopf's patches test for.
             meta.setdefault("resourceVersion", "1")
+            # A real API server gives every object a uid (owner references name it).
+            meta.setdefault("uid", f"uid-{meta.get('name', '')}-{time.time_ns()}")
         if method in {"POST", "PATCH", "PUT", "DELETE"} and request.resource is not None:
             self.write_log.append((method, request.resource.plural or "", request.name))
         if method == "PATCH":
@@ -105,6 +107,7 @@ RESOURCES: dict[str, tuple[str, bool, set[str]]] = {
     "v1/pods": ("Pod", True, {"status"}),
     "v1/services": ("Service", True, set()),
     "v1/events": ("Event", True, set()),
+    "v1/secrets": ("Secret", True, set()),
     "apps/v1/statefulsets": ("StatefulSet", True, {"status", "scale"}),
     "policy/v1/poddisruptionbudgets": ("PodDisruptionBudget", True, {"status"}),
     "batch/v1/jobs": ("Job", True, {"status"}),

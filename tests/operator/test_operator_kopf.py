@@ -35,6 +35,8 @@ ENV = {
     "LORAFLEET_OPERATOR_SYNC_MAX_DELAY_SECONDS": "1.0",
     "LORAFLEET_OPERATOR_POD_PATCH_INTERVAL_SECONDS": str(POD_INTERVAL),
     "LORAFLEET_OPERATOR_SCRAPE_TIMEOUT_SECONDS": "1",
+    # The agents' token the operator holds (secret mode): a merged pool's Secret copies it.
+    "LORAFLEET_OPERATOR_REPLICA_TOKEN": "tok-shared",
 }
 
 
@@ -456,3 +458,116 @@ def test_hot_adapter_gets_merged_pool_recommended_event_and_an_auto_merged_pool(
     finally:
         for s in servers:
             s.close()
+
+
+def _events_on(cluster: Cluster, name: str, reason: str) -> list[str]:
+    return [
+        e.get("message", "")
+        for e in cluster.items(cluster.path("events", group="v1"))
+        if e.get("involvedObject", {}).get("name") == name and e.get("reason") == reason
+    ]
+
+
+def test_auto_merged_pool_gets_its_secret_then_drains_and_is_deleted_when_traffic_stays_low(
+    cluster, operator
+):
+    h = "sha256:" + "8" * 64  # its own base model
+    servers = make_pool(
+        cluster,
+        "life",
+        2,
+        base_hash=h,
+        autoscaling={"enabled": False, "pollIntervalSeconds": 0.3},
+        autoMerge={"enabled": True, "maxPools": 2, "coolDownSeconds": 1, "drainSeconds": 4},
+    )
+    try:
+        make_adapter(cluster, "life-hot", base_hash=h)
+        make_adapter(cluster, "life-warm", base_hash=h)
+        # life-warm has a merged pool a person created: the operator must never delete it
+        mine = pool_body("life-warm-mine", base_hash=h, merged={"adapter": "life-warm"})
+        del mine["metadata"]["namespace"]
+        cluster.create(cluster.path("replicapools"), mine)
+        for a in ("life-hot", "life-warm"):
+            eventually(lambda a=a: status(cluster, "loraadapters", a)["phase"] == "Ready")
+        hot = {"requests": 300, "gpu_hits": 300, "tokens_per_second": 2500.0}
+        for srv in servers:
+            srv.set_load(
+                adapters={"life-hot": hot, "life-warm": hot},
+                tokens_per_second={"life-hot": 2500.0, "life-warm": 2500.0},
+            )
+        merged = eventually(
+            lambda: cluster.get(cluster.path("replicapools", "life-hot-merged")), within_s=60
+        )
+        # its inside Secret: the callers' agent token, a vLLM key of its own, owned by the pool
+        secret = eventually(
+            lambda: cluster.get(cluster.path("secrets", "life-hot-merged-internal", group="v1")),
+            within_s=30,
+        )
+        data = secret["stringData"]
+        assert data["agent-token"] == "tok-shared"
+        assert len(data["vllm-api-key"]) >= 32
+        assert data["vllm-api-key"] != data["agent-token"]
+        [ref] = secret["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"]) == (
+            "ReplicaPool",
+            "life-hot-merged",
+            merged["metadata"]["uid"],
+        )
+        assert cluster.get(cluster.path("secrets", "life-warm-mine-internal", group="v1")) is None
+        for a in ("life-hot", "life-warm"):
+            eventually(
+                lambda a=a: (
+                    cond(status(cluster, "loraadapters", a), "MergedPoolRecommended")["reason"]
+                    == "MergedPoolExists"
+                ),
+                within_s=60,
+            )
+
+        # Traffic stops. The status figures are rewritten at most once a minute: back-date
+        # the last write (as if it were a minute old) so the operator writes the idle figure.
+        for srv in servers:
+            srv.set_load(adapters={}, tokens_per_second={})
+        old = "2020-01-01T00:00:00Z"
+        for a in ("life-hot", "life-warm"):
+            cluster.patch(
+                cluster.path("loraadapters", a) + "/status",
+                {"status": {"stats": {"updatedAt": old}}},
+            )
+        drained = eventually(
+            lambda: (
+                (p := cluster.get(cluster.path("replicapools", "life-hot-merged")))["metadata"][
+                    "annotations"
+                ]["lorafleet.dev/draining-since"]
+                and p
+            ),
+            what="the drain",
+            within_s=60,
+        )
+        assert drained["spec"]["merged"] == {"adapter": "life-hot"}
+        eventually(
+            lambda: cluster.get(cluster.path("replicapools", "life-hot-merged")) is None,
+            what="the deletion",
+            within_s=60,
+        )
+        for reason in ("MergedPoolDraining", "MergedPoolDeleted"):
+            [msg] = eventually(lambda r=reason: _events_on(cluster, "life-hot", r), within_s=30)
+            assert "life-hot-merged" in msg
+        c = cond(status(cluster, "loraadapters", "life-hot"), "MergedPoolRecommended")
+        assert (c["status"], c["reason"]) == ("False", "WithinReplicaCapacity")
+        # the person's pool: the same low traffic, never drained or deleted
+        c = eventually(
+            lambda: (
+                (x := cond(status(cluster, "loraadapters", "life-warm"), "MergedPoolRecommended"))[
+                    "status"
+                ]
+                == "False"
+                and x
+            )
+        )
+        kept = cluster.get(cluster.path("replicapools", "life-warm-mine"))
+        assert kept is not None
+        assert "lorafleet.dev/draining-since" not in (kept["metadata"].get("annotations") or {})
+        assert _events_on(cluster, "life-warm-mine", "MergedPoolDraining") == []
+    finally:
+        for srv in servers:
+            srv.close()

@@ -21,6 +21,8 @@ class RecordingWriter:
         self.aliases: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[str, str, str]] = []
         self.created: list[dict[str, Any]] = []
+        self.patched: list[tuple[str, dict[str, Any]]] = []
+        self.deleted: list[str] = []
 
     async def pod_annotation(self, namespace: str, pod: str, value: str) -> None:
         await asyncio.sleep(0)
@@ -38,6 +40,12 @@ class RecordingWriter:
 
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None:
         self.created.append(body)
+
+    async def patch_pool(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.patched.append((name, patch))
+
+    async def delete_pool(self, namespace: str, name: str) -> None:
+        self.deleted.append(name)
 
 
 def pod_body(name: str, ready: bool = True) -> dict[str, Any]:

@@ -302,11 +302,28 @@ class AutoMergeSpec(SpecModel):
 
     enabled: bool = Field(
         default=False,
-        description="Create a merged ReplicaPool (owned by this pool) for an adapter whose "
-        "sustained tokens/s exceeds one replica's capacity (condition MergedPoolRecommended).",
+        description="Create a merged ReplicaPool (owned by the adapter) for an adapter whose "
+        "sustained tokens/s exceeds the merge threshold (condition MergedPoolRecommended), "
+        "scale it with that traffic, and delete it once the traffic stays low.",
     )
     max_pools: int = Field(
         default=2, ge=0, le=64, description="Most merged pools the operator creates for this pool."
+    )
+    cool_down_seconds: int = Field(
+        default=1800,
+        ge=0,
+        le=7 * 86400,
+        description="How long the recommendation must stay False (the adapter's sustained "
+        "tokens/s below 80% of the threshold) before a merged pool the operator created "
+        "starts draining.",
+    )
+    drain_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=86400,
+        description="How long a draining merged pool (gateways no longer route to it; its "
+        "adapter's traffic is back on this pool) keeps its replicas before the operator "
+        "deletes it, so requests in flight finish.",
     )
 
 

@@ -18,6 +18,7 @@ from lorafleet_core.models import (
     AdapterAlias,
     AdapterAliasStatus,
     AdapterPhase,
+    Condition,
     LoRAAdapter,
     LoRAAdapterStatus,
     ReplicaPool,
@@ -43,6 +44,7 @@ from lorafleet_core.planning.merge_advice import (
     MergeAdvice,
     plan_merge_advice,
 )
+from lorafleet_core.planning.merged_lifecycle import PoolChange, plan_merged_lifecycle
 from lorafleet_core.planning.prewarm import plan_owned_annotations
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.replica_state import ReplicaState
@@ -103,6 +105,8 @@ class FleetPlan:
     # Event to emit on the LoRAAdapter; and merged ReplicaPools to create (autoMerge).
     merge_events: dict[str, tuple[str, str]] = field(default_factory=dict)
     pools_to_create: list[dict[str, Any]] = field(default_factory=list)
+    # Merged pools the operator created: scale, drain, delete (planning.merged_lifecycle).
+    pool_changes: list[PoolChange] = field(default_factory=list)
 
 
 def ready_replicas(pods: Sequence[PodView], pool: str) -> list[str]:
@@ -187,6 +191,8 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
 
     # 3. adapter status, with traffic figures written at a bounded rate (adapter_stats).
     measured = adapter_stats.aggregate(snap.states)
+    recommendations: dict[str, Condition] = {}  # as planned this pass (for merged pools)
+    sustained: dict[str, float] = {}
     for entry in snap.adapters:
         if entry.name not in validations:
             continue
@@ -227,6 +233,13 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             ),
         )
         plan.adapter_status[entry.name] = _adapter_status(entry, inputs, now)
+        held = find(plan.adapter_status[entry.name].conditions, reasons.MERGED_POOL_RECOMMENDED)
+        if held is not None:
+            recommendations[entry.name] = held
+            sustained[entry.name] = stats.tokens_per_second if stats else 0.0
+    plan.pool_changes = plan_merged_lifecycle(
+        snap.pools, recommendations, sustained, params.replica_capacity_tps, now
+    )
 
     # 4. aliases, against the adapters' *planned* phases.
     views = {

@@ -16,8 +16,8 @@ it, so it does not flap; an adapter that never crossed it carries no such condit
 With the shared pool's `spec.autoMerge.enabled` the plan also names the merged ReplicaPool to
 create: the shared pool's spec with `merged.adapter` set, owned by the LoRAAdapter (garbage
 collected with it), labelled with the shared pool and the adapter; at most
-`autoMerge.maxPools` per shared pool. Nothing is ever deleted here: scaling a merged pool down
-is its autoscaler's job, removing it a person's.
+`autoMerge.maxPools` per shared pool. What happens to it next (scaled with the traffic,
+drained and deleted once the traffic stays low) is planning.merged_lifecycle's.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ from lorafleet_core.names import (
     API_VERSION,
     KIND_ADAPTER,
     KIND_POOL,
+    LABEL_MANAGED_BY,
     LABEL_MERGED_ADAPTER,
     LABEL_MERGED_FROM,
+    MANAGED_BY_OPERATOR,
 )
 from lorafleet_core.planning.conditions import condition, find
 
@@ -104,6 +106,20 @@ def plan_merge_advice(
             f"sustained {tps:g} tokens/s is within the shared pool's capacity (merged pool "
             f"recommended above {threshold_tps:g})"
         )
+        auto = sorted(
+            p.metadata.name
+            for p in pools
+            if p.spec.merged is not None
+            and p.spec.merged.adapter == name
+            and p.metadata.labels.get(LABEL_MERGED_FROM)
+        )
+        if auto:
+            cfg = shared.spec.auto_merge
+            msg += (
+                f"; the autoMerge pool {', '.join(auto)} drains after coolDownSeconds "
+                f"{cfg.cool_down_seconds} below it and is deleted drainSeconds "
+                f"{cfg.drain_seconds} later"
+            )
         return MergeAdvice(
             condition(
                 reasons.MERGED_POOL_RECOMMENDED, False, reasons.WITHIN_CAPACITY, msg, now, gen
@@ -170,7 +186,7 @@ def merged_pool_body(
         "labels": {
             LABEL_MERGED_FROM: shared.metadata.name,
             LABEL_MERGED_ADAPTER: adapter.metadata.name,
-            "app.kubernetes.io/managed-by": "lorafleet-operator",
+            LABEL_MANAGED_BY: MANAGED_BY_OPERATOR,
         },
     }
     if uid:

@@ -17,9 +17,11 @@ from datetime import datetime
 
 from lorafleet_core import reasons
 from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
+from lorafleet_core.names import ANNOTATION_DRAINING_SINCE
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
 from lorafleet_core.planning.conditions import condition, merge_conditions
 from lorafleet_core.planning.merge_job import MergePlan
+from lorafleet_core.planning.merged_lifecycle import draining
 from lorafleet_core.planning.pool import clamp_replicas, selector_string
 from lorafleet_core.replica_state import ReplicaState
 
@@ -103,6 +105,16 @@ def plan_pool_status(
         ready = condition(
             reasons.READY, False, seen.merge.reason, seen.merge.status.message, now, gen
         )
+    elif pool.spec.merged is not None and draining(pool):
+        # Gateways already route nothing here (catalog_pools); the replicas finish what
+        # they hold until the operator deletes the pool (planning.merged_lifecycle).
+        since = pool.metadata.annotations.get(ANNOTATION_DRAINING_SINCE, "")
+        msg = (
+            f"draining since {since}: {pool.spec.merged.adapter}'s traffic stayed below the "
+            f"merge threshold, its shared pool serves it; {seen.ready}/{seen.pods} replicas "
+            "finish their requests until the pool is deleted"
+        )
+        ready = condition(reasons.READY, False, reasons.DRAINING, msg, now, gen)
     else:
         if merge is not None and merge.adapter_id:
             ready_message += f", serving adapter {merge.adapter_id} merged ({merge.checksum})"

@@ -121,6 +121,7 @@ async def _tick(
     merge = None
     if pool.spec.merged is not None:
         old = ReplicaPoolStatus.model_validate(body.get("status") or {}).merge
+        await merged.ensure_internal_secret(pool, body, namespace)
         merge = await merged.merge_tick(pool, body, fleet, old)
     sts = await kube.read_owned("StatefulSet", namespace, name)
     if merge is not None:

@@ -1,5 +1,8 @@
 """Merged pools on a cluster: run the merge Job, then apply the pool's replicas.
 
+A merged pool the operator created (autoMerge) also gets its `<pool>-internal` Secret here
+(planning.merged_lifecycle.plan_internal_secret), before its replicas that read it exist.
+
 Called by the per-pool loop (handlers.autoscaler, the one writer of ReplicaPool status) on each
 tick of a merged pool, and by pool_reconcile on a spec change. The decisions are the pure
 planners' (lorafleet_core.planning.merge_job.plan_merge, planning.pool.plan_pool_objects);
@@ -10,10 +13,13 @@ StatefulSet once the merge is Ready (the replicas need the merged weights' URI a
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any
 
 import kopf
 
+from lorafleet_core import reasons
+from lorafleet_core.kube_client import is_conflict
 from lorafleet_core.merged_weights import default_store_prefix
 from lorafleet_core.models import MergeStatus, ReplicaPool
 from lorafleet_core.planning.merge_job import (
@@ -23,8 +29,10 @@ from lorafleet_core.planning.merge_job import (
     plan_merge,
     plan_merge_job,
 )
+from lorafleet_core.planning.merged_lifecycle import auto_created, plan_internal_secret
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects, ready_merge
 from lorafleet_core.records import AdapterRecord
+from lorafleet_core.secret_file import bearer_token_reader
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.runtime import runtime
 from lorafleet_operator.sync import FleetSync
@@ -63,6 +71,41 @@ async def merge_tick(
         kind = "Warning" if plan.status.phase == "Failed" else "Normal"
         kopf.event(body, type=kind, reason=f"Merge{plan.status.phase}", message=plan.status.message)
     return plan
+
+
+# (namespace, pool, uid) whose Secret this process created or found: one create call per
+# pool object, not one per tick (the operator has `create` on Secrets, never `get`).
+_SECRETS_DONE: set[tuple[str, str, str]] = set()
+
+
+async def ensure_internal_secret(pool: ReplicaPool, body: kopf.Body, namespace: str) -> None:
+    """Create the Secret of a merged pool the operator created, owned by the pool; a Warning
+    Event when it cannot (secret mode and no agents' token to copy). A pool a person created
+    brings its own Secret (docs/operator.md)."""
+    uid = str(body.get("metadata", {}).get("uid") or "")
+    key = (namespace, pool.metadata.name, uid)
+    if not uid or key in _SECRETS_DONE or not auto_created(pool):
+        return
+    settings = runtime().settings
+    token = bearer_token_reader(settings.replica_token, settings.replica_token_file)()
+    plan = plan_internal_secret(
+        pool, uid, settings.replica_internal_auth, token, secrets.token_urlsafe(36)
+    )
+    if plan.body is None:
+        kopf.event(
+            body, type="Warning", reason=reasons.INTERNAL_SECRET_MISSING, message=plan.missing or ""
+        )
+        return
+    kube = await HOLDER.client()
+    name = plan.body["metadata"]["name"]
+    try:
+        await kube.create_secret(namespace, plan.body)
+        message = f"Secret {name} created for the merged pool's replicas (owned by the pool)"
+        kopf.event(body, type="Normal", reason=reasons.INTERNAL_SECRET_CREATED, message=message)
+    except Exception as exc:
+        if not is_conflict(exc):
+            raise
+    _SECRETS_DONE.add(key)
 
 
 async def apply_merged_pool(

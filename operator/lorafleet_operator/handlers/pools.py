@@ -15,7 +15,7 @@ from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects
 from lorafleet_operator.errors import InvalidSpecError, describe, mapped
-from lorafleet_operator.handlers.merged import apply_merged_pool
+from lorafleet_operator.handlers.merged import apply_merged_pool, ensure_internal_secret
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.runtime import runtime
 
@@ -56,6 +56,7 @@ async def pool_reconcile(
     if pool.spec.merged is not None:
         # The replicas need the merged weights: applied once the merge is Ready (here on a
         # spec change, else by the per-pool loop when the merge Job finishes).
+        await ensure_internal_secret(pool, body, namespace)
         old = ReplicaPoolStatus.model_validate(body.get("status") or {}).merge
         sts = await kube.read_owned("StatefulSet", namespace, name)
         count = None if sts is None else sts.get("spec", {}).get("replicas")
