@@ -59,6 +59,20 @@ def _tenant_lines(tenants: list[dict[str, Any]] | None) -> list[str]:
     ]
 
 
+def _merged_text(pools: list[Mapping[str, Any]]) -> list[str]:
+    if not pools:
+        return []
+    lines = ["merged pools:"]
+    for p in pools:
+        lines.append(f"  {p['pool']}: adapter {p['adapter']}, weights {p['checksum'] or '-'}")
+        for r in p["replicas"]:
+            load = ""
+            if r.get("queueDepth") is not None:
+                load = f", queue {r['queueDepth']}, tokens in flight {r['tokensInFlight']}"
+            lines.append(f"    {r['id']}: {r['state']}{load}")
+    return lines
+
+
 def standalone_text(report: Mapping[str, Any], wide: bool = False) -> list[str]:
     lines = [
         f"standalone ({report['phase']}), manifests {report['manifests']}, "
@@ -79,6 +93,7 @@ def standalone_text(report: Mapping[str, Any], wide: bool = False) -> list[str]:
     ]
     for r in report["replicas"]:
         lines += _replica_text(r)
+    lines += _merged_text(report.get("mergedPools", []))
     if "aliases" in report:
         lines.append("models:")
         lines += [f"  {a['model']} -> {a['serving']}" for a in report["aliases"]]
@@ -107,6 +122,10 @@ def cluster_text(report: Mapping[str, Any], wide: bool = True) -> list[str]:
     phases = ", ".join(f"{k} {v}" for k, v in report["adaptersByPhase"].items()) or "none"
     lines = [f"cluster, namespace {report['namespace']}", "pools:"]
     lines += _rows(report["pools"], ["name", "replicas", "readyReplicas", "desiredReplicas"])
+    if report.get("mergedPools"):
+        lines.append("merged pools:")
+        keys = ["pool", "adapter", "checksum", "merge", "readyReplicas", "replicas", "state"]
+        lines += _rows(report["mergedPools"], [*keys, "autoMerge"] if wide else keys)
     lines.append(f"adapters ({phases}):")
     if wide:
         lines += _rows(report["adapters"], ["name", "phase", "owners"])

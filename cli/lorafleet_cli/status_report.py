@@ -4,7 +4,8 @@ What an SRE asks first, fleet-wide and per replica: how many replicas answer, qu
 tokens in flight, evictions per minute (thrash), adapters per tier and the GPU hit rate; per
 alias the version that serves (and the one asked for, when a deploy is refused); the tenants
 with the largest share of requests over the TTFT target (from the gateway's rolling-window
-gauges). Standalone reads `<state>/up.json` and asks each process; a cluster gives the custom
+gauges), and each merged pool's replicas (pool, adapter, checksum, state). Standalone reads
+`<state>/up.json` and asks each process; a cluster gives the custom
 resources' status, and the gateway's metrics when `--gateway-metrics URL` reaches them (e.g.
 through `kubectl port-forward`); replica internals are not reachable from outside a cluster.
 """
@@ -12,7 +13,7 @@ through `kubectl port-forward`); replica internals are not reachable from outsid
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,74 @@ def _replica(client: httpx.Client, replica: Mapping[str, Any]) -> Report:
     return replica_report(state, hits)
 
 
+def merged_replica_state(
+    state: ReplicaState | None, adapter: str | None, checksum: str | None
+) -> str:
+    """One merged replica in a word: serving its pool's weights, or what is wrong. The
+    gateway sends it requests only when `serving` (pool_router: the replica's own word)."""
+    if state is None:
+        return "unreachable"
+    weights = state.merged
+    if weights is None:
+        return "not merged"  # a LoRA replica: never a merged candidate
+    if weights.adapter_id != adapter or (checksum and weights.checksum != checksum):
+        return f"wrong weights ({weights.adapter_id} {weights.checksum})"
+    return "warming" if state.warming else "serving"
+
+
+def _merged_pools(client: httpx.Client, rows: Sequence[Mapping[str, Any]]) -> list[Report]:
+    """up.json's merged pools, each replica asked for its state."""
+    out: list[Report] = []
+    for row in rows:
+        adapter, checksum = row.get("adapter"), row.get("checksum")
+        replicas: list[Report] = []
+        for r in row.get("replicas", []):
+            try:
+                state: ReplicaState | None = fetch_state_sync(client, r["internalUrl"], r["id"])
+            except StateUnavailable:
+                state = None
+            replicas.append(
+                {
+                    "id": r["id"],
+                    "state": merged_replica_state(state, adapter, checksum),
+                    "queueDepth": state.queue_depth if state else None,
+                    "tokensInFlight": state.tokens_in_flight if state else None,
+                }
+            )
+        out.append(
+            {"pool": row["pool"], "adapter": adapter, "checksum": checksum} | {"replicas": replicas}
+        )
+    return out
+
+
+def cluster_merged_pools(pools: Sequence[Mapping[str, Any]]) -> list[Report]:
+    """Merged ReplicaPools from their spec and status (replica internals are not reachable
+    from outside a cluster: counts, the merge and the Ready reason, e.g. Draining)."""
+    out: list[Report] = []
+    for p in pools:
+        merged = (p.get("spec") or {}).get("merged")
+        if not merged:
+            continue
+        st = dict(p.get("status") or {})
+        merge = st.get("merge") or {}
+        conds = st.get("conditions") or []
+        ready: dict[str, Any] = next((c for c in conds if c.get("type") == "Ready"), {})
+        labels = (p.get("metadata") or {}).get("labels") or {}
+        out.append(
+            {
+                "pool": p["metadata"]["name"],
+                "adapter": merged.get("adapter"),
+                "checksum": merge.get("checksum"),
+                "merge": merge.get("phase"),
+                "replicas": st.get("replicas"),
+                "readyReplicas": st.get("readyReplicas"),
+                "state": ready.get("reason"),
+                "autoMerge": labels.get(names.LABEL_MANAGED_BY) == names.MANAGED_BY_OPERATOR,
+            }
+        )
+    return out
+
+
 def gateway_tenants(client: httpx.Client, metrics_url: str | None) -> list[dict[str, Any]] | None:
     """Worst tenants from the gateway's /metrics; None when it cannot be read."""
     if not metrics_url:
@@ -182,10 +251,12 @@ def standalone(state_dir: Path) -> Report | None:
     }
     with httpx.Client(timeout=3.0) as client:
         replicas = [_replica(client, r) for r in up.get("replicas", [])]
+        merged = _merged_pools(client, up.get("mergedPools", []))
         internal = up["gateway"].get("internalUrl")
         tenants = gateway_tenants(client, f"{internal}/metrics" if internal else None)
     report["fleet"] = fleet_totals(replicas)
     report["replicas"] = replicas
+    report["mergedPools"] = merged
     report["worstTenants"] = tenants
     rec_file = state_dir / "reconcile.json"
     if rec_file.is_file():
@@ -231,6 +302,7 @@ def cluster(target: Target, namespace: str, gateway_metrics: str | None = None) 
             }
             for p in pools
         ],
+        "mergedPools": cluster_merged_pools(pools),
         "adaptersByPhase": dict(sorted(phases.items())),
         "adapters": [
             {

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -17,8 +17,14 @@ from prometheus_client import generate_latest
 
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_cli.main import main
-from lorafleet_cli.status_report import fleet_totals, replica_report, worst_tenants
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_cli.status_report import (
+    cluster_merged_pools,
+    fleet_totals,
+    merged_replica_state,
+    replica_report,
+    worst_tenants,
+)
+from lorafleet_core.replica_state import MergedServing, ReplicaState
 from lorafleet_gateway.metrics import GatewayMetrics
 
 
@@ -46,10 +52,22 @@ STATE = ReplicaState(
     evictions_per_min=2.5,
 )
 
+SUM = "sha256:" + "b" * 64
+MERGED_STATE = ReplicaState(
+    replica_id="hot-merged-0",
+    queue_depth=1,
+    tokens_in_flight=700,
+    merged=MergedServing(adapter_id="acme-hot-v1", checksum=SUM),
+)
+
 
 class Handler(BaseHTTPRequestHandler):
     routes: ClassVar[dict[str, tuple[str, str]]] = {
         "/internal/replicas/demo-0/state": ("application/json", STATE.model_dump_json()),
+        "/internal/replicas/hot-merged-0/state": (
+            "application/json",
+            MERGED_STATE.model_dump_json(),
+        ),
         "/metrics": ("text/plain", agent_metrics_text()),
         "/gateway/metrics": ("text/plain", gateway_metrics_text()),
     }
@@ -83,6 +101,17 @@ def up_state(tmp_path: Path) -> Iterator[Path]:
         "replicas": [
             {"id": "demo-0", "internalUrl": base},
             {"id": "demo-1", "internalUrl": "http://127.0.0.1:9"},  # down
+        ],
+        "mergedPools": [
+            {
+                "pool": "hot-merged",
+                "adapter": "acme-hot-v1",
+                "checksum": SUM,
+                "replicas": [
+                    {"id": "hot-merged-0", "internalUrl": base},
+                    {"id": "hot-merged-1", "internalUrl": "http://127.0.0.1:9"},  # down
+                ],
+            }
         ],
         "processes": {"gateway": {"pid": 1, "running": True, "restarts": 0}},
     }
@@ -136,3 +165,62 @@ def test_status_as_json_and_yaml(up_state, capsys):
     assert report["aliases"] == [{"model": "acme/support:prod", "serving": "acme-support-v2"}]
     assert main(["status", "--state-dir", str(up_state), "-o", "yaml"]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == report
+
+
+def test_status_lists_merged_pools_replicas_with_their_adapter_checksum_and_state(up_state, capsys):
+    assert main(["status", "--state-dir", str(up_state), "-o", "json"]) == 0
+    [pool] = json.loads(capsys.readouterr().out)["mergedPools"]
+    assert (pool["pool"], pool["adapter"], pool["checksum"]) == ("hot-merged", "acme-hot-v1", SUM)
+    assert [(r["id"], r["state"]) for r in pool["replicas"]] == [
+        ("hot-merged-0", "serving"),
+        ("hot-merged-1", "unreachable"),
+    ]
+    assert pool["replicas"][0]["tokensInFlight"] == 700
+    assert main(["status", "--state-dir", str(up_state)]) == 0
+    out = capsys.readouterr().out
+    assert f"hot-merged: adapter acme-hot-v1, weights {SUM}" in out
+    assert "hot-merged-0: serving, queue 1, tokens in flight 700" in out
+    # merged replicas are not counted as the shared pool's
+    assert "fleet: 1/2 replicas answer" in out
+
+
+def test_a_merged_replica_serving_other_weights_is_named_so():
+    other = MERGED_STATE.model_copy(
+        update={"merged": MergedServing(adapter_id="acme-hot-v1", checksum="sha256:" + "c" * 64)}
+    )
+    assert merged_replica_state(other, "acme-hot-v1", SUM).startswith("wrong weights")
+    assert merged_replica_state(STATE, "acme-hot-v1", SUM) == "not merged"
+    warming = MERGED_STATE.model_copy(update={"warming": True})
+    assert merged_replica_state(warming, "acme-hot-v1", SUM) == "warming"
+    assert merged_replica_state(None, "acme-hot-v1", SUM) == "unreachable"
+
+
+def test_cluster_report_lists_merged_pools_with_their_merge_and_drain():
+    pools: list[dict[str, Any]] = [
+        {"metadata": {"name": "default"}, "spec": {}},
+        {
+            "metadata": {
+                "name": "hot-merged",
+                "labels": {"app.kubernetes.io/managed-by": "lorafleet-operator"},
+            },
+            "spec": {"merged": {"adapter": "acme-hot-v1"}},
+            "status": {
+                "replicas": 2,
+                "readyReplicas": 2,
+                "merge": {"phase": "Ready", "checksum": SUM},
+                "conditions": [{"type": "Ready", "status": "False", "reason": "Draining"}],
+            },
+        },
+    ]
+    assert cluster_merged_pools(pools) == [
+        {
+            "pool": "hot-merged",
+            "adapter": "acme-hot-v1",
+            "checksum": SUM,
+            "merge": "Ready",
+            "replicas": 2,
+            "readyReplicas": 2,
+            "state": "Draining",
+            "autoMerge": True,
+        }
+    ]

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from lorafleet_cli.main import main
 from lorafleet_cli.standalone import demo
 from lorafleet_core.manifests import load_folder, write_object
 from tests.cli.test_up_e2e import ASSETS, NOT_YET, Up
@@ -151,6 +152,20 @@ def test_the_merged_weights_are_stored_under_their_checksum(up: Up) -> None:
     hex_digest = checksum.removeprefix("sha256:")
     assert (up.state / "merged-store" / hex_digest / "model.safetensors").is_file()
     assert (up.state / "merged" / hex_digest / "config.json").is_file()
+
+
+def test_status_lists_the_merged_pools_replica_serving_its_weights(
+    up: Up, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checksum = merged_pool(up)["merged"]["checksum"]
+    listed = json.loads((up.state / "up.json").read_text())["mergedPools"]
+    assert [(p["pool"], p["adapter"], p["checksum"]) for p in listed] == [
+        ("zebra-merged", ZEBRA, checksum)
+    ]
+    assert main(["status", "--state-dir", str(up.state), "-o", "json"]) == 0
+    [pool] = json.loads(capsys.readouterr().out)["mergedPools"]
+    assert (pool["pool"], pool["adapter"], pool["checksum"]) == ("zebra-merged", ZEBRA, checksum)
+    assert [(r["id"], r["state"]) for r in pool["replicas"]] == [("zebra-merged-0", "serving")]
 
 
 def test_stopping_up_stops_the_merged_replica_too(up: Up) -> None:

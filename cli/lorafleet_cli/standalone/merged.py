@@ -165,3 +165,25 @@ def replicas_file_doc(replicas: list[ReplicaPlan], merged: list[MergedRun]) -> d
             for m in merged
         }
     return doc
+
+
+def up_rows(merged: list[MergedRun]) -> list[dict[str, Any]]:
+    """up.json's `mergedPools`: each merged pool with its adapter, checksum and replicas (what
+    `lorafleet status` lists and probes)."""
+    return [
+        {
+            "pool": m.pool,
+            "adapter": m.status.adapter_id,
+            "checksum": m.status.checksum,
+            "replicas": [
+                {
+                    "id": r.id,
+                    "dataUrl": r.data_url,
+                    "internalUrl": r.internal_url,
+                    "vllmUrl": r.vllm_url,
+                }
+                for r in m.replicas
+            ],
+        }
+        for m in merged
+    ]

@@ -36,6 +36,7 @@ from lorafleet_cli.standalone.merged import (
     merged_folder,
     plan_merged_pools,
     replicas_file_doc,
+    up_rows,
 )
 from lorafleet_cli.standalone.planning import plan
 from lorafleet_cli.standalone.processes import ReplicaPlan
@@ -152,7 +153,11 @@ def _say(msg: str) -> None:
 
 
 def _write_up_status(
-    opts: UpOptions, replicas: list[ReplicaPlan], sup: Supervisor, phase: str
+    opts: UpOptions,
+    replicas: list[ReplicaPlan],
+    sup: Supervisor,
+    phase: str,
+    merged: list[MergedRun],
 ) -> None:
     doc: dict[str, Any] = {
         "pid": os.getpid(),
@@ -171,6 +176,7 @@ def _write_up_status(
             }
             for r in replicas
         ],
+        "mergedPools": up_rows(merged),
         "processes": {
             c.spec.name: {
                 "pid": c.proc.pid,
@@ -313,6 +319,7 @@ def run_up(opts: UpOptions) -> int:
         say=_say,
     )
     replicas: list[ReplicaPlan] = []
+    merged: list[MergedRun] = []
     lock: IO[str] | None = None
     try:
         lock = _lock_state_dir(opts.state_dir)
@@ -350,7 +357,7 @@ def run_up(opts: UpOptions) -> int:
         atomic_write(opts.state_dir / REPLICAS_FILE, json.dumps(replicas_doc, indent=2) + "\n")
 
         _start_processes(opts, sup, replicas, pool, pool_name, model_dir, stop, token)
-        _write_up_status(opts, replicas, sup, "ready")
+        _write_up_status(opts, replicas, sup, "ready", merged)
         _say(f"gateway ready on http://{processes.LOOPBACK}:{opts.port}")
         if opts.banner:
             print(opts.banner, flush=True)
@@ -365,7 +372,7 @@ def run_up(opts: UpOptions) -> int:
                 reconciler.tick(states)
                 for event in sup.check():
                     _say(event)
-                _write_up_status(opts, replicas, sup, "ready")
+                _write_up_status(opts, replicas, sup, "ready", merged)
             except Exception as exc:  # one bad tick must not take the fleet down
                 _say(f"reconcile error (retrying): {exc!r}")
         _say("shutting down")
@@ -384,7 +391,7 @@ def run_up(opts: UpOptions) -> int:
         if lock is not None:
             lock.close()
         if replicas:
-            _write_up_status(opts, replicas, sup, "stopped")
+            _write_up_status(opts, replicas, sup, "stopped", merged)
         for s, handler in old.items():
             signal.signal(s, handler)
         _say("stopped")
