@@ -187,8 +187,9 @@ def started_base_engine(fleet: RunningFleet) -> Iterator[str]:
     API key, for the overhead run's base-model row: the fleet's engines take a key only their
     agents hold, so the base model is measured on this twin. Yields its URL; stopped at the end.
     """
+    from lorafleet_cli.standalone.local_replicas import free_port
     from lorafleet_cli.standalone.processes import ReplicaPlan, is_cpu_build, vllm_process
-    from lorafleet_cli.standalone.runner import free_port, model_dir_of
+    from lorafleet_cli.standalone.runner import model_dir_of
     from lorafleet_core.models import ReplicaPoolSpec
 
     doc = yaml.safe_load((fleet.manifests / "replicapool-demo.yaml").read_text())

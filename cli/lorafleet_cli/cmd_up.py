@@ -16,7 +16,8 @@ from lorafleet_cli.targets import DEFAULT_STATE_DIR
 
 def _cmd_up(args: argparse.Namespace) -> int:
     from lorafleet_cli.standalone import demo
-    from lorafleet_cli.standalone.runner import UpOptions, free_port, run_up
+    from lorafleet_cli.standalone.local_replicas import free_port
+    from lorafleet_cli.standalone.runner import UpOptions, run_up
 
     state_dir: Path = args.state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from lorafleet_core.kube_client import is_conflict, is_not_found
 from lorafleet_core.models import ReplicaPool
 from lorafleet_core.names import KIND_ADAPTER, KIND_POOL
 from lorafleet_core.planning.fleet import FleetPlan
-from lorafleet_core.planning.merged_lifecycle import PoolChange
+from lorafleet_core.planning.merged_lifecycle import PoolChange, merge_patch
 
 if TYPE_CHECKING:
     from lorafleet_operator.sync import FleetSync
@@ -113,16 +113,4 @@ async def _events(fleet: FleetSync, pool: ReplicaPool, change: PoolChange) -> No
 def patched(pool: ReplicaPool, patch: dict[str, Any]) -> ReplicaPool:
     """`pool` with a JSON merge patch (RFC 7386) applied, as the API server will store it."""
     body = pool.model_dump(by_alias=True, mode="json", exclude_none=True)
-    return ReplicaPool.model_validate(_merge(body, patch))
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = _merge(out.get(key), value)
-    return out
+    return ReplicaPool.model_validate(merge_patch(body, patch))

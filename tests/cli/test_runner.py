@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from lorafleet_cli.main import main
-from lorafleet_cli.standalone.runner import UpError, UpOptions, model_dir_of, plan_replicas, run_up
+from lorafleet_cli.standalone.local_replicas import plan_replicas
+from lorafleet_cli.standalone.runner import UpError, UpOptions, model_dir_of, run_up
 from lorafleet_core.manifests import write_object
 
 from .conftest import pool_manifest

@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from lorafleet_cli.standalone import processes
-from lorafleet_cli.standalone.runner import CONTROL_TOKEN_FILE, free_port, write_control_token
+from lorafleet_cli.standalone.local_replicas import free_port
+from lorafleet_cli.standalone.runner import CONTROL_TOKEN_FILE, write_control_token
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.names import KIND_ADAPTER
 from tests.operator.control_support import registration

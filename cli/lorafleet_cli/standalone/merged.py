@@ -15,7 +15,7 @@ The pure part (`plan_merged_pools`) is separate from the I/O (`merge_locally`).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from lorafleet_cli.standalone.planning import Problem
 from lorafleet_cli.standalone.processes import ReplicaPlan
+from lorafleet_cli.standalone.supervisor import Child
 from lorafleet_core import names
 from lorafleet_core.manifests import ManifestSet, atomic_write
 from lorafleet_core.models import LoRAAdapter, MergePhase, MergeStatus, ReplicaPool
@@ -50,11 +51,12 @@ class MergedPoolPlan:
 
 @dataclass(frozen=True)
 class MergedRun:
-    """A merged pool `lorafleet up` started: its merge and its replicas."""
+    """A merged pool `lorafleet up` started: its merge, its replicas and their processes."""
 
     pool: str
     status: MergeStatus
     replicas: list[ReplicaPlan]
+    children: list[Child] = field(default_factory=list)
 
 
 def plan_merged_pools(manifests: ManifestSet) -> list[MergedPoolPlan]:

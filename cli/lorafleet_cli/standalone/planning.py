@@ -28,7 +28,14 @@ from lorafleet_core.models import (
     ReplicaPoolSpec,
 )
 from lorafleet_core.planning.adapters import Validation, parse_adapter
-from lorafleet_core.planning.fleet import AdapterEntry, FleetSnapshot, PodView, plan_fleet
+from lorafleet_core.planning.fleet import (
+    AdapterEntry,
+    FleetParams,
+    FleetSnapshot,
+    PodView,
+    plan_fleet,
+)
+from lorafleet_core.planning.merged_lifecycle import PoolChange
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.replica_state import ReplicaState
 
@@ -59,6 +66,33 @@ class Plan:
     alias_statuses: dict[str, AdapterAliasStatus] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)  # public model -> adapter served
     problems: list[Problem] = field(default_factory=list)
+    # autoMerge, as the operator decides it (standalone.auto_merge applies it): merged pools to
+    # create, and changes to those `up` created (drain, delete; scale is written only).
+    pools_to_create: list[dict[str, Any]] = field(default_factory=list)
+    pool_changes: list[PoolChange] = field(default_factory=list)
+    merge_events: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def standalone_uid(adapter: str) -> str:
+    """The uid standing in for a LoRAAdapter's in standalone mode: a merged pool `up`
+    creates names its adapter as controller, as on a cluster, so the same rules
+    (planning.merged_lifecycle.auto_created) tell it from a pool a person wrote. (Applied to a
+    cluster, such a manifest's owner is not found and it is garbage collected: the operator
+    there makes its own.)"""
+    return f"standalone-{adapter}"
+
+
+def merged_pools_of(manifests: ManifestSet) -> list[ReplicaPool]:
+    """The folder's valid merged ReplicaPools (the planner sees them as a cluster's)."""
+    out = []
+    for obj in manifests.of_kind(names.KIND_POOL):
+        if not (obj.body.get("spec") or {}).get("merged"):
+            continue
+        try:
+            out.append(ReplicaPool.model_validate({**obj.body, "status": None}))
+        except ValidationError:
+            continue  # reported by standalone.merged like any merged pool it cannot run
+    return out
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -93,6 +127,18 @@ def _choose_pool(manifests: ManifestSet, pool_name: str | None, out: Plan) -> Re
     return pool
 
 
+def _carried(old: LoRAAdapterStatus | None) -> LoRAAdapterStatus | None:
+    """What a pass keeps from the last one: the traffic figures and the merged-pool
+    recommendation (with when it last changed). Not the phase or validation: a manifest file
+    may be fixed in place, unlike a cluster's immutable LoRAAdapter spec."""
+    if old is None:
+        return None
+    kept = [c for c in old.conditions if c.type == reasons.MERGED_POOL_RECOMMENDED]
+    if old.stats is None and not kept:
+        return None
+    return LoRAAdapterStatus(stats=old.stats, conditions=kept)
+
+
 def _condition(status: Any, type_: str) -> Any:
     return next((c for c in status.conditions if c.type == type_), None)
 
@@ -117,8 +163,14 @@ def plan(
     pool_name: str | None = None,
     alias_statuses: Mapping[str, AdapterAliasStatus] | None = None,
     states: Mapping[str, ReplicaState] | None = None,
+    adapter_statuses: Mapping[str, LoRAAdapterStatus] | None = None,
+    params: FleetParams | None = None,
 ) -> Plan:
-    """Validate, place, pre-warm and deploy what the folder declares (operator planners)."""
+    """Validate, place, pre-warm and deploy what the folder declares (operator planners).
+
+    `adapter_statuses` are the last plan's (the reconciler keeps them, as a cluster keeps
+    status): traffic figures and the merged-pool recommendation carry over between passes.
+    """
     out = Plan()
     for err in manifests.errors:
         out.problems.append(Problem(err.path.name, "", "", err.message))
@@ -133,10 +185,12 @@ def plan(
             continue
         adapter_files[obj.name] = obj.path.name
         parsed = parse_adapter(obj.body)
+        held = _carried((adapter_statuses or {}).get(obj.name))
         if isinstance(parsed, Validation):
-            entries.append(AdapterEntry(name=obj.name, adapter=None, invalid=parsed))
+            entries.append(AdapterEntry(name=obj.name, adapter=None, invalid=parsed, status=held))
         else:
-            entries.append(AdapterEntry(name=obj.name, adapter=parsed))
+            uid = standalone_uid(obj.name)
+            entries.append(AdapterEntry(name=obj.name, adapter=parsed, status=held, uid=uid))
 
     stored = alias_statuses or {}
     aliases: list[AdapterAlias] = []
@@ -156,14 +210,18 @@ def plan(
     pods = [PodView(name=r, pool=out.pool_name, ready=True) for r in replica_ids if out.pool_name]
     fleet = plan_fleet(
         FleetSnapshot(
-            pools=[pool] if pool else [],
+            pools=[pool, *merged_pools_of(manifests)] if pool else [],
             adapters=entries,
             aliases=aliases,
             pods=pods,
             states=dict(states or {}),
         ),
         now,
+        params,
     )
+    out.pools_to_create = fleet.pools_to_create
+    out.pool_changes = fleet.pool_changes
+    out.merge_events = fleet.merge_events
 
     out.annotations = {r: fleet.pod_annotations.get(r, "[]") for r in replica_ids}
     for replica, left_out in sorted(fleet.dropped.items()):

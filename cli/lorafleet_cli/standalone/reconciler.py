@@ -10,7 +10,10 @@ operator's planners (see planning) and applies the plan locally:
   (lorafleet_core.standalone_state): this reconciler is its one writer, as the operator is on
   a cluster, so a deploy to an adapter that is not Ready keeps the old one serving in both;
 - a bad manifest is reported once on the console, and in the status file while it lasts, with
-  a clear message; everything else keeps serving.
+  a clear message; everything else keeps serving;
+- the adapters' traffic figures and merged-pool recommendation carry over to the next pass
+  (a cluster keeps them in status), so autoMerge decides as the operator does; what the plan
+  asks of merged pools is applied by standalone.auto_merge.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 from lorafleet_cli.standalone.planning import Plan, Problem, plan, status_document
 from lorafleet_core import names
 from lorafleet_core.manifests import atomic_write, fingerprint, load_folder
+from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.records import format_downward_annotations
 from lorafleet_core.replica_state import ReplicaState
 from lorafleet_core.standalone_state import load_alias_statuses, save_alias_statuses
@@ -39,6 +43,7 @@ class Reconciler:
         pool_name: str | None = None,
         say: Callable[[str], None] = print,
         replan_s: float = 10.0,
+        params: FleetParams | None = None,
     ) -> None:
         self.manifests_dir = manifests_dir
         self.annotation_files = annotation_files  # replica id -> file its agent watches
@@ -46,6 +51,7 @@ class Reconciler:
         self.pool_name = pool_name
         self.say = say
         self.replan_s = replan_s
+        self.params = params
         self._seen: tuple[tuple[str, int, int], ...] | None = None
         self._planned_at = 0.0
         self._reported: set[Problem] = set()
@@ -72,6 +78,8 @@ class Reconciler:
             pool_name=self.pool_name,
             alias_statuses=stored,
             states=states,
+            adapter_statuses=self.last.adapter_statuses if self.last else None,
+            params=self.params,
         )
         for replica, path in self.annotation_files.items():
             value = result.annotations.get(replica, "[]")
@@ -95,6 +103,8 @@ class Reconciler:
         for problem in sorted(self._reported - current):
             self.say(f"resolved: {problem.file}: {problem.kind}/{problem.name}")
         self._reported = current
+        for adapter, (reason, message) in sorted(result.merge_events.items()):
+            self.say(f"MergedPoolRecommended {adapter}: {reason}: {message}")
         if result.models and result.models != self._served:
             self._served = dict(result.models)
             summary = ", ".join(f"{m} -> {a}" for m, a in result.models.items())

@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -25,15 +24,18 @@ from types import FrameType
 from typing import IO, Any
 from urllib.parse import urlparse
 
-import httpx
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_cli.standalone import processes
+from lorafleet_cli.standalone.auto_merge import AutoMerge
+from lorafleet_cli.standalone.local_replicas import (
+    free_port,
+    plan_replicas,
+    replica_states,
+    start_merged_pools,
+)
 from lorafleet_cli.standalone.merged import (
-    MergedPoolPlan,
     MergedRun,
-    merge_locally,
-    merged_folder,
     plan_merged_pools,
     replicas_file_doc,
     up_rows,
@@ -44,8 +46,8 @@ from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_cli.standalone.supervisor import StartError, Supervisor
 from lorafleet_core.manifests import atomic_write, load_folder
 from lorafleet_core.models import ReplicaPoolSpec
-from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
+from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.standalone_state import save_merge_statuses
 
 UP_STATUS_FILE = "up.json"
@@ -64,6 +66,9 @@ class StandaloneSettings(BaseSettings):
     max_restarts: int = 3
     restart_backoff_s: float = 1.0
     stop_timeout_s: float = 20.0
+    # Generated tokens/s one replica serves (the operator's REPLICA_TOKENS_PER_SECOND): sizes
+    # owner counts and the merged-pool threshold (autoMerge), as on a cluster.
+    replica_tokens_per_second: float = REPLICA_TOKENS_PER_SECOND
 
 
 @dataclass(frozen=True)
@@ -83,27 +88,6 @@ class UpError(RuntimeError):
     pass
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((processes.LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-def plan_replicas(state_dir: Path, pool_name: str, count: int) -> list[ReplicaPlan]:
-    """Replica ids as a StatefulSet names its pods; every port picked free on loopback."""
-    return [
-        ReplicaPlan(
-            id=f"{pool_name}-{i}",
-            vllm_port=free_port(),
-            data_port=free_port(),
-            internal_port=free_port(),
-            home=state_dir / "replicas" / f"{pool_name}-{i}",
-            vllm_api_key=secrets.token_urlsafe(32),  # only this replica's agent gets it
-        )
-        for i in range(count)
-    ]
-
-
 def model_dir_of(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.scheme not in ("", "file"):
@@ -111,18 +95,6 @@ def model_dir_of(uri: str) -> Path:
             f"the pool's baseModel.uri {uri} is not local; pass --model DIR with the model files"
         )
     return Path(parsed.path)
-
-
-def replica_states(replicas: list[ReplicaPlan]) -> dict[str, ReplicaState]:
-    """Each reachable replica's state (traffic per adapter feeds the owner count)."""
-    out: dict[str, ReplicaState] = {}
-    with httpx.Client(timeout=2.0) as client:
-        for r in replicas:
-            try:
-                out[r.id] = fetch_state_sync(client, r.internal_url, r.id)
-            except StateUnavailable:
-                continue  # a replica that does not answer reports nothing this round
-    return out
 
 
 def _lock_state_dir(state_dir: Path) -> IO[str]:
@@ -189,55 +161,6 @@ def _write_up_status(
         "updatedAt": time.time(),
     }
     atomic_write(opts.state_dir / UP_STATUS_FILE, json.dumps(doc, indent=2) + "\n")
-
-
-def _start_merged_pools(
-    opts: UpOptions,
-    sup: Supervisor,
-    plans: list[MergedPoolPlan],
-    model_dir: Path,
-    token: str,
-    stop: _Stop,
-) -> list[MergedRun]:
-    """Each merged pool: the merge as a local step, then its own replica(s) on the result."""
-    logs = opts.state_dir / "logs"
-    runs = []
-    for p in plans:
-        if p.record is None:  # refused by plan_merge: the shared pool serves the adapter
-            _say(f"merged pool not started: {p.problem}")
-            continue
-        _say(f"merging {p.record.id} into the base model for merged pool {p.name}")
-        try:
-            status = merge_locally(p, model_dir, opts.state_dir)
-        except Exception as exc:  # a failed merge leaves the shared pool serving the adapter
-            _say(f"merged pool {p.name}: merge failed: {exc}")
-            continue
-        assert status.checksum is not None
-        folder = merged_folder(opts.state_dir, status.checksum)
-        _say(f"merged pool {p.name}: {status.checksum} at {folder}")
-        bounds = p.pool.spec.replicas
-        replicas = plan_replicas(opts.state_dir, p.name, bounds.desired or max(bounds.min, 1))
-        for r in replicas:
-            r.cache_dir.mkdir(parents=True, exist_ok=True)
-            cpu = processes.is_cpu_build()
-            engine = sup.start(
-                processes.vllm_process(r, folder, p.pool.spec, cpu=cpu, log_dir=logs)
-            )
-            sup.wait_ready(engine, stop=lambda: bool(stop))
-            agent = sup.start(
-                processes.agent_process(
-                    r,
-                    p.pool.spec,
-                    folder,
-                    internal_token=token,
-                    merged_checksum=status.checksum,
-                    log_dir=logs,
-                )
-            )
-            sup.wait_ready(agent, stop=lambda: bool(stop))
-            _say(f"{agent.spec.name} serves {p.record.id} merged on {r.data_url}")
-        runs.append(MergedRun(p.name, status, replicas))
-    return runs
 
 
 def _start_processes(
@@ -343,18 +266,40 @@ def run_up(opts: UpOptions) -> int:
             pool_name=pool_name,
             say=_say,
             replan_s=settings.replan_s,
+            params=FleetParams(replica_capacity_tps=settings.replica_tokens_per_second),
         )
         reconciler.tick()
         # The agents' internal credential for this run: the gateway posts records with it.
         token = secrets.token_urlsafe(32)
-        merged = _start_merged_pools(
-            opts, sup, plan_merged_pools(load_folder(opts.manifests_dir)), model_dir, token, stop
+        merged[:] = start_merged_pools(
+            opts.state_dir,
+            sup,
+            plan_merged_pools(load_folder(opts.manifests_dir)),
+            model_dir,
+            token,
+            lambda: bool(stop),
+            _say,
         )
-        # The merged pools' status.merge, which the gateway's folder catalog reads: a merged
-        # pool serves its adapter once Ready (every `up` rewrites it: stale pools drop out).
-        save_merge_statuses(opts.manifests_dir, {m.pool: m.status for m in merged})
-        replicas_doc = replicas_file_doc(replicas, merged)
-        atomic_write(opts.state_dir / REPLICAS_FILE, json.dumps(replicas_doc, indent=2) + "\n")
+
+        def publish() -> None:
+            # The merged pools' status.merge, which the gateway's folder catalog reads: a
+            # merged pool serves its adapter once Ready (rewritten whole: stale pools drop out).
+            save_merge_statuses(opts.manifests_dir, {m.pool: m.status for m in merged})
+            doc = replicas_file_doc(replicas, merged)
+            atomic_write(opts.state_dir / REPLICAS_FILE, json.dumps(doc, indent=2) + "\n")
+
+        publish()
+        auto = AutoMerge(
+            state_dir=opts.state_dir,
+            manifests_dir=opts.manifests_dir,
+            sup=sup,
+            model_dir=model_dir,
+            token=token,
+            stop=lambda: bool(stop),
+            say=_say,
+            runs=merged,
+            publish=publish,
+        )
 
         _start_processes(opts, sup, replicas, pool, pool_name, model_dir, stop, token)
         _write_up_status(opts, replicas, sup, "ready", merged)
@@ -368,8 +313,12 @@ def run_up(opts: UpOptions) -> int:
             try:
                 states = None
                 if time.monotonic() - last_states >= settings.replan_s:
-                    states, last_states = replica_states(replicas), time.monotonic()
-                reconciler.tick(states)
+                    # Merged replicas too: their traffic is their adapter's (autoMerge).
+                    every = replicas + [r for m in merged for r in m.replicas]
+                    states, last_states = replica_states(every), time.monotonic()
+                result = reconciler.tick(states)
+                if result is not None:
+                    auto.apply(result)
                 for event in sup.check():
                     _say(event)
                 _write_up_status(opts, replicas, sup, "ready", merged)

@@ -196,6 +196,15 @@ class Supervisor:
                 self.say(f"stopping {child.spec.name} (pid {child.proc.pid})")
             self._kill_group(child)
 
+    def stop(self, children: list[Child]) -> None:
+        """Stop these children (newest first, whole groups) and supervise them no more."""
+        for child in reversed(children):
+            if child in self.children:
+                self.children.remove(child)
+            if child.proc.poll() is None:
+                self.say(f"stopping {child.spec.name} (pid {child.proc.pid})")
+            self._kill_group(child)
+
     def pids(self) -> dict[str, int]:
         return {c.spec.name: c.proc.pid for c in self.children}
 

@@ -201,6 +201,20 @@ def _scale(pool: ReplicaPool, adapter: str, tps: float, capacity_tps: float) -> 
     return [PoolChange(pool.metadata.name, adapter, reasons.MERGED_POOL_SCALED, message, patch)]
 
 
+def merge_patch(target: Any, patch: Any) -> Any:
+    """`target` with a JSON merge patch (RFC 7386) applied, as the API server stores it (a
+    PoolChange's patch; standalone mode applies it to the manifest)."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
 @dataclass(frozen=True)
 class SecretPlan:
     """The `<pool>-internal` Secret to create for a merged pool the operator created, or why

@@ -1,0 +1,134 @@
+"""`lorafleet up`'s local replicas: ids and free ports, their `/state`, a merged pool's start.
+
+Shared by the runner (what starts at `up`) and standalone.auto_merge (a merged pool created
+while `up` runs).
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from lorafleet_cli.standalone import processes
+from lorafleet_cli.standalone.merged import (
+    MergedPoolPlan,
+    MergedRun,
+    merge_locally,
+    merged_folder,
+)
+from lorafleet_cli.standalone.processes import ReplicaPlan
+from lorafleet_cli.standalone.supervisor import StartError, Supervisor
+from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
+from lorafleet_core.replica_state import ReplicaState
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((processes.LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def plan_replicas(state_dir: Path, pool_name: str, count: int) -> list[ReplicaPlan]:
+    """Replica ids as a StatefulSet names its pods; every port picked free on loopback."""
+    return [
+        ReplicaPlan(
+            id=f"{pool_name}-{i}",
+            vllm_port=free_port(),
+            data_port=free_port(),
+            internal_port=free_port(),
+            home=state_dir / "replicas" / f"{pool_name}-{i}",
+            vllm_api_key=secrets.token_urlsafe(32),  # only this replica's agent gets it
+        )
+        for i in range(count)
+    ]
+
+
+def replica_states(replicas: list[ReplicaPlan]) -> dict[str, ReplicaState]:
+    """Each reachable replica's state (traffic per adapter feeds the owner count)."""
+    out: dict[str, ReplicaState] = {}
+    with httpx.Client(timeout=2.0) as client:
+        for r in replicas:
+            try:
+                out[r.id] = fetch_state_sync(client, r.internal_url, r.id)
+            except StateUnavailable:
+                continue  # a replica that does not answer reports nothing this round
+    return out
+
+
+def start_merged_pools(
+    state_dir: Path,
+    sup: Supervisor,
+    plans: list[MergedPoolPlan],
+    model_dir: Path,
+    token: str,
+    stop: Callable[[], bool],
+    say: Callable[[str], None],
+    count: int | None = None,
+) -> list[MergedRun]:
+    """Each merged pool: the merge as a local step, then its own replica(s) on the result
+    (`count`, else the pool's replicas.desired or min, at least one)."""
+    logs = state_dir / "logs"
+    runs = []
+    for p in plans:
+        if p.record is None:  # refused by plan_merge: the shared pool serves the adapter
+            say(f"merged pool not started: {p.problem}")
+            continue
+        say(f"merging {p.record.id} into the base model for merged pool {p.name}")
+        try:
+            status = merge_locally(p, model_dir, state_dir)
+        except Exception as exc:  # a failed merge leaves the shared pool serving the adapter
+            say(f"merged pool {p.name}: merge failed: {exc}")
+            continue
+        assert status.checksum is not None
+        folder = merged_folder(state_dir, status.checksum)
+        say(f"merged pool {p.name}: {status.checksum} at {folder}")
+        bounds = p.pool.spec.replicas
+        replicas = plan_replicas(state_dir, p.name, count or bounds.desired or max(bounds.min, 1))
+        run = MergedRun(p.name, status, replicas)
+        try:
+            _start_replicas(run, p, sup, folder, token, stop, say, logs)
+        except StartError as exc:
+            sup.stop(run.children)
+            if stop():
+                raise
+            say(f"merged pool {p.name} not started: {exc}")  # the shared pool serves it
+            continue
+        runs.append(run)
+    return runs
+
+
+def _start_replicas(
+    run: MergedRun,
+    p: MergedPoolPlan,
+    sup: Supervisor,
+    folder: Path,
+    token: str,
+    stop: Callable[[], bool],
+    say: Callable[[str], None],
+    logs: Path,
+) -> None:
+    assert p.record is not None
+    assert run.status.checksum is not None
+    for r in run.replicas:
+        r.cache_dir.mkdir(parents=True, exist_ok=True)
+        cpu = processes.is_cpu_build()
+        engine = sup.start(processes.vllm_process(r, folder, p.pool.spec, cpu=cpu, log_dir=logs))
+        run.children.append(engine)
+        sup.wait_ready(engine, stop=stop)
+        agent = sup.start(
+            processes.agent_process(
+                r,
+                p.pool.spec,
+                folder,
+                internal_token=token,
+                merged_checksum=run.status.checksum,
+                log_dir=logs,
+            )
+        )
+        run.children.append(agent)
+        sup.wait_ready(agent, stop=stop)
+        say(f"{agent.spec.name} serves {p.record.id} merged on {r.data_url}")

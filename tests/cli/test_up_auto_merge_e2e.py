@@ -1,0 +1,167 @@
+"""autoMerge under `lorafleet up`, end to end (real CPU vLLM: the shared pool's, then the one
+`up` starts for the merged pool it creates).
+
+The demo's shared pool sets `spec.autoMerge` (cool-down 0, drain 3 s) and `up` runs with a
+replica capacity of 1 token/s, so the merge threshold (2 x capacity) is a handful of zebra
+requests a minute. Traffic makes `up` create `demo-zebra-v1-merged` in the folder, merge it
+and start its replica; the gateway then routes zebra there. When the traffic stops, the pool
+drains (annotation in its manifest: the gateway routes zebra to the shared pool again) and is
+deleted; requests sent all along are all answered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from lorafleet_cli.standalone import demo
+from lorafleet_core.manifests import load_folder, write_object
+from lorafleet_core.names import ANNOTATION_DRAINING_SINCE
+from tests.cli.test_up_e2e import ASSETS, NOT_YET, Up
+from tests.waiting import eventually
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+ZEBRA = "demo-zebra-v1"
+POOL = f"{ZEBRA}-merged"
+PROMPT = "Tell me about the weather today"
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    state = tmp_path_factory.mktemp("up-auto-merge") / "state"
+    log = state.parent / "up.log"
+    saved = os.environ.get("LORAFLEET_DEMO_ASSETS")
+    os.environ["LORAFLEET_DEMO_ASSETS"] = str(ASSETS)
+    try:
+        demo.prepare_demo(state, state / "manifests", replicas=1, progress=False)
+    finally:
+        if saved is None:
+            os.environ.pop("LORAFLEET_DEMO_ASSETS")
+        else:
+            os.environ["LORAFLEET_DEMO_ASSETS"] = saved
+    shared = load_folder(state / "manifests").find("ReplicaPool", demo.DEMO_POOL)
+    assert shared is not None
+    body: dict[str, Any] = json.loads(json.dumps(shared.body))
+    body["spec"]["autoMerge"] = {
+        "enabled": True,
+        "maxPools": 1,
+        "coolDownSeconds": 0,
+        "drainSeconds": 3,
+    }
+    write_object(state / "manifests", body)
+    env = {
+        **os.environ,
+        "LORAFLEET_DEMO_ASSETS": str(ASSETS),
+        "PYTHONUNBUFFERED": "1",
+        "LORAFLEET_UP_REPLICA_TOKENS_PER_SECOND": "1",
+        "LORAFLEET_UP_REPLAN_S": "2",
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lorafleet_cli.main", "up", "--state-dir", str(state),
+             "--port", "0", "--internal-port", "0", "--quiet"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    handle = Up(proc, state, log)
+    try:
+        eventually(
+            lambda: handle.status()["phase"] == "ready",
+            within_s=600,
+            what="waiting for up to be ready",
+            ignore=NOT_YET,
+            abort=handle.exited,
+        )
+        yield handle
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def test_traffic_creates_a_merged_pool_then_its_end_drains_and_deletes_it(up: Up) -> None:
+    tiers: list[str] = []
+
+    def ask(max_tokens: int = 16) -> str:
+        """One zebra request through the gateway (it must be answered); the tier served."""
+        raw = up.client().chat.completions.with_raw_response.create(
+            model="demo/zebra:prod",
+            messages=[{"role": "user", "content": PROMPT}],
+            max_tokens=max_tokens,
+            temperature=0,
+        )
+        text = raw.parse().choices[0].message.content or ""
+        assert text, "an empty answer"
+        assert text.startswith("ZEBRA-7") or "ZEBRA-7".startswith(text), text
+        tier = raw.headers["x-adapter-tier"]
+        tiers.append(tier)
+        return tier
+
+    def pool_manifest() -> dict[str, Any] | None:
+        obj = load_folder(up.manifests).find("ReplicaPool", POOL)
+        return obj.body if obj is not None else None
+
+    # traffic past the threshold: `up` writes the merged pool into the folder
+    created = eventually(
+        lambda: (ask(), pool_manifest())[1],
+        within_s=180,
+        interval_s=0.2,
+        what="the merged pool's manifest",
+        abort=up.exited,
+    )
+    assert created is not None
+    assert created["spec"]["merged"] == {"adapter": ZEBRA}
+    assert created["metadata"]["labels"]["lorafleet.dev/merged-from"] == demo.DEMO_POOL
+    # ... merges it, starts its replica, and the gateway routes zebra there
+    eventually(
+        lambda: ask() == "merged",
+        within_s=300,
+        interval_s=1.0,
+        what="zebra served by the merged pool",
+        abort=up.exited,
+    )
+    listed = json.loads((up.state / "up.json").read_text())["mergedPools"]
+    assert [p["pool"] for p in listed] == [POOL]
+    (replica,) = listed[0]["replicas"]
+
+    # traffic stops (2 tokens every 5 s is well under the threshold): drained, deleted
+    drained = eventually(
+        lambda: (ask(2), (pool_manifest() or {}).get("metadata", {}).get("annotations"))[1],
+        within_s=300,
+        interval_s=5.0,
+        what="the drain annotation",
+        abort=up.exited,
+    )
+    assert ANNOTATION_DRAINING_SINCE in drained
+    eventually(
+        lambda: (ask(2), pool_manifest() is None)[1],
+        within_s=120,
+        interval_s=2.0,
+        what="the merged pool's deletion",
+        abort=up.exited,
+    )
+    # every request along the way was answered (ask asserts each one); now the shared pool
+    assert ask(2) != "merged"
+    assert "merged" in tiers
+    assert json.loads((up.state / "replicas.json").read_text()).get("mergedPools", {}) == {}
+    assert json.loads((up.state / "up.json").read_text())["mergedPools"] == []
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{replica['internalUrl']}/healthz", timeout=2)
+    log = up.log_text()
+    for reason in ("MergedPoolDraining", "MergedPoolDeleted"):
+        assert f"autoMerge: {reason}" in log
