@@ -4,7 +4,8 @@ kopf event handlers only update the in-memory index here and mark it dirty. The 
 for a quiet moment (`debounce`, at most `max_delay` while events keep coming), runs the pure
 `plan_fleet` over the whole namespace, and writes only what differs from what it observed:
 pods' owned-adapters annotations first (pre-warm is what latency depends on), then adapters'
-and aliases' status. Creating 5,000 adapters at once therefore patches each pod once per
+status, the merged pools autoMerge creates, scales, drains and deletes (sync_merged), and
+aliases' status. Creating 5,000 adapters at once therefore patches each pod once per
 pass (a handful of passes), not 5,000 times, and an unchanged world writes nothing.
 
 One writer per field also means no two handlers race on a status' conditions list, which a
