@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -114,17 +116,23 @@ def test_status_pending_without_replicas():
     assert placed.reason == "NoReadyReplicas"
 
 
-def test_rejected_is_final_and_sticky():
+def test_rejected_by_a_pool_turns_ready_once_a_pool_accepts_it():
     ad = adapter("a")
     rejected = _status(ad, A.Validation(False, R.RANK_TOO_HIGH, "too big", final=True))
     assert rejected.phase == AdapterPhase.REJECTED
     ready = find(rejected.conditions, R.READY)
     assert ready is not None
     assert ready.message == "too big"
-    # A later plan that would accept it does not un-reject it.
+    # The same verdict again rewrites nothing (times kept).
     ad.status = rejected
+    later = T0 + timedelta(minutes=5)
+    same = A.plan_adapter_status(
+        ad, A.AdapterInputs(A.Validation(False, R.RANK_TOO_HIGH, "too big", final=True)), later
+    )
+    assert same == rejected
+    # A pool that accepts it (a new rank class, the pool recreated) un-rejects it.
     again = _status(ad, A.Validation(True, R.VALID, "ok", pool="pool"), owners=["pool-0"])
-    assert again == rejected
+    assert again.phase == AdapterPhase.READY
 
 
 def test_failed_when_every_owner_refused_it():

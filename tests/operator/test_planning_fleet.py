@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from datetime import timedelta
 
 from lorafleet_core.models import AdapterPhase, ConditionStatus
 from lorafleet_core.planning.conditions import find
@@ -139,6 +140,39 @@ def test_invalid_spec_is_rejected_with_the_field():
     assert v is not None
     assert v.reason == "UnsupportedUriScheme"
     assert "weightsUri" in v.message
+
+
+def test_adapters_applied_before_their_pool_turn_ready_when_it_appears():
+    """`kubectl apply -f DIR` creates loraadapter-* before replicapool-*: with another base
+    model's pool already there, the adapters are refused at first, then served."""
+    from tests.operator.factories import OTHER_HASH
+
+    other = pool("other", base_hash=OTHER_HASH)
+    snap = dataclasses.replace(snapshot([entry("a")], pools=[other]), pods=pod_views("other", 2))
+    first = plan_fleet(snap, T0)
+    assert first.adapter_status["a"].phase == AdapterPhase.REJECTED
+    snap = apply(snap, first)
+    snap = dataclasses.replace(
+        snap, pools=[other, pool()], pods=[*pod_views("other", 2), *pod_views("pool", 2)]
+    )
+    later = plan_fleet(snap, T0)
+    assert later.adapter_status["a"].phase == AdapterPhase.READY
+    assert later.adapter_status["a"].owners
+
+
+def test_a_rejected_adapter_is_not_rewritten_by_later_passes():
+    from lorafleet_core.planning.adapters import parse_adapter
+    from lorafleet_core.planning.fleet import AdapterEntry
+    from tests.operator.factories import adapter_body
+
+    bad = parse_adapter(adapter_body("bad", weightsUri="https://x/y"))
+    e = AdapterEntry(name="bad", adapter=None, invalid=bad)  # type: ignore[arg-type]
+    snap = snapshot([e, entry("big", rank=128)])
+    first = plan_fleet(snap, T0)
+    snap = apply(snap, first)
+    again = plan_fleet(snap, T0 + timedelta(minutes=5))
+    for name in ("bad", "big"):
+        assert again.adapter_status[name] == first.adapter_status[name]
 
 
 def test_five_thousand_adapters_times_26_replicas_plans_quickly():

@@ -6,8 +6,10 @@ Validation outcomes (condition `Validated`, reason):
 - `NoMatchingPool` (phase Pending, retried): no ReplicaPool exists in the namespace yet, so
   nothing can be said; re-validated whenever a pool appears.
 - `BaseModelMismatch`, `RankTooHigh`, `TargetModulesNotAllowed`, `UnsupportedUriScheme`,
-  `InvalidChecksum`, `InvalidSpec` (phase Rejected, final): the spec is immutable, so the
-  adapter can never be served by this fleet; the message says what to change in a new version.
+  `InvalidChecksum`, `InvalidSpec` (phase Rejected): no pool of the fleet as it stands can
+  serve the spec; the message says what to change in a new version. The verdict is
+  re-evaluated on every pass, so the pool-dependent ones (base model, rank, modules) clear
+  when a matching pool appears.
 """
 
 from __future__ import annotations
@@ -248,13 +250,14 @@ def plan_adapter_status(
 ) -> LoRAAdapterStatus:
     """The adapter's status: phase, Validated/Placed/Ready conditions, owners.
 
-    A Rejected adapter keeps its status unchanged: the spec is immutable, so the verdict
-    cannot change, and re-validating against later pools would make Rejected flap.
+    Every pass recomputes the verdict, Rejected included. The spec is immutable, but the
+    pools it is judged against are not: adapters applied before their pool (`kubectl apply
+    -f DIR` takes loraadapter-* before replicapool-*), a pool deleted and recreated, a new
+    rank class. A Rejected that stuck would refuse those adapters for good; an unchanged
+    world still yields the same status (lastTransitionTime kept), so nothing flaps.
     """
     old = adapter.status or LoRAAdapterStatus()
     gen = adapter.metadata.generation
-    if old.phase == AdapterPhase.REJECTED and not inputs.blocked_by_aliases:
-        return old
     v = inputs.validation
     conds = [condition(VALIDATED, v.ok, v.reason, v.message, now, gen)]
     owners: list[str] = []
@@ -312,9 +315,6 @@ def plan_adapter_status(
                 gen,
             )
         )
-    if old.phase == AdapterPhase.REJECTED:
-        phase = AdapterPhase.REJECTED
-        conds = [c for c in conds if c.type == DELETION_BLOCKED]
     return LoRAAdapterStatus(
         phase=phase,
         conditions=merge_conditions(old.conditions, conds),

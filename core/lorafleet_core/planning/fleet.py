@@ -38,7 +38,7 @@ from lorafleet_core.planning.aliases import (
     created_at,
     plan_alias,
 )
-from lorafleet_core.planning.conditions import condition, find
+from lorafleet_core.planning.conditions import condition, find, merge_conditions
 from lorafleet_core.planning.merge_advice import (
     MERGE_THRESHOLD_SHARE,
     MergeAdvice,
@@ -143,9 +143,6 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             continue  # leaving: drop from placement; the finalizer waits for this plan
         if blocked:
             plan.blocked_deletions[entry.name] = sorted(referenced[entry.name])
-        if entry.status is not None and entry.status.phase == AdapterPhase.REJECTED:
-            validations[entry.name] = Validation(False, "Rejected", "rejected", final=True)
-            continue
         if entry.adapter is None:
             assert entry.invalid is not None
             validations[entry.name] = entry.invalid
@@ -286,22 +283,23 @@ def _adapter_status(entry: AdapterEntry, inputs: AdapterInputs, now: datetime) -
     # Unparseable spec: no model to hang the status on; Rejected with the parse error.
     v = inputs.validation
     old = entry.status or LoRAAdapterStatus()
-    if old.phase == AdapterPhase.REJECTED:
-        return old
     gen = entry.generation
     return LoRAAdapterStatus(
         phase=AdapterPhase.REJECTED,
-        conditions=[
-            condition(
-                reasons.PLACED,
-                False,
-                reasons.REJECTED,
-                "adapter was rejected; see Validated",
-                now,
-                gen,
-            ),
-            condition(reasons.READY, False, reasons.REJECTED, v.message, now, gen),
-            condition(reasons.VALIDATED, False, v.reason, v.message, now, gen),
-        ],
+        conditions=merge_conditions(
+            old.conditions,
+            [
+                condition(
+                    reasons.PLACED,
+                    False,
+                    reasons.REJECTED,
+                    "adapter was rejected; see Validated",
+                    now,
+                    gen,
+                ),
+                condition(reasons.READY, False, reasons.REJECTED, v.message, now, gen),
+                condition(reasons.VALIDATED, False, v.reason, v.message, now, gen),
+            ],
+        ),
         observed_generation=gen,
     )
