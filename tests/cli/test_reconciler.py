@@ -115,3 +115,42 @@ def test_no_pool_is_a_problem_not_a_crash(tmp_path):
     assert "ReplicaPool: no ReplicaPool found" in texts, texts
     assert any("not served yet (NoMatchingPool)" in t for t in texts), texts
     assert _owned(tmp_path / "ann") == []
+
+
+def test_alias_whose_adapter_manifest_is_removed_is_reported_and_not_served(folder, tmp_path):
+    _, _, rec, _ = _setup(folder, tmp_path)
+    plan = rec.tick()
+    assert plan is not None
+    assert plan.models == {"acme/a:prod": "acme-a-v1"}
+    (folder / "loraadapter-acme-a-v1.yaml").unlink()
+    plan = rec.tick()
+    assert plan is not None
+    assert plan.models == {}
+    st = load_alias_statuses(folder)["acme-a-prod"]
+    ready = next(c for c in st.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "AdapterNotFound")
+    texts = [str(p) for p in plan.problems]
+    assert any("acme-a-prod" in t and "AdapterNotFound" in t for t in texts), texts
+
+
+def test_corrupt_alias_status_file_is_moved_aside_reported_once_and_rewritten(
+    folder, tmp_path
+):
+    _, _, rec, messages = _setup(folder, tmp_path)
+    rec.tick()
+    write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))
+    rec.tick()
+    path = folder / ".lorafleet" / "alias-status.json"
+    path.write_text('{"acme-a-prod": {"adapter": ')  # cut off mid-write
+    # A fresh reconciler (a restarted `lorafleet up`) and a running one both recover.
+    fresh = Reconciler(folder, rec.annotation_files, tmp_path / "r2.json", say=messages.append)
+    for r in (rec, fresh):
+        path.write_text('{"acme-a-prod": {"adapter": ')
+        plan = r.reconcile()
+        assert plan.models == {"acme/a:prod": "acme-a-v2"}
+        assert load_alias_statuses(folder)["acme-a-prod"].adapter == "acme-a-v2"
+    # The running one kept its rollback target from its last plan.
+    assert load_alias_statuses(folder)["acme-a-prod"].adapter == "acme-a-v2"
+    aside = sorted(p.name for p in path.parent.iterdir() if ".corrupt-" in p.name)
+    assert len(aside) == 2, aside  # both corrupt copies kept
+    assert sum("unreadable" in m for m in messages) == 2, messages

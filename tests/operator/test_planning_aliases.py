@@ -71,6 +71,23 @@ def test_unready_missing_or_foreign_target_keeps_serving_previous():
         assert cond(p.status, R.READY).status == ConditionStatus.TRUE
 
 
+def test_alias_is_not_ready_when_its_served_adapter_vanished_or_stopped_being_ready():
+    a = alias("prod", "acme/support:prod", "v1")
+    a.status = plan(a).status
+    gone = {k: v for k, v in ADAPTERS.items() if k != "v1"}
+    ready = cond(plan(a, adapters=gone).status, R.READY)
+    assert (ready.status, ready.reason) == (ConditionStatus.FALSE, R.ADAPTER_NOT_FOUND)
+    assert "v1" in ready.message
+    failed = {**ADAPTERS, "v1": L.AdapterView("acme", AdapterPhase.FAILED)}
+    ready = cond(plan(a, adapters=failed).status, R.READY)
+    assert (ready.status, ready.reason) == (ConditionStatus.FALSE, R.ADAPTER_NOT_READY)
+    assert "Failed" in ready.message
+    # Back to Ready: serving again, nothing else changed.
+    again = plan(a, adapters=ADAPTERS).status
+    assert cond(again, R.READY).status == ConditionStatus.TRUE
+    assert again.adapter == "v1"
+
+
 def test_nothing_served_when_first_target_is_not_ready():
     p = plan(alias("prod", "acme/support:prod", "v3-pending"))
     assert p.status.adapter is None

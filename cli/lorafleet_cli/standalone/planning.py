@@ -243,11 +243,16 @@ def plan(
         a_status = fleet.alias_status[name]
         out.alias_statuses[name] = a_status
         deployed = _condition(a_status, reasons.DEPLOYED)  # False also when the model is claimed
+        ready = _condition(a_status, reasons.READY)  # False also when the model is claimed
+        serving = ready is not None and ready.status == ConditionStatus.TRUE
         if deployed is not None and deployed.status == ConditionStatus.FALSE:
             message = f"{deployed.reason}: {deployed.message}"
             out.problems.append(Problem(alias_files[name], names.KIND_ALIAS, name, message))
-        conflict = _condition(a_status, reasons.CONFLICT)
-        if a_status.adapter and not (conflict and conflict.status == ConditionStatus.TRUE):
+        elif a_status.adapter and ready is not None and not serving:
+            # Deployed, but what it serves is gone or no longer Ready.
+            message = f"not served ({ready.reason}): {ready.message}"
+            out.problems.append(Problem(alias_files[name], names.KIND_ALIAS, name, message))
+        if a_status.adapter and serving:
             out.models[alias.spec.model] = a_status.adapter
     return out
 

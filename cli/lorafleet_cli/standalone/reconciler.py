@@ -27,10 +27,15 @@ from pathlib import Path
 from lorafleet_cli.standalone.planning import Plan, Problem, plan, status_document
 from lorafleet_core import names
 from lorafleet_core.manifests import atomic_write, fingerprint, load_folder
+from lorafleet_core.models import AdapterAliasStatus
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.records import format_downward_annotations
 from lorafleet_core.replica_state import ReplicaState
-from lorafleet_core.standalone_state import load_alias_statuses, save_alias_statuses
+from lorafleet_core.standalone_state import (
+    alias_status_path,
+    load_alias_statuses,
+    save_alias_statuses,
+)
 
 
 class Reconciler:
@@ -70,7 +75,7 @@ class Reconciler:
     def reconcile(self, states: Mapping[str, ReplicaState] | None = None) -> Plan:
         self._planned_at = time.monotonic()
         manifests = load_folder(self.manifests_dir)
-        stored = load_alias_statuses(self.manifests_dir)
+        stored, rewrite = self._stored_alias_statuses()
         result = plan(
             manifests,
             sorted(self.annotation_files),
@@ -86,7 +91,7 @@ class Reconciler:
             text = format_downward_annotations({names.ANNOTATION_OWNED_ADAPTERS: value})
             if not path.is_file() or path.read_text() != text:
                 atomic_write(path, text)
-        if any(stored.get(k) != v for k, v in result.alias_statuses.items()):
+        if rewrite or any(stored.get(k) != v for k, v in result.alias_statuses.items()):
             # Statuses of aliases whose file is gone are kept: the rollback target survives
             # a delete-and-recreate of the file.
             save_alias_statuses(self.manifests_dir, {**stored, **result.alias_statuses})
@@ -95,6 +100,29 @@ class Reconciler:
         self._report(result)
         self.last = result
         return result
+
+    def _stored_alias_statuses(self) -> tuple[dict[str, AdapterAliasStatus], bool]:
+        """The alias statuses kept beside the manifests, and whether the file must be rewritten
+        (it was corrupt and is moved aside).
+
+        This reconciler is the file's one writer, so an unreadable one (a disk full mid-write
+        by something else, a hand edit) cannot be fixed by waiting: it is kept for a human as
+        `alias-status.json.corrupt-<time>` and the statuses start again from this run's last
+        plan (or, at start-up, from nothing: every alias then deploys its spec.adapter through
+        the same Ready check as any deploy). Reported once, not on every tick.
+        """
+        try:
+            return load_alias_statuses(self.manifests_dir), False
+        except ValueError as exc:
+            path = alias_status_path(self.manifests_dir)
+            aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+            path.replace(aside)
+            kept = dict(self.last.alias_statuses) if self.last is not None else {}
+            self.say(
+                f"alias status file unreadable ({exc}); kept as {aside.name}, "
+                f"restarting from {'the last plan' if kept else 'the manifests'}"
+            )
+            return kept, True
 
     def _report(self, result: Plan) -> None:
         current = set(result.problems)

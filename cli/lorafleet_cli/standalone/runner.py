@@ -308,6 +308,7 @@ def run_up(opts: UpOptions) -> int:
             print(opts.banner, flush=True)
 
         last_states = time.monotonic()
+        last_error: str | None = None
         while not stop:
             time.sleep(settings.poll_interval_s)
             try:
@@ -322,8 +323,14 @@ def run_up(opts: UpOptions) -> int:
                 for event in sup.check():
                     _say(event)
                 _write_up_status(opts, replicas, sup, "ready", merged)
+                if last_error is not None:
+                    _say("reconcile recovered")
+                last_error = None
             except Exception as exc:  # one bad tick must not take the fleet down
-                _say(f"reconcile error (retrying): {exc!r}")
+                # Once per distinct error, not every poll interval for as long as it lasts.
+                if repr(exc) != last_error:
+                    _say(f"reconcile error (retrying): {exc!r}")
+                last_error = repr(exc)
         _say("shutting down")
         return 0
     except StartError as exc:

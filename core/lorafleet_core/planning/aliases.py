@@ -20,6 +20,7 @@ from lorafleet_core.models import (
     AdapterAliasStatus,
     AdapterPhase,
     AliasHistoryEntry,
+    Condition,
     ObjectMeta,
 )
 from lorafleet_core.planning.conditions import condition, merge_conditions
@@ -146,11 +147,7 @@ def plan_alias(
     else:
         keep = f"; still serving {adapter}" if adapter else "; nothing served yet"
         conds.append(condition(DEPLOYED, False, problem[0], problem[1] + keep, now, gen))
-    if adapter:
-        conds.append(condition(READY, True, SERVING, f"{spec.model} -> {adapter}", now, gen))
-    else:
-        msg = problem[1] if problem else "nothing deployed"
-        conds.append(condition(READY, False, NOTHING_TO_SERVE, msg, now, gen))
+    conds.append(_ready(spec.model, spec.tenant, adapter, adapters, problem, now, gen))
     return AliasPlan(
         status=AdapterAliasStatus(
             adapter=adapter,
@@ -163,3 +160,36 @@ def plan_alias(
         deployed=deployed,
         conflict_with=None,
     )
+
+
+def _ready(
+    model: str,
+    tenant: str,
+    adapter: str | None,
+    adapters: Mapping[str, AdapterView],
+    problem: tuple[str, str] | None,
+    now: datetime,
+    gen: int | None,
+) -> Condition:
+    """Ready: the adapter in status.adapter is servable now.
+
+    The gateway serves an alias only through a Ready adapter of its tenant, so an alias whose
+    served adapter vanished (deleted with the operator down, a finalizer removed by hand) or
+    stopped being Ready (its pool deleted, every owner refused the files) says so here instead
+    of claiming Serving while every request for the model fails.
+    """
+    if not adapter:
+        msg = problem[1] if problem else "nothing deployed"
+        return condition(READY, False, NOTHING_TO_SERVE, msg, now, gen)
+    served = adapters.get(adapter)
+    fix = f"requests for {model} fail until it is back or spec.adapter names a Ready adapter"
+    if served is None:
+        msg = f"serves LoRAAdapter {adapter}, which no longer exists; {fix}"
+        return condition(READY, False, ADAPTER_NOT_FOUND, msg, now, gen)
+    if served.tenant != tenant:
+        msg = f"LoRAAdapter {adapter} belongs to tenant {served.tenant}, not {tenant}"
+        return condition(READY, False, TENANT_MISMATCH, msg, now, gen)
+    if served.phase != AdapterPhase.READY:
+        msg = f"serves LoRAAdapter {adapter}, which is {served.phase or 'Pending'}; {fix}"
+        return condition(READY, False, ADAPTER_NOT_READY, msg, now, gen)
+    return condition(READY, True, SERVING, f"{model} -> {adapter}", now, gen)
