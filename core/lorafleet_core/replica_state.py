@@ -12,7 +12,7 @@ class AdapterActivity(BaseModel):
     rate of an adapter is the sum of `gpu_hits` over the sum of `requests`.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     requests: int = Field(default=0, ge=0, description="requests admitted in the window")
     gpu_hits: int = Field(
@@ -29,7 +29,7 @@ class MergedServing(BaseModel):
     another tenant's merged weights is never a candidate, whatever the pool's labels say.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     adapter_id: str = Field(description="the adapter served merged (vLLM's model name)")
     checksum: str | None = Field(
@@ -44,7 +44,7 @@ class ReplicaState(BaseModel):
     lorafleet_agent docs). Lists are adapter ids. Rates are over the last 60 s.
     """
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     replica_id: str
     gpu_adapters: list[str] = Field(default_factory=list)

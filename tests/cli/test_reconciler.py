@@ -133,9 +133,7 @@ def test_alias_whose_adapter_manifest_is_removed_is_reported_and_not_served(fold
     assert any("acme-a-prod" in t and "AdapterNotFound" in t for t in texts), texts
 
 
-def test_corrupt_alias_status_file_is_moved_aside_reported_once_and_rewritten(
-    folder, tmp_path
-):
+def test_corrupt_alias_status_file_is_moved_aside_reported_once_and_rewritten(folder, tmp_path):
     _, _, rec, messages = _setup(folder, tmp_path)
     rec.tick()
     write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))

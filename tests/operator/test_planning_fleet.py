@@ -175,6 +175,33 @@ def test_a_rejected_adapter_is_not_rewritten_by_later_passes():
         assert again.adapter_status[name] == first.adapter_status[name]
 
 
+def test_one_tenants_hostile_inputs_do_not_fail_the_namespaces_plan():
+    """200 aliases with 244-character names blocking one deletion (a 50 KB message), and
+    replicas reporting infinite, huge or NaN rates: the plan still covers everyone."""
+    from lorafleet_core.models import CONDITION_MESSAGE_MAX
+
+    doomed = dataclasses.replace(entry("a1"), deleting=True)
+    aliases = [alias("x" * 240 + f"{i:04d}", f"acme/m{i}:prod", "a1") for i in range(200)]
+    for rate in (float("inf"), 1e308, float("nan")):
+        states = {
+            f"pool-{i}": ReplicaState.model_construct(
+                replica_id=f"pool-{i}", tokens_per_second={"a1": rate}, failed_adapters={}
+            )
+            for i in range(2)
+        }
+        snap = dataclasses.replace(
+            snapshot([doomed, entry("b", tenant="globex")], aliases, states=states),
+            pods=pod_views("pool", 300),
+        )
+        plan = plan_fleet(snap, T0)
+        assert plan.adapter_status["b"].phase == AdapterPhase.READY
+        blocked = find(plan.adapter_status["a1"].conditions, "DeletionBlocked")
+        assert blocked is not None
+        assert len(blocked.message) <= CONDITION_MESSAGE_MAX
+        assert blocked.message.endswith("(truncated)")
+        assert 2 <= len(plan.adapter_status["a1"].owners) <= 256
+
+
 def test_five_thousand_adapters_times_26_replicas_plans_quickly():
     snap = snapshot([entry(f"t{i:04d}-ad") for i in range(5000)], n_pods=26)
     t0 = time.perf_counter()

@@ -15,6 +15,7 @@ are an implementation detail.
 """
 
 from lorafleet_core.models.adapter import (
+    MAX_OWNERS,
     AdapterPhase,
     AdapterStats,
     LoRAAdapter,
@@ -31,6 +32,7 @@ from lorafleet_core.models.alias import (
 from lorafleet_core.models.common import (
     ALIAS_MODEL,
     ALL_TARGET_MODULES,
+    CONDITION_MESSAGE_MAX,
     DNS_LABEL,
     DNS_SUBDOMAIN,
     MODULE_NAME,
@@ -65,8 +67,10 @@ AnyResource = LoRAAdapter | AdapterAlias | ReplicaPool
 __all__ = [
     "ALIAS_MODEL",
     "ALL_TARGET_MODULES",
+    "CONDITION_MESSAGE_MAX",
     "DNS_LABEL",
     "DNS_SUBDOMAIN",
+    "MAX_OWNERS",
     "MODULE_NAME",
     "SHA256_REF",
     "WEIGHTS_URI",

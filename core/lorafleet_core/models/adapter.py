@@ -132,6 +132,7 @@ class Placement(CamelModel):
 
 
 MAX_PLACEMENTS = 32
+MAX_OWNERS = 256  # status.owners' bound; the owner-count planner never plans more
 
 
 class LoRAAdapterStatus(CamelModel):
@@ -149,7 +150,7 @@ class LoRAAdapterStatus(CamelModel):
     )
     owners: list[ReplicaId] = Field(
         default_factory=list,
-        max_length=256,
+        max_length=MAX_OWNERS,
         description="Replica ids that keep this adapter warm.",
     )
     owner_count: int | None = Field(

@@ -17,6 +17,7 @@ WEIGHTS_URI = r"^(s3|file)://.+$"
 _NAME_PART = r"[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?"
 ALIAS_MODEL = rf"^[a-z0-9]([-a-z0-9]{{0,61}}[a-z0-9])?/{_NAME_PART}:{_NAME_PART}$"
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+CONDITION_MESSAGE_MAX = 32768  # Condition.message's maxLength (planners cut longer ones)
 
 
 def immutable(what: str) -> dict[str, Any]:
@@ -93,7 +94,7 @@ class Condition(CamelModel):
     message: str = Field(
         default="",
         description="Human-readable details: what is wrong and how to fix it.",
-        max_length=32768,
+        max_length=CONDITION_MESSAGE_MAX,
     )
     last_transition_time: datetime = Field(description="When status last changed (RFC 3339).")
     observed_generation: int | None = Field(

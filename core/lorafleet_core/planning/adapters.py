@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorafleet_core.models import (
+    MAX_OWNERS,
     AdapterPhase,
     AdapterStats,
     Condition,
@@ -221,12 +222,19 @@ def plan_owner_count(
     more than the replica count.
     """
     per_owner = max(replica_capacity_tps * hot_share, 1e-9)
+    # Replicas report the rates; a NaN, an infinity or a sum of two huge ones must not fail
+    # the whole namespace's plan (math.ceil raises on them), and owners stay within the
+    # status' bound.
+    if not tokens_per_second >= 0:  # NaN too
+        tokens_per_second = 0.0
+    tokens_per_second = min(tokens_per_second, per_owner * MAX_OWNERS)
     need = max(owners_per_adapter, math.ceil(tokens_per_second / per_owner))
     # Shrink only if the smaller count would still be comfortable (20% headroom).
     if current is not None and need < current:
         comfortable = tokens_per_second <= (current - 1) * per_owner * 0.8
         need = need if comfortable else current
     # More owners than replicas means nothing; fewer than ownersPerAdapter is never planned.
+    need = min(need, MAX_OWNERS)
     return max(owners_per_adapter, min(need, replicas)) if replicas > 0 else need
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from lorafleet_core.models import Condition, ConditionStatus
+from lorafleet_core.models import CONDITION_MESSAGE_MAX, Condition, ConditionStatus
+
+_CUT = " ... (truncated)"
 
 
 def condition(
@@ -16,9 +18,16 @@ def condition(
     now: datetime,
     generation: int | None = None,
 ) -> Condition:
-    """A new condition; `status` may be a bool for the common True/False case."""
+    """A new condition; `status` may be a bool for the common True/False case.
+
+    A message longer than the CRD allows is cut (saying so): messages list user-made names
+    (the aliases blocking a deletion, the replicas refusing an adapter), and one tenant's 200
+    long alias names must not fail the validation of the whole namespace's plan.
+    """
     if isinstance(status, bool):
         status = ConditionStatus.TRUE if status else ConditionStatus.FALSE
+    if len(message) > CONDITION_MESSAGE_MAX:
+        message = message[: CONDITION_MESSAGE_MAX - len(_CUT)] + _CUT
     return Condition(
         type=type_,
         status=status,
