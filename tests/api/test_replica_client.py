@@ -83,7 +83,7 @@ async def test_a_replica_that_never_answers_is_unavailable_after_one_retry():
 @pytest.mark.parametrize("rate", ["NaN", "Infinity", "-Infinity"])
 def test_a_replica_reporting_a_non_finite_rate_is_unavailable(rate):
     server = ClosingServer(drops=0)
-    server.body = ('{"replica_id": "r0", "tokens_per_second": {"a": %s}}' % rate).encode()
+    server.body = ('{"replica_id": "r0", "tokens_per_second": {"a": ' + rate + "}}").encode()
     try:
         with httpx.Client(timeout=5.0) as client, pytest.raises(StateUnavailable):
             fetch_state_sync(client, server.url, "r0")
