@@ -33,9 +33,11 @@ from lorafleet_core.models import (
     AdapterAliasStatus,
     LoRAAdapterStatus,
     ReplicaPool,
+    first_error,
 )
 from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
 from lorafleet_core.planning.adapters import Validation, parse_adapter
+from lorafleet_core.planning.aliases import plan_invalid_alias
 from lorafleet_core.planning.fleet import (
     AdapterEntry,
     FleetParams,
@@ -70,6 +72,15 @@ class Writer(Protocol):
     async def patch_pool(self, namespace: str, name: str, patch: dict[str, Any]) -> None: ...
 
     async def delete_pool(self, namespace: str, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class InvalidAlias:
+    """An AdapterAlias whose spec does not parse: why, and the status it carries."""
+
+    message: str
+    status: AdapterAliasStatus | None
+    generation: int | None
 
 
 @dataclass(frozen=True)
@@ -135,6 +146,7 @@ class FleetSync:
         self.adapters: dict[str, AdapterEntry] = {}
         self.uids: dict[tuple[str, str], str] = {}
         self.aliases: dict[str, AdapterAlias] = {}
+        self.invalid_aliases: dict[str, InvalidAlias] = {}
         self.pools: dict[str, ReplicaPool] = {}
         self.pods: dict[str, PodView] = {}
         self.pod_values: dict[str, str | None] = {}
@@ -178,11 +190,23 @@ class FleetSync:
             self._touch()
 
     def upsert_alias(self, body: Mapping[str, Any]) -> None:
+        meta = body.get("metadata") or {}
         try:
             alias = AdapterAlias.model_validate(dict(body) | {"status": None})
-        except ValidationError:
-            log.warning("ignoring invalid AdapterAlias %s", (body.get("metadata") or {}))
+        except ValidationError as exc:
+            # Never served (the gateway parses the spec the same way); the status says why.
+            name = str(meta.get("name"))
+            bad = InvalidAlias(
+                first_error(exc),
+                _parse_status(AdapterAliasStatus, body.get("status")),
+                meta.get("generation"),
+            )
+            self.aliases.pop(name, None)
+            if self.invalid_aliases.get(name) != bad:
+                self.invalid_aliases[name] = bad
+                self._touch()
             return
+        self.invalid_aliases.pop(alias.metadata.name, None)
         alias.status = _parse_status(AdapterAliasStatus, body.get("status"))
         name = alias.metadata.name
         self.uids[("AdapterAlias", name)] = str((body.get("metadata") or {}).get("uid") or "")
@@ -191,6 +215,7 @@ class FleetSync:
             self._touch()
 
     def remove_alias(self, name: str) -> None:
+        self.invalid_aliases.pop(name, None)
         if self.aliases.pop(name, None) is not None:
             self._touch()
 
@@ -321,6 +346,10 @@ class FleetSync:
             alias = self.aliases.get(name)
             if alias is not None and alias.status != astatus:
                 alias_jobs.append(self._write_alias(alias, astatus, plan.alias_deploys.get(name)))
+        for name, bad in sorted(self.invalid_aliases.items()):
+            invalid = plan_invalid_alias(bad.status, bad.message, self.clock(), bad.generation)
+            if invalid != bad.status:
+                alias_jobs.append(self._write_invalid_alias(name, invalid))
         await self._run_all(alias_jobs)
         for adapter, aliases in plan.blocked_deletions.items():
             log.info("deletion of %s/%s waits for aliases %s", ns, adapter, aliases)
@@ -372,6 +401,13 @@ class FleetSync:
         current = self.adapters.get(entry.name)
         if current is not None:
             self.adapters[entry.name] = dataclasses.replace(current, status=status)
+
+    async def _write_invalid_alias(self, name: str, status: AdapterAliasStatus) -> None:
+        async with self._sem:
+            await self.writer.alias_status(self.namespace, name, status_patch(status))
+        current = self.invalid_aliases.get(name)
+        if current is not None:
+            self.invalid_aliases[name] = dataclasses.replace(current, status=status)
 
     async def _write_alias(
         self, alias: AdapterAlias, status: AdapterAliasStatus, deployed: str | None

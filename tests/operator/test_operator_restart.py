@@ -40,6 +40,8 @@ ALIASES = {  # name -> (model, adapter)
     "bot-prod": ("acme/bot:prod", "ad-000"),
     "bot-canary": ("acme/bot:canary", "ad-001"),
     "big-prod": ("acme/big:prod", "too-big"),  # a refused deploy: Deployed False
+    "ghost-prod": ("acme/ghost:prod", "no-such-adapter"),  # nothing to serve
+    "foreign-prod": ("globex/bot:prod", "ad-002"),  # invalid: another tenant's model name
 }
 # Derived state (the operator's writes) and objects a pool owns; Events are not state.
 STATE_PLURALS = (
@@ -115,7 +117,8 @@ def replicas() -> Iterator[list[StateServer]]:
 
 
 def populate(cluster: Cluster, servers: list[StateServer]) -> None:
-    """The same objects in every cluster: a pool, its pods, adapters (two refused), aliases."""
+    """The same objects in every cluster: a pool, its pods, adapters (two refused), aliases
+    (one refused, one with nothing to serve, one whose spec does not parse)."""
     body = pool_body(POOL, autoscaling={"enabled": False, "pollIntervalSeconds": 0.5})
     del body["metadata"]["namespace"]
     cluster.create(cluster.path("replicapools"), body)

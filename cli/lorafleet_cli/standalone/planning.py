@@ -26,6 +26,7 @@ from lorafleet_core.models import (
     LoRAAdapterStatus,
     ReplicaPool,
     ReplicaPoolSpec,
+    first_error,
 )
 from lorafleet_core.planning.adapters import Validation, parse_adapter
 from lorafleet_core.planning.fleet import (
@@ -95,12 +96,6 @@ def merged_pools_of(manifests: ManifestSet) -> list[ReplicaPool]:
     return out
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()))
-    return f"{where}: {err['msg']}" if where else str(err["msg"])
-
-
 def _choose_pool(manifests: ManifestSet, pool_name: str | None, out: Plan) -> ReplicaPool | None:
     # Merged pools (spec.merged) run beside the shared pool as their own replicas
     # (standalone.merged); the shared pool is the one adapters are placed on.
@@ -120,7 +115,7 @@ def _choose_pool(manifests: ManifestSet, pool_name: str | None, out: Plan) -> Re
         pool = ReplicaPool.model_validate({**chosen[0].body, "status": None})
     except ValidationError as exc:
         out.problems.append(
-            Problem(chosen[0].path.name, names.KIND_POOL, chosen[0].name, _first_error(exc))
+            Problem(chosen[0].path.name, names.KIND_POOL, chosen[0].name, first_error(exc))
         )
         return None
     out.pool_name, out.pool = pool.metadata.name, pool.spec
@@ -200,7 +195,7 @@ def plan(
             alias = AdapterAlias.model_validate({**obj.body, "status": None})
         except ValidationError as exc:
             out.problems.append(
-                Problem(obj.path.name, names.KIND_ALIAS, obj.name, _first_error(exc))
+                Problem(obj.path.name, names.KIND_ALIAS, obj.name, first_error(exc))
             )
             continue
         alias.status = stored.get(alias.metadata.name)

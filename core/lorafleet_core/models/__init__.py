@@ -45,6 +45,7 @@ from lorafleet_core.models.common import (
     ModuleName,
     ObjectMeta,
     ReplicaId,
+    first_error,
     immutable,
 )
 from lorafleet_core.models.merged import MergedSpec, MergePhase, MergeStatus
@@ -106,5 +107,6 @@ __all__ = [
     "ReplicaPool",
     "ReplicaPoolSpec",
     "ReplicaPoolStatus",
+    "first_error",
     "immutable",
 ]

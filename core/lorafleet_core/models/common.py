@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic.alias_generators import to_camel
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -42,6 +42,13 @@ ALL_TARGET_MODULES: tuple[str, ...] = (
     "up_proj",
     "down_proj",
 )
+
+
+def first_error(exc: ValidationError) -> str:
+    """The first problem of a refused object as `field.path: what is wrong` (a message)."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    return f"{where}: {err['msg']}" if where else str(err["msg"])
 
 
 class CamelModel(BaseModel):

@@ -30,6 +30,7 @@ from lorafleet_core.reasons import (
     ADAPTER_NOT_READY,
     CONFLICT,
     DEPLOYED,
+    INVALID_SPEC,
     MODEL_CLAIMED,
     NO_CONFLICT,
     NOTHING_TO_SERVE,
@@ -159,6 +160,23 @@ def plan_alias(
         ),
         deployed=deployed,
         conflict_with=None,
+    )
+
+
+def plan_invalid_alias(
+    old: AdapterAliasStatus | None, message: str, now: datetime, gen: int | None
+) -> AdapterAliasStatus:
+    """The status of an alias whose spec does not parse (no schema where nothing enforces
+    it: kmock, a CRD installed without validation). The gateway never serves such an alias,
+    so Ready says why; what it served and its history stay for the rollback once fixed."""
+    old = old or AdapterAliasStatus()
+    conds = [
+        condition(DEPLOYED, False, INVALID_SPEC, message, now, gen),
+        condition(READY, False, INVALID_SPEC, f"not served: {message}", now, gen),
+    ]
+    return old.model_copy(
+        deep=True,
+        update={"conditions": merge_conditions(old.conditions, conds), "observed_generation": gen},
     )
 
 
