@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,18 @@ from lorafleet_cli.targets import DEFAULT_STATE_DIR
 def _cmd_up(args: argparse.Namespace) -> int:
     from lorafleet_cli.standalone import demo
     from lorafleet_cli.standalone.local_replicas import free_port
-    from lorafleet_cli.standalone.runner import UpOptions, run_up
+    from lorafleet_cli.standalone.runner import UpError, UpOptions, lock_state_dir, run_up
 
     state_dir: Path = args.state_dir.resolve()
-    state_dir.mkdir(parents=True, exist_ok=True)
+    if args.manifests is not None and not args.manifests.is_dir():
+        print(f"error: {args.manifests} is not a folder")
+        return 2
+    try:
+        # Before the demo is (re)built there: a second `up` must not touch a running one's files.
+        lock = lock_state_dir(state_dir)
+    except UpError as exc:
+        print(f"[lorafleet up] error: {exc}")
+        return 1
     port = args.port or free_port()
     internal_port = args.internal_port or free_port()
     banner = None
@@ -33,9 +42,6 @@ def _cmd_up(args: argparse.Namespace) -> int:
         banner = demo.usage_text(
             f"http://127.0.0.1:{port}", state_dir / demo.KEY_FILE, setup.models
         )
-    elif not manifests.is_dir():
-        print(f"error: {manifests} is not a folder")
-        return 2
     return run_up(
         UpOptions(
             state_dir=state_dir,
@@ -47,8 +53,26 @@ def _cmd_up(args: argparse.Namespace) -> int:
             pool=args.pool,
             banner=banner,
             control_port=args.control_port,
-        )
+        ),
+        lock,
     )
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535 (0: any free one), got {value}")
+    return value
 
 
 def register(subparsers: Any) -> None:
@@ -66,7 +90,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--replicas",
-        type=int,
+        type=_at_least(1),
         default=None,
         help="local replicas (default: the pool's replicas.desired, else replicas.min; demo: 1)",
     )
@@ -74,17 +98,17 @@ def register(subparsers: Any) -> None:
         "--model", type=Path, default=None, help="base model folder (default: the pool's uri)"
     )
     p.add_argument(
-        "--port", type=int, default=8080, help="gateway port on 127.0.0.1 (0: any free port)"
+        "--port", type=_port, default=8080, help="gateway port on 127.0.0.1 (0: any free port)"
     )
     p.add_argument(
         "--internal-port",
-        type=int,
+        type=_port,
         default=9090,
         help="gateway metrics/health port (0: any free port)",
     )
     p.add_argument(
         "--control-port",
-        type=int,
+        type=_port,
         default=None,
         help="port of the control API (default: any free port; the admin token is written to "
         "<state-dir>/control-token)",

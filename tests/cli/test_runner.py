@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import socket
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,40 @@ def test_remote_base_model_needs_model_flag() -> None:
     assert model_dir_of("file:///models/base") == Path("/models/base")
     with pytest.raises(UpError, match="pass --model DIR"):
         model_dir_of("s3://bucket/base")
+
+
+def test_a_port_in_use_is_refused_before_anything_starts(
+    tmp_path: Path, base_model: Path, capsys
+) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    write_object(folder, pool_manifest("p", base_model))
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        opts = dataclasses.replace(_opts(tmp_path / "s", folder), port=port)
+        assert run_up(opts) == 1
+    out = capsys.readouterr().out
+    assert f"gateway port {port} on 127.0.0.1 is in use" in out, out
+    assert "starting" not in out  # no vLLM was started
+    assert not (tmp_path / "s" / "replicas").exists()
+
+
+def test_a_second_demo_up_in_a_running_state_folder_touches_nothing(tmp_path: Path, capsys) -> None:
+    state = tmp_path / "s"
+    state.mkdir()
+    with (state / "up.lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(["up", "--state-dir", str(state), "--quiet"]) == 1
+    assert "another `lorafleet up` is running" in capsys.readouterr().out
+    assert sorted(p.name for p in state.iterdir()) == ["up.lock"]  # no demo built over it
+
+
+@pytest.mark.parametrize(
+    "argv", [["--replicas", "0"], ["--replicas", "-2"], ["--port", "70000"], ["--port", "-1"]]
+)
+def test_nonsense_numbers_are_refused_on_the_command_line(tmp_path: Path, argv, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["up", "--state-dir", str(tmp_path), *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "must be at least 1" in err or "a port is 0-65535" in err, err

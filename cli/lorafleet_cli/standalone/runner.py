@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def model_dir_of(uri: str) -> Path:
     return Path(parsed.path)
 
 
-def _lock_state_dir(state_dir: Path) -> IO[str]:
+def lock_state_dir(state_dir: Path) -> IO[str]:
     """One `lorafleet up` per state folder: two would fight over ports, files and children."""
     state_dir.mkdir(parents=True, exist_ok=True)
     fh = (state_dir / "up.lock").open("a+")
@@ -107,6 +108,25 @@ def _lock_state_dir(state_dir: Path) -> IO[str]:
         fh.close()
         raise UpError(f"another `lorafleet up` is running with state folder {state_dir}") from exc
     return fh
+
+
+def check_ports_free(ports: dict[str, int | None]) -> None:
+    """Refuse at once (UpError) when a port `up` must listen on is taken: found only when the
+    gateway starts, after every vLLM (a minute on a CPU), and a listener there that answers
+    /healthz could even pass for our gateway. SO_REUSEADDR as uvicorn binds, so a port in
+    TIME_WAIT from the last run counts as free; 0 and None mean any free port."""
+    for what, port in ports.items():
+        if not port:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((processes.LOOPBACK, port))
+            except OSError as exc:
+                raise UpError(
+                    f"{what} port {port} on {processes.LOOPBACK} is in use ({exc.strerror}); "
+                    f"stop what listens there or pick another port"
+                ) from exc
 
 
 class _Stop:
@@ -231,7 +251,9 @@ def write_control_token(state_dir: Path) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def run_up(opts: UpOptions) -> int:
+def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
+    """Run until Ctrl-C; `lock` is the state folder's lock when the caller already holds it
+    (`lorafleet up` takes it before building the demo into that folder)."""
     settings = StandaloneSettings()
     stop = _Stop()
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -243,9 +265,15 @@ def run_up(opts: UpOptions) -> int:
     )
     replicas: list[ReplicaPlan] = []
     merged: list[MergedRun] = []
-    lock: IO[str] | None = None
     try:
-        lock = _lock_state_dir(opts.state_dir)
+        lock = lock or lock_state_dir(opts.state_dir)
+        check_ports_free(
+            {
+                "gateway": opts.port,
+                "gateway internal": opts.internal_port,
+                "control API": opts.control_port,
+            }
+        )
         first = plan(load_folder(opts.manifests_dir), [], datetime.now(UTC), pool_name=opts.pool)
         if first.pool is None or first.pool_name is None:
             reasons = "; ".join(str(p) for p in first.problems if p.kind == "ReplicaPool")
