@@ -147,7 +147,10 @@ def cluster_report(target: ClusterTarget, gateway_metrics: str | None = None) ->
 def _cmd_status(args: argparse.Namespace) -> int:
     report = None
     if not args.cluster:
-        report = status_report.standalone(args.state_dir)
+        try:
+            report = status_report.standalone(args.state_dir)
+        except status_report.StateFileError as exc:
+            return fail(exc, FAILURE)
         if report is None and args.manifests is not None:
             return fail(f"no `lorafleet up` state in {args.state_dir}")
     if report is None:

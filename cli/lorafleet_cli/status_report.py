@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from lorafleet_cli.targets import Target
 from lorafleet_core import names
@@ -228,27 +229,56 @@ def gateway_tenants(client: httpx.Client, metrics_url: str | None) -> list[dict[
         return None
 
 
+class StateFileError(ValueError):
+    """A `lorafleet up` state file that cannot be read (cut off, edited by hand)."""
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise StateFileError(f"{path} is unreadable ({exc}); restart `lorafleet up`") from exc
+    if not isinstance(doc, dict):
+        raise StateFileError(f"{path} is not a JSON object; restart `lorafleet up`")
+    return doc
+
+
+def _up_alive(up: Mapping[str, Any]) -> bool:
+    """Whether the `lorafleet up` that wrote up.json still runs: one that was SIGKILLed (or
+    whose machine rebooted) never wrote `stopped`, and its children died with it."""
+    pid = up.get("pid")
+    if not isinstance(pid, int):
+        return True  # nothing to check against
+    return psutil.pid_exists(pid)
+
+
 def standalone(state_dir: Path) -> Report | None:
-    """The report of a running `lorafleet up` in `state_dir`; None when there is none."""
+    """The report of a running `lorafleet up` in `state_dir`; None when there is none.
+
+    Raises StateFileError when its state files are unreadable."""
     up_file = state_dir / "up.json"
     if not up_file.is_file():
         return None
-    up = json.loads(up_file.read_text())
-    report: Report = {
-        "mode": "standalone",
-        "phase": up.get("phase"),
-        "manifests": up.get("manifests"),
-        "gateway": up["gateway"]["url"],
-        "processes": {
-            name: {
-                "pid": p["pid"],
-                "running": bool(p.get("running")),
-                "restarts": p.get("restarts", 0),
-                "failed": p.get("failed"),
-            }
-            for name, p in sorted(up.get("processes", {}).items())
-        },
-    }
+    up = _read_json(up_file)
+    alive = _up_alive(up)
+    try:
+        report: Report = {
+            "mode": "standalone",
+            "phase": up.get("phase") if alive else f"not running (pid {up.get('pid')} is gone)",
+            "manifests": up.get("manifests"),
+            "gateway": up["gateway"]["url"],
+            "processes": {
+                name: {
+                    "pid": p["pid"],
+                    "running": bool(p.get("running")) and alive,
+                    "restarts": p.get("restarts", 0),
+                    "failed": p.get("failed"),
+                }
+                for name, p in sorted(up.get("processes", {}).items())
+            },
+        }
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise StateFileError(f"{up_file} lacks {exc}; restart `lorafleet up`") from exc
     with httpx.Client(timeout=3.0) as client:
         replicas = [_replica(client, r) for r in up.get("replicas", [])]
         merged = _merged_pools(client, up.get("mergedPools", []))
@@ -260,13 +290,20 @@ def standalone(state_dir: Path) -> Report | None:
     report["worstTenants"] = tenants
     rec_file = state_dir / "reconcile.json"
     if rec_file.is_file():
-        rec = json.loads(rec_file.read_text())
-        report["aliases"] = [{"model": m, "serving": a} for m, a in rec.get("models", {}).items()]
-        report["adapters"] = [
-            {"name": a, "phase": v.get("phase"), "owners": v.get("owners", [])}
-            for a, v in rec.get("adapters", {}).items()
-        ]
-        report["problems"] = [p["text"] for p in rec.get("problems", [])]
+        rec = _read_json(rec_file)
+        try:
+            report["aliases"] = [
+                {"model": m, "serving": a} for m, a in rec.get("models", {}).items()
+            ]
+            report["adapters"] = [
+                {"name": a, "phase": v.get("phase"), "owners": v.get("owners", [])}
+                for a, v in rec.get("adapters", {}).items()
+            ]
+            report["problems"] = [p["text"] for p in rec.get("problems", [])]
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise StateFileError(
+                f"{rec_file} is malformed ({exc!r}); it is rewritten on the next reconcile"
+            ) from exc
     return report
 
 

@@ -224,3 +224,40 @@ def test_cluster_report_lists_merged_pools_with_their_merge_and_drain():
             "autoMerge": True,
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("up.json", '{"phase": "ready", "gateway": '),  # cut off mid-write
+        ("up.json", "[1, 2]"),
+        ("up.json", '{"phase": "ready"}'),  # no gateway
+        ("reconcile.json", '{"models": ["not", "a", "map"]}'),
+    ],
+)
+def test_corrupt_state_files_are_a_clear_error(up_state, capsys, name, text):
+    (up_state / name).write_text(text)
+    assert main(["status", "--state-dir", str(up_state)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: "), err
+    assert name in err, err
+    assert "Traceback" not in err
+
+
+def test_an_up_that_was_killed_is_not_reported_running(up_state, capsys):
+    import subprocess
+    import sys
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    doc = json.loads((up_state / "up.json").read_text())
+    doc["pid"] = int(gone.stdout)  # exited: its pid no longer exists
+    (up_state / "up.json").write_text(json.dumps(doc))
+    assert main(["status", "--state-dir", str(up_state), "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["phase"].startswith("not running"), report["phase"]
+    assert not any(p["running"] for p in report["processes"].values())
