@@ -158,9 +158,20 @@ def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:
         )
     store = objectstore.parse_store_uri(args.store or objectstore.default_store(args.state_dir))
     dest = store.child(args.tenant, args.name, args.version)
-    weights_uri = objectstore.upload_adapter(
-        folder, dest, endpoint_url=args.s3_endpoint_url, progress=not args.quiet
-    )
+    # The store may be shared with other targets (another namespace, a standalone folder):
+    # files another LoRAAdapter verifies by checksum must never change under it.
+    held = objectstore.stored_checksum(dest, endpoint_url=args.s3_endpoint_url)
+    if held is not None and held != checksum:
+        raise PushRefused(
+            f"{dest} already holds other weights ({held}); versions are immutable: push a "
+            "new --version"
+        )
+    if held == checksum:
+        weights_uri = str(dest)  # already there, byte for byte
+    else:
+        weights_uri = objectstore.upload_adapter(
+            folder, dest, endpoint_url=args.s3_endpoint_url, progress=not args.quiet
+        )
     adapter.spec.weights_uri = weights_uri
     body = adapter.wire()
     where = target.apply(body)

@@ -10,12 +10,13 @@ lorafleet_core.adapter_files); READMEs and training leftovers stay behind.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from lorafleet_core.adapter_files import ADAPTER_FILES
+from lorafleet_core.adapter_files import ADAPTER_FILES, adapter_checksum
 
 
 class StoreError(RuntimeError):
@@ -64,6 +65,32 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, unit="B", unit_scale=True, desc=desc, disable=not enabled)
+
+
+def stored_checksum(dest: StoreUri, *, endpoint_url: str | None = None) -> str | None:
+    """The adapter checksum of what `dest` already holds; None when it holds no complete
+    adapter (nothing, or what a failed upload left: no LoRAAdapter can name that)."""
+    if dest.scheme == "file":
+        folder = Path(dest.path)
+        if not all((folder / n).is_file() for n in ADAPTER_FILES):
+            return None
+        return adapter_checksum(folder)
+    import boto3
+    from botocore.exceptions import ClientError
+
+    s3 = boto3.client("s3", endpoint_url=endpoint_url)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ADAPTER_FILES:
+            key = f"{dest.path}/{name}" if dest.path else name
+            try:
+                s3.download_file(dest.bucket, key, str(Path(tmp) / name))
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+                    return None
+                raise StoreError(f"cannot read {dest}: {exc}") from exc
+            except Exception as exc:  # boto3 raises many types; all mean "not readable"
+                raise StoreError(f"cannot read {dest}: {exc}") from exc
+        return adapter_checksum(Path(tmp))
 
 
 def upload_adapter(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import boto3
@@ -129,5 +130,56 @@ def test_push_to_s3(folder, tmp_path, monkeypatch):
             Bucket="adapters", Key="fleet/acme/support/v1/adapter_model.safetensors"
         )["Body"].read()
         assert body == (adapter / "adapter_model.safetensors").read_bytes()
+    finally:
+        server.stop()
+
+
+def _other_target(folder: Path, tmp_path: Path) -> Path:
+    """A second manifests folder (another namespace, say) with the same pool and store."""
+    other = tmp_path / "other-manifests"
+    shutil.copytree(folder, other)
+    return other
+
+
+def test_push_never_changes_files_another_target_serves(folder, tmp_path, capsys):
+    assert _push(folder, make_adapter(tmp_path / "a1", seed=1), tmp_path) == 0
+    uploaded = tmp_path / "store" / "acme" / "support" / "v1"
+    served = adapter_checksum(uploaded)
+    other = _other_target(folder, tmp_path)
+    for p in other.glob("loraadapter-*"):
+        p.unlink()  # the other target has no such LoRAAdapter: only the store knows
+    assert _push(other, make_adapter(tmp_path / "a2", seed=2), tmp_path) == 1
+    err = capsys.readouterr().err
+    assert "already holds other weights" in err, err
+    assert adapter_checksum(uploaded) == served  # untouched
+    assert load_folder(other).of_kind("LoRAAdapter") == []
+    # The same weights again are fine (nothing uploaded twice).
+    assert _push(other, make_adapter(tmp_path / "a3", seed=1), tmp_path) == 0
+
+
+def test_push_to_s3_never_changes_stored_weights(folder, tmp_path, monkeypatch, capsys):
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        # moto keeps buckets process-wide (across servers): a bucket of this test's own.
+        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="shared-store")
+        s3_args = ("--store", "s3://shared-store/fleet", "--s3-endpoint-url", endpoint)
+        assert _push(folder, make_adapter(tmp_path / "a1", seed=1), tmp_path, *s3_args) == 0
+        other = _other_target(folder, tmp_path)
+        for p in other.glob("loraadapter-*"):
+            p.unlink()
+        assert _push(other, make_adapter(tmp_path / "a2", seed=2), tmp_path, *s3_args) == 1
+        assert "already holds other weights" in capsys.readouterr().err
+        key = "fleet/acme/support/v1/adapter_model.safetensors"
+        body = boto3.client("s3", endpoint_url=endpoint).get_object(Bucket="shared-store", Key=key)
+        assert body["Body"].read() == (tmp_path / "a1" / "adapter_model.safetensors").read_bytes()
     finally:
         server.stop()

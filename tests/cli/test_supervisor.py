@@ -136,3 +136,22 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_a_child_that_ran_stably_gets_its_restart_budget_back(tmp_path):
+    """Crashes far apart are restarted every time; only a crash loop gives up."""
+    counter = tmp_path / "runs"
+    code = (
+        f"import pathlib; p = pathlib.Path({str(counter)!r}); "
+        "p.write_text(p.read_text() + 'x' if p.exists() else 'x'); raise SystemExit(3)"
+    )
+    # stable_s=0: every run counts as stable, so a budget of 1 restart never runs out.
+    sup = Supervisor(
+        max_restarts=1, stop_timeout_s=1, restart_backoff_s=0.05, say=lambda _m: None, stable_s=0
+    )
+    child = sup.start(ProcessSpec(name="rare", argv=[sys.executable, "-c", code]))
+    eventually(lambda: (sup.check(), len(counter.read_text()) >= 5)[1], within_s=30,
+               ignore=(FileNotFoundError,))  # fmt: skip
+    assert child.failed is None
+    assert child.restarts == 1
+    sup.stop_all()

@@ -8,6 +8,7 @@ vLLM, the agent, the gateway, HTTP on loopback, and the official `openai` client
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import shutil
@@ -346,6 +347,73 @@ def test_agent_killed_is_restarted_and_serves_from_its_disk_cache(up: Up) -> Non
     for model, marker in MARKERS.items():
         assert up.ask(model)[0].startswith(marker), model
     assert up.status()["processes"]["demo-0/agent"]["restarts"] == 1
+
+
+def test_gateway_killed_mid_stream_is_restarted_and_serves_again(up: Up) -> None:
+    stream = up.client().chat.completions.create(
+        model="demo/zebra:prod",
+        messages=[{"role": "user", "content": "Tell me about the weather today"}],
+        max_tokens=220,
+        temperature=0,
+        stream=True,
+        extra_body={"ignore_eos": True},
+    )
+    chunks = iter(stream)
+    assert next(chunks) is not None
+    gateway = up.status()["processes"]["gateway"]
+    os.killpg(gateway["pid"], signal.SIGKILL)
+    # The client sees the connection end (an error, or the stream cut short), never a hang.
+    with contextlib.suppress(openai.APIError, httpx.HTTPError):
+        for _ in chunks:
+            pass
+
+    def serving() -> bool:
+        try:
+            return up.ask("demo/zebra:prod")[0].startswith("ZEBRA-7")
+        except (openai.APIConnectionError, openai.APIStatusError):
+            return False
+
+    eventually(serving, within_s=120, what="serving after the gateway's restart", abort=up.exited)
+    assert up.status()["processes"]["gateway"]["restarts"] == 1
+    assert "gateway exited with code -9; restart #1" in up.log_text()
+
+
+def _second_up(up: Up, state: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lorafleet_cli.main", "up", "--state-dir", str(state),
+         "--manifests", str(up.manifests), "--quiet", *extra],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "LORAFLEET_DEMO_ASSETS": str(ASSETS)},
+    )  # fmt: skip
+
+
+def test_a_second_up_on_the_same_state_folder_is_refused_and_changes_nothing(up: Up) -> None:
+    before = up.status()
+    done = _second_up(up, up.state, "--port", "0", "--internal-port", "0")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "another `lorafleet up` is running" in done.stdout
+    after = up.status()
+    assert after["pid"] == before["pid"]
+    assert after["processes"].keys() == before["processes"].keys()
+    assert up.ask("demo/otter:prod")[0].startswith("OTTER-9")
+
+
+def test_a_second_up_on_a_taken_port_is_refused_before_starting_anything(
+    up: Up, tmp_path: Path
+) -> None:
+    port = up.status()["gateway"]["url"].rsplit(":", 1)[1]
+    done = _second_up(up, tmp_path / "other", "--port", port, "--internal-port", "0")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"gateway port {port} on 127.0.0.1 is in use" in done.stdout, done.stdout
+    assert "starting" not in done.stdout  # no vLLM was started for it
+    assert up.ask("demo/otter:prod")[0].startswith("OTTER-9")
+
+
+def test_status_of_the_running_up(up: Up, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--state-dir", str(up.state), "-o", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["phase"] == "ready"
+    assert all(p["running"] for p in report["processes"].values()), report["processes"]
 
 
 def test_ctrl_c_stops_everything_and_leaves_no_processes(up: Up) -> None:

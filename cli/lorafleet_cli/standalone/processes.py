@@ -188,6 +188,7 @@ def gateway_process(
         log_file=log_dir / "gateway.log",
         health_url=f"http://{LOOPBACK}:{internal_port}/readyz",
         start_timeout_s=60.0,
+        essential=True,
     )
 
 

@@ -65,6 +65,7 @@ class StandaloneSettings(BaseSettings):
     poll_interval_s: float = 1.0
     replan_s: float = 10.0  # re-plan owners from the replicas' traffic this often
     max_restarts: int = 3
+    stable_s: float = 300.0  # a child up this long gets its whole restart budget back
     restart_backoff_s: float = 1.0
     stop_timeout_s: float = 20.0
     # Generated tokens/s one replica serves (the operator's REPLICA_TOKENS_PER_SECOND): sizes
@@ -259,6 +260,7 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
     old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     sup = Supervisor(
         max_restarts=settings.max_restarts,
+        stable_s=settings.stable_s,
         stop_timeout_s=settings.stop_timeout_s,
         restart_backoff_s=settings.restart_backoff_s,
         say=_say,
@@ -350,6 +352,10 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
                     auto.apply(result)
                 for event in sup.check():
                     _say(event)
+                gone = sup.essential_failure()
+                if gone is not None:
+                    _say(f"{gone.spec.name} {gone.failed}: nothing is served without it")
+                    return 1
                 _write_up_status(opts, replicas, sup, "ready", merged)
                 if last_error is not None:
                     _say("reconcile recovered")

@@ -41,6 +41,8 @@ class ProcessSpec:
     health_url: str | None = None  # ready when GET returns 200
     start_timeout_s: float = 180.0
     cwd: Path | None = None
+    # Nothing is served without it (the gateway): once it failed for good, `up` stops.
+    essential: bool = False
 
 
 @dataclass
@@ -102,9 +104,13 @@ class Supervisor:
         stop_timeout_s: float = 20.0,
         restart_backoff_s: float = 1.0,
         say: Callable[[str], None] = print,
+        stable_s: float = 300.0,
     ) -> None:
         self.children: list[Child] = []
         self.max_restarts = max_restarts
+        # A child that ran this long since its last start was healthy: its restart budget is
+        # whole again, so three crashes a week apart do not add up to "gave up".
+        self.stable_s = stable_s
         self.stop_timeout_s = stop_timeout_s
         self.restart_backoff_s = restart_backoff_s  # doubles with each restart, at most 10 s
         self.say = say
@@ -166,6 +172,8 @@ class Supervisor:
                 continue
             # Leftover grandchildren would hold the ports a restart needs.
             self._kill_group(child)
+            if time.monotonic() - child.started_at >= self.stable_s:
+                child.restarts = 0
             if child.restarts >= self.max_restarts:
                 child.failed = f"exited with code {code}; gave up after {child.restarts} restarts"
                 events.append(f"{child.spec.name} {child.failed}{_tail(child.spec)}")
@@ -204,6 +212,10 @@ class Supervisor:
             if child.proc.poll() is None:
                 self.say(f"stopping {child.spec.name} (pid {child.proc.pid})")
             self._kill_group(child)
+
+    def essential_failure(self) -> Child | None:
+        """A child nothing works without that failed for good, if any."""
+        return next((c for c in self.children if c.spec.essential and c.failed), None)
 
     def pids(self) -> dict[str, int]:
         return {c.spec.name: c.proc.pid for c in self.children}
