@@ -155,3 +155,15 @@ def test_a_child_that_ran_stably_gets_its_restart_budget_back(tmp_path):
     assert child.failed is None
     assert child.restarts == 1
     sup.stop_all()
+
+
+def test_an_essential_child_that_gave_up_is_reported_as_such(tmp_path):
+    sup = Supervisor(max_restarts=0, stop_timeout_s=1, say=lambda _m: None)
+    crash = [sys.executable, "-c", "raise SystemExit(4)"]
+    side = sup.start(ProcessSpec(name="side", argv=crash))
+    eventually(lambda: (sup.check(), side.failed)[1], within_s=30)
+    assert sup.essential_failure() is None  # a replica failing leaves the rest serving
+    gateway = sup.start(ProcessSpec(name="gateway", argv=crash, essential=True))
+    eventually(lambda: (sup.check(), gateway.failed)[1], within_s=30)
+    assert sup.essential_failure() is gateway
+    sup.stop_all()
