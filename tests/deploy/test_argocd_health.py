@@ -13,7 +13,12 @@ from lupa import lua51
 
 from lorafleet_core.models import AdapterAlias, AdapterPhase, LoRAAdapter
 from lorafleet_core.planning.adapters import AdapterInputs, Validation, plan_adapter_status
-from lorafleet_core.planning.aliases import AdapterView, AliasClaim, plan_alias
+from lorafleet_core.planning.aliases import (
+    AdapterView,
+    AliasClaim,
+    plan_alias,
+    plan_invalid_alias,
+)
 from lorafleet_core.planning.conditions import condition
 
 REPO = Path(__file__).resolve().parents[2]
@@ -118,6 +123,24 @@ def alias_status(
     return model.wire()
 
 
+def alias_served_then(later: dict[str, AdapterView], target: str) -> dict[str, Any]:
+    """An alias that deployed `target`, replanned when the adapters look like `later`."""
+    body = example("AdapterAlias")
+    model = AdapterAlias.model_validate(body)
+    model.spec.adapter = target
+    model.status = plan_alias(model, VIEWS, [], T0).status
+    model.status = plan_alias(model, later, [], T0 + timedelta(minutes=1)).status
+    return model.wire()
+
+
+def invalid_alias() -> dict[str, Any]:
+    """What the operator writes on an alias whose spec lacks `adapter` (kmock, no schema)."""
+    body = example("AdapterAlias")
+    del body["spec"]["adapter"]
+    body["status"] = plan_invalid_alias(None, "spec.adapter: Field required", T0, None).wire()
+    return body
+
+
 READY = AdapterView(tenant="acme", phase=AdapterPhase.READY)
 VIEWS = {
     "acme-support-v1": READY,
@@ -166,6 +189,30 @@ ALIAS_CASES = {
         "Degraded",
         "acme-older",
     ),
+    "served adapter vanished": (
+        alias_served_then(
+            {k: v for k, v in VIEWS.items() if k != "acme-support-v1"}, "acme-support-v1"
+        ),
+        "Degraded",
+        "AdapterNotFound",
+    ),
+    "served adapter failed": (
+        alias_served_then(
+            {**VIEWS, "acme-support-v1": AdapterView("acme", AdapterPhase.FAILED)},
+            "acme-support-v1",
+        ),
+        "Degraded",
+        "which is Failed",
+    ),
+    "served adapter back to pending (its pool recreated)": (
+        alias_served_then(
+            {**VIEWS, "acme-support-v1": AdapterView("acme", AdapterPhase.PENDING)},
+            "acme-support-v1",
+        ),
+        "Progressing",
+        "which is Pending",
+    ),
+    "spec without an adapter": (invalid_alias(), "Degraded", "InvalidSpec"),
 }
 
 

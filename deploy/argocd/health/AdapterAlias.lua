@@ -2,8 +2,9 @@
 -- Healthy: the alias serves spec.adapter. Progressing: no status yet, a status older than the
 -- spec, or the target adapter is still Pending. Degraded: the deploy was refused (the target is
 -- Rejected/Failed, of another tenant, or being deleted; the previous adapter keeps serving) or
--- another alias claims the model. Missing: the target LoRAAdapter does not exist and nothing
--- serves the model.
+-- another alias claims the model, or the spec is invalid, or what it serves vanished or is
+-- not Ready (requests for the model fail). Missing: the target LoRAAdapter does not exist and
+-- nothing serves the model.
 local hs = {}
 
 local function condition(kind)
@@ -16,16 +17,19 @@ end
 
 local function describe(c, fallback)
   if c ~= nil and c.message ~= nil and c.message ~= "" then
-    return c.reason .. ": " .. c.message
+    return tostring(c.reason or "") .. ": " .. c.message
   end
   return fallback
 end
 
+-- A spec with no adapter (invalid, reported by the operator as InvalidSpec) must not make
+-- the script itself fail: Argo CD would then show no health at all.
+local wanted = (obj.spec ~= nil and obj.spec.adapter) or "(no spec.adapter)"
 local generation = obj.metadata ~= nil and obj.metadata.generation or nil
 local deployed = condition("Deployed")
 if obj.status == nil or deployed == nil then
   hs.status = "Progressing"
-  hs.message = "Waiting for the operator to deploy " .. obj.spec.adapter
+  hs.message = "Waiting for the operator to deploy " .. wanted
   return hs
 end
 local observed = obj.status.observedGeneration
@@ -42,18 +46,31 @@ if conflict ~= nil and conflict.status == "True" then
   return hs
 end
 
-if deployed.status == "True" and obj.status.adapter == obj.spec.adapter then
+-- What it serves vanished or is not Ready (its pool deleted, every owner refused it):
+-- requests for the model fail now, whatever the last deploy did.
+local ready = condition("Ready")
+local serving = obj.status.adapter
+if ready ~= nil and ready.status == "False" and serving ~= nil and serving ~= "" then
+  if ready.reason == "AdapterNotReady" and string.find(ready.message or "", "which is Pending", 1, true) then
+    hs.status = "Progressing"
+  else
+    hs.status = "Degraded"
+  end
+  hs.message = describe(ready, "Not serving " .. serving)
+  return hs
+end
+
+if deployed.status == "True" and obj.status.adapter == wanted then
   hs.status = "Healthy"
   hs.message = "Serving " .. obj.status.adapter
   return hs
 end
 if deployed.status == "True" then
   hs.status = "Progressing"
-  hs.message = "Waiting for the operator to deploy " .. obj.spec.adapter
+  hs.message = "Waiting for the operator to deploy " .. wanted
   return hs
 end
 
-local serving = obj.status.adapter
 if deployed.reason == "AdapterNotFound" and (serving == nil or serving == "") then
   hs.status = "Missing"
 elseif deployed.reason == "AdapterNotReady" and string.find(deployed.message or "", " is Pending", 1, true) then
@@ -62,5 +79,5 @@ elseif deployed.reason == "AdapterNotReady" and string.find(deployed.message or 
 else
   hs.status = "Degraded"
 end
-hs.message = describe(deployed, "Deploy of " .. obj.spec.adapter .. " refused")
+hs.message = describe(deployed, "Deploy of " .. wanted .. " refused")
 return hs

@@ -1,6 +1,6 @@
 -- Argo CD health check for lorafleet.dev/LoRAAdapter (Lua 5.1, as Argo CD runs it).
--- Healthy: phase Ready. Degraded: Rejected (final: the spec can never be served; publish a new
--- version) or Failed (every owner refused it). Progressing: no status yet, a status older than
+-- Healthy: phase Ready. Degraded: Rejected (no pool of the fleet serves the spec; publish a new
+-- version, or add the pool it needs) or Failed (every owner refused it). Progressing: no status yet, a status older than
 -- the spec, or Pending (validating, or waiting for ready replicas).
 local hs = {}
 
@@ -15,7 +15,7 @@ end
 local function message(kind, fallback)
   local c = condition(kind)
   if c ~= nil and c.message ~= nil and c.message ~= "" then
-    return c.reason .. ": " .. c.message
+    return tostring(c.reason or "") .. ": " .. c.message
   end
   return fallback
 end

@@ -16,7 +16,7 @@ end
 
 local function describe(c, fallback)
   if c ~= nil and c.message ~= nil and c.message ~= "" then
-    return c.reason .. ": " .. c.message
+    return tostring(c.reason or "") .. ": " .. c.message
   end
   return fallback
 end
