@@ -152,3 +152,33 @@ def test_corrupt_alias_status_file_is_moved_aside_reported_once_and_rewritten(fo
     aside = sorted(p.name for p in path.parent.iterdir() if ".corrupt-" in p.name)
     assert len(aside) == 2, aside  # both corrupt copies kept
     assert sum("unreadable" in m for m in messages) == 2, messages
+
+
+def test_an_adapter_edited_in_place_is_reported_and_keeps_its_first_spec(folder, tmp_path):
+    """A new checksum under the same name and version: refused as a cluster would."""
+    h, files, rec, _ = _setup(folder, tmp_path)
+    rec.tick()
+    first = _records(files["main-0"]) | _records(files["main-1"]) | _records(files["main-2"])
+    edited = adapter_manifest("acme-a-v1", "acme", h)
+    edited["spec"]["checksum"] = "sha256:" + "e" * 64
+    write_object(folder, edited)
+    plan = rec.tick()
+    assert plan is not None
+    texts = [str(p) for p in plan.problems]
+    assert any("acme-a-v1" in t and "spec changed in place" in t for t in texts), texts
+    assert plan.records["acme-a-v1"].checksum == first["acme-a-v1"]
+    now = _records(files["main-0"]) | _records(files["main-1"]) | _records(files["main-2"])
+    assert now == first  # no replica is handed a second record for the id
+    assert plan.models == {"acme/a:prod": "acme-a-v1"}
+    # Deleting the file and publishing it again is a new object: accepted.
+    (folder / "loraadapter-acme-a-v1.yaml").unlink()
+    rec.tick()
+    write_object(folder, edited)
+    plan = rec.tick()
+    assert plan is not None
+    assert plan.records["acme-a-v1"].checksum == "sha256:" + "e" * 64
+
+
+def _records(path: Path) -> dict[str, str]:
+    value = parse_downward_annotations(path.read_text())[ANNOTATION_OWNED_ADAPTERS]
+    return {r.id: r.checksum for r in decode_owned(value)}

@@ -72,6 +72,8 @@ class Plan:
     pools_to_create: list[dict[str, Any]] = field(default_factory=list)
     pool_changes: list[PoolChange] = field(default_factory=list)
     merge_events: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # LoRAAdapter name -> the spec this plan used (what the next plan holds it to).
+    adapter_specs: dict[str, Any] = field(default_factory=dict)
 
 
 def standalone_uid(adapter: str) -> str:
@@ -160,12 +162,20 @@ def plan(
     states: Mapping[str, ReplicaState] | None = None,
     adapter_statuses: Mapping[str, LoRAAdapterStatus] | None = None,
     params: FleetParams | None = None,
+    held_specs: Mapping[str, Any] | None = None,
 ) -> Plan:
     """Validate, place, pre-warm and deploy what the folder declares (operator planners).
 
     `adapter_statuses` are the last plan's (the reconciler keeps them, as a cluster keeps
     status): traffic figures and the merged-pool recommendation carry over between passes.
+
+    `held_specs` (the last plan's `adapter_specs`) makes a LoRAAdapter immutable as on a
+    cluster, where the API server refuses a spec edit (CEL `self == oldSelf`): a file edited
+    in place (a new checksum under the same name and version) is reported and the spec first
+    seen keeps being served, so no replica is handed a second, different record for an id it
+    holds. Removing the file and adding it again is a new object, as on a cluster.
     """
+    kept_specs = held_specs or {}
     out = Plan()
     for err in manifests.errors:
         out.problems.append(Problem(err.path.name, "", "", err.message))
@@ -179,7 +189,17 @@ def plan(
             out.problems.append(Problem(obj.path.name, names.KIND_ADAPTER, obj.name, message))
             continue
         adapter_files[obj.name] = obj.path.name
-        parsed = parse_adapter(obj.body)
+        body = obj.body
+        if obj.name in kept_specs and body.get("spec") != kept_specs[obj.name]:
+            message = (
+                "spec changed in place; a LoRAAdapter is immutable (a cluster refuses this "
+                "edit), so the spec first seen keeps being served: publish the change as a new "
+                "LoRAAdapter (a new name and version) and point the alias at it"
+            )
+            out.problems.append(Problem(obj.path.name, names.KIND_ADAPTER, obj.name, message))
+            body = {**body, "spec": kept_specs[obj.name]}
+        out.adapter_specs[obj.name] = body.get("spec")
+        parsed = parse_adapter(body)
         held = _carried((adapter_statuses or {}).get(obj.name))
         if isinstance(parsed, Validation):
             entries.append(AdapterEntry(name=obj.name, adapter=None, invalid=parsed, status=held))
