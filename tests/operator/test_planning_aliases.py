@@ -118,3 +118,15 @@ def test_history_is_short():
         a.status = plan(a, at=T0 + timedelta(seconds=i)).status
     assert a.status is not None
     assert len(a.status.history) == L.HISTORY_MAX
+
+
+def test_alias_to_an_alias_is_refused_saying_what_to_point_at():
+    a = alias("prod", "acme/support:prod", "v1")
+    a.status = plan(a).status
+    a.spec.adapter = "canary"  # another alias's name
+    other = L.AliasClaim("canary", "acme/support:canary", None)
+    p = plan(a, others=[other])
+    deployed = cond(p.status, R.DEPLOYED)
+    assert deployed.reason == R.ADAPTER_NOT_FOUND
+    assert "canary is an AdapterAlias, not a LoRAAdapter" in deployed.message
+    assert p.status.adapter == "v1"  # the previous version keeps serving

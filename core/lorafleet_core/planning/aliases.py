@@ -123,7 +123,14 @@ def plan_alias(
 
     target = adapters.get(spec.adapter)
     problem: tuple[str, str] | None = None
-    if target is None:
+    if target is None and any(c.name == spec.adapter for c in other_aliases):
+        # Alias to alias (and so any cycle) is not a thing: an alias names one version.
+        problem = (
+            ADAPTER_NOT_FOUND,
+            f"{spec.adapter} is an AdapterAlias, not a LoRAAdapter: spec.adapter must name an "
+            "adapter version (that alias's status.adapter names the one it serves)",
+        )
+    elif target is None:
         problem = (ADAPTER_NOT_FOUND, f"LoRAAdapter {spec.adapter} does not exist")
     elif target.tenant != spec.tenant:
         problem = (
