@@ -121,15 +121,6 @@ RESOURCES: tuple[ResourceKind, ...] = (
             ),
             _AGE,
             PrinterColumn("Wanted", "string", ".spec.adapter", "Adapter asked for (spec)", 1),
-            # Why nothing is served although the last deploy went through (the served adapter
-            # vanished or is not Ready, an invalid spec, a claimed model).
-            PrinterColumn(
-                "Ready-Reason",
-                "string",
-                '.status.conditions[?(@.type=="Ready")].reason',
-                "Reason of the Ready condition",
-                1,
-            ),
             # The Deployed condition says why a deploy is refused; Ready only says what serves.
             *_condition_columns("Deployed"),
         ),
