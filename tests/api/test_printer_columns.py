@@ -180,3 +180,16 @@ def test_column_paths_parse_and_names_are_unique(resource):
     for col in resource.columns:
         assert col.json_path.startswith(".")
         parse("$" + col.json_path)
+
+
+def test_alias_whose_served_adapter_vanished_says_so_in_the_row():
+    base = examples_of_kind("AdapterAlias")[0]
+    views = {"acme-support-v1": AdapterView(tenant="acme", phase=READY_V1["status"]["phase"])}
+    alias = AdapterAlias.model_validate(
+        {**base, "spec": {**base["spec"], "adapter": "acme-support-v1"}}
+    )
+    alias.status = plan_alias(alias, views, [], T0).status
+    alias.status = plan_alias(alias, {}, [], T0 + timedelta(minutes=1)).status  # v1 is gone
+    row = table_row(alias.wire(), wide=True)
+    assert (row["Ready"], row["Serving"], row["Deployed"]) == ("False", "acme-support-v1", "False")
+    assert row["Reason"] == "AdapterNotFound"
