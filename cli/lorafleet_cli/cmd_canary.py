@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,12 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.rounds < 1 or args.interval < 0:
-        return fail("--rounds must be >= 1 and --interval >= 0", USAGE)
+    if args.rounds < 1 or not 0 <= args.interval < math.inf:  # NaN fails both comparisons
+        return fail("--rounds must be >= 1 and --interval a finite number >= 0", USAGE)
+    if not 0 < args.timeout < math.inf or args.max_tokens < 1:
+        return fail("--timeout must be a finite number > 0 and --max-tokens >= 1", USAGE)
+    if not 0 <= args.max_error_rate <= 1:
+        return fail("--max-error-rate is a share between 0 and 1", USAGE)
     try:
         found = markers_from_manifests(args.manifests) if args.manifests else {}
         given = parse_marker_args(args.markers)

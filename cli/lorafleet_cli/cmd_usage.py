@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import sys
@@ -28,6 +29,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from lorafleet_cli.exit_codes import OK, CommandFailed, UsageError
+from lorafleet_cli.status_report import StateFileError, read_state_json
 from lorafleet_cli.targets import DEFAULT_STATE_DIR
 
 METRICS = {
@@ -70,10 +72,13 @@ def from_prometheus(url: str, since: str, tenant: str | None, at: float) -> Rows
                 raise CommandFailed(f"Prometheus at {url} did not answer: {exc}") from exc
             if resp.status_code != 200 or body.get("status") != "success":
                 raise CommandFailed(f"Prometheus refused the query: {body.get('error', resp.text)}")
-            for result in body["data"]["result"]:
-                labels = result["metric"]
-                key = (labels.get("tenant", ""), labels.get("adapter", ""))
-                rows.setdefault(key, {})[column] = float(result["value"][1])
+            try:
+                for result in body["data"]["result"]:
+                    labels = result["metric"]
+                    key = (labels.get("tenant", ""), labels.get("adapter", ""))
+                    rows.setdefault(key, {})[column] = float(result["value"][1])
+            except (KeyError, TypeError, IndexError, ValueError) as exc:
+                raise CommandFailed(f"Prometheus answered an unexpected shape: {exc!r}") from exc
     return rows
 
 
@@ -84,16 +89,19 @@ def from_gateway(url: str, tenant: str | None) -> Rows:
         raise CommandFailed(f"the gateway's metrics at {url} could not be read: {exc}") from exc
     by_family = {family: column for column, family in METRICS.items()}
     rows: Rows = {}
-    for family in text_string_to_metric_families(text):
-        column = by_family.get(family.name)
-        if column is None:
-            continue
-        for sample in family.samples:
-            if not sample.name.endswith("_total"):
+    try:
+        for family in text_string_to_metric_families(text):
+            column = by_family.get(family.name)
+            if column is None:
                 continue
-            key = (sample.labels.get("tenant", ""), sample.labels.get("adapter", ""))
-            if tenant is None or key[0] == tenant:
-                rows.setdefault(key, {})[column] = sample.value
+            for sample in family.samples:
+                if not sample.name.endswith("_total"):
+                    continue
+                key = (sample.labels.get("tenant", ""), sample.labels.get("adapter", ""))
+                if tenant is None or key[0] == tenant:
+                    rows.setdefault(key, {})[column] = sample.value
+    except ValueError as exc:  # not the Prometheus text format: the wrong URL
+        raise CommandFailed(f"{url} does not serve Prometheus metrics: {exc}") from exc
     return rows
 
 
@@ -101,8 +109,12 @@ def standalone_metrics_url(state_dir: Path) -> str | None:
     up_file = state_dir / "up.json"
     if not up_file.is_file():
         return None
-    internal = json.loads(up_file.read_text()).get("gateway", {}).get("internalUrl")
-    return f"{internal}/metrics" if internal else None
+    try:
+        gateway = read_state_json(up_file).get("gateway")
+    except StateFileError as exc:
+        raise CommandFailed(str(exc)) from exc
+    internal = gateway.get("internalUrl") if isinstance(gateway, dict) else None
+    return f"{internal}/metrics" if isinstance(internal, str) and internal else None
 
 
 def table_rows(rows: Rows) -> list[dict[str, Any]]:
@@ -114,7 +126,10 @@ def table_rows(rows: Rows) -> list[dict[str, Any]]:
             continue
         row: dict[str, Any] = {"tenant": tenant, "adapter": adapter}
         for column in METRICS:
-            row[column] = round(figures.get(column, 0.0))
+            value = figures.get(column, 0.0)
+            if not math.isfinite(value):  # a billing export never rounds a NaN to a number
+                raise CommandFailed(f"{column} of {tenant}/{adapter} is {value}: not a count")
+            row[column] = round(value)
         row["total_tokens"] = row["prompt_tokens"] + row["completion_tokens"]
         out.append(row)
     return out

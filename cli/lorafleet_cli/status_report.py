@@ -233,7 +233,8 @@ class StateFileError(ValueError):
     """A `lorafleet up` state file that cannot be read (cut off, edited by hand)."""
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_state_json(path: Path) -> dict[str, Any]:
+    """A `lorafleet up` state file as a JSON object; StateFileError when it is not one."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -259,7 +260,7 @@ def standalone(state_dir: Path) -> Report | None:
     up_file = state_dir / "up.json"
     if not up_file.is_file():
         return None
-    up = _read_json(up_file)
+    up = read_state_json(up_file)
     alive = _up_alive(up)
     try:
         report: Report = {
@@ -290,7 +291,7 @@ def standalone(state_dir: Path) -> Report | None:
     report["worstTenants"] = tenants
     rec_file = state_dir / "reconcile.json"
     if rec_file.is_file():
-        rec = _read_json(rec_file)
+        rec = read_state_json(rec_file)
         try:
             report["aliases"] = [
                 {"model": m, "serving": a} for m, a in rec.get("models", {}).items()

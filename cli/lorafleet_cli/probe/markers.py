@@ -13,9 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lorafleet_cli.demo_assets import DEFAULT_MARKERS
+from lorafleet_core.manifests import load_folder
 
 MARKER_ANNOTATION = "lorafleet.dev/canary-marker"
 NAME_LABEL = "lorafleet.dev/adapter-name"
@@ -32,41 +31,41 @@ def parse_marker_args(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping, else {}: a hand-written manifest may hold anything."""
+    return value if isinstance(value, dict) else {}
+
+
 def _documents(folder: Path) -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = []
-    for path in sorted(folder.iterdir()):
-        if path.suffix not in (".yaml", ".yml", ".json") or path.name.startswith("."):
-            continue
-        try:
-            loaded = list(yaml.safe_load_all(path.read_text()))
-        except (OSError, yaml.YAMLError):
-            continue  # the gateway skips unreadable files too
-        for doc in loaded:
-            if isinstance(doc, dict) and doc.get("kind") == "List":
-                docs.extend(d for d in doc.get("items") or [] if isinstance(d, dict))
-            elif isinstance(doc, dict):
-                docs.append(doc)
-    return docs
+    """The folder's objects as `lorafleet_core.manifests` (the one reader) reads them; a file
+    that does not parse is skipped, as the gateway and the reconciler skip it."""
+    if not folder.is_dir():
+        raise ValueError(f"--manifests {folder} is not a folder")
+    return [o.body for o in load_folder(folder).objects]
+
+
+def _served(folder: Path) -> dict[str, Any]:
+    """Alias name -> the adapter its stored status serves (standalone's alias-status.json)."""
+    path = folder / ".lorafleet" / "alias-status.json"
+    try:
+        raw = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}  # unreadable: fall back to spec.adapter
+    return {str(k): _dict(v).get("adapter") for k, v in _dict(raw).items()}
 
 
 def alias_targets(folder: Path) -> dict[str, str]:
     """{public model: adapter id it serves} for every AdapterAlias in `folder`."""
-    status_file = folder / ".lorafleet" / "alias-status.json"
-    statuses: dict[str, Any] = {}
-    if status_file.is_file():
-        try:
-            statuses = json.loads(status_file.read_text())
-        except (OSError, ValueError):
-            statuses = {}
+    served_by = _served(folder)
     out: dict[str, str] = {}
     for doc in _documents(folder):
         if doc.get("kind") != "AdapterAlias":
             continue
-        spec = doc.get("spec") or {}
-        name = (doc.get("metadata") or {}).get("name", "")
-        served = (statuses.get(name) or {}).get("adapter") if isinstance(statuses, dict) else None
-        if spec.get("model") and (served or spec.get("adapter")):
-            out[str(spec["model"])] = str(served or spec["adapter"])
+        spec = _dict(doc.get("spec"))
+        served = served_by.get(str(_dict(doc.get("metadata")).get("name", "")))
+        target = served or spec.get("adapter")
+        if isinstance(spec.get("model"), str) and isinstance(target, str) and target:
+            out[spec["model"]] = target
     return out
 
 
@@ -77,9 +76,9 @@ def adapter_markers(folder: Path, known: dict[str, str] | None = None) -> dict[s
     for doc in _documents(folder):
         if doc.get("kind") != "LoRAAdapter":
             continue
-        meta = doc.get("metadata") or {}
-        marker = (meta.get("annotations") or {}).get(MARKER_ANNOTATION)
-        marker = marker or known.get((meta.get("labels") or {}).get(NAME_LABEL, ""))
+        meta = _dict(doc.get("metadata"))
+        marker = _dict(meta.get("annotations")).get(MARKER_ANNOTATION)
+        marker = marker or known.get(str(_dict(meta.get("labels")).get(NAME_LABEL, "")))
         if marker and meta.get("name"):
             out[str(meta["name"])] = str(marker)
     return out
