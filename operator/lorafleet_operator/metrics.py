@@ -158,9 +158,16 @@ class CountingWriter:
         await self._counted(namespace, "alias", self.inner.alias_status(namespace, name, status))
 
     async def event(
-        self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
+        self,
+        namespace: str,
+        kind: str,
+        name: str,
+        uid: str | None,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
     ) -> None:
-        await self.inner.event(namespace, kind, name, uid, reason, message)
+        await self.inner.event(namespace, kind, name, uid, reason, message, type_)
 
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None:
         await self._counted(namespace, "pool", self.inner.create_pool(namespace, body))

@@ -49,16 +49,21 @@ class KubeWriter:
         await (await HOLDER.client()).delete_custom(PLURAL_POOL, namespace, name)
 
     async def event(
-        self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
+        self,
+        namespace: str,
+        kind: str,
+        name: str,
+        uid: str | None,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
     ) -> None:
         body: dict[str, Any] = {
             "apiVersion": API_VERSION,
             "kind": kind,
             "metadata": {"name": name, "namespace": namespace, "uid": uid or ""},
         }
-        kopf.event(
-            kopf.Body(cast(kopf.RawBody, body)), type="Normal", reason=reason, message=message
-        )
+        kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=type_, reason=reason, message=message)
 
 
 class Runtime:

@@ -64,7 +64,14 @@ class Writer(Protocol):
     async def alias_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
     async def event(
-        self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
+        self,
+        namespace: str,
+        kind: str,
+        name: str,
+        uid: str | None,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
     ) -> None: ...
 
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None: ...
@@ -191,6 +198,7 @@ class FleetSync:
 
     def upsert_alias(self, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
+        self.uids[("AdapterAlias", str(meta.get("name")))] = str(meta.get("uid") or "")
         try:
             alias = AdapterAlias.model_validate(dict(body) | {"status": None})
         except ValidationError as exc:
@@ -209,7 +217,6 @@ class FleetSync:
         self.invalid_aliases.pop(alias.metadata.name, None)
         alias.status = _parse_status(AdapterAliasStatus, body.get("status"))
         name = alias.metadata.name
-        self.uids[("AdapterAlias", name)] = str((body.get("metadata") or {}).get("uid") or "")
         if self.aliases.get(name) != alias:
             self.aliases[name] = alias
             self._touch()
@@ -350,7 +357,11 @@ class FleetSync:
             invalid = plan_invalid_alias(bad.status, bad.message, self.clock(), bad.generation)
             if invalid != bad.status:
                 alias_jobs.append(self._write_invalid_alias(name, invalid))
+            was = bad.status.conditions if bad.status else []
+            if all(c.reason != reasons.INVALID_SPEC for c in was):  # newly invalid
+                plan.warnings.append(("AdapterAlias", name, reasons.INVALID_SPEC, bad.message))
         await self._run_all(alias_jobs)
+        await self._run_all([self._warn(*w) for w in plan.warnings])
         for adapter, aliases in plan.blocked_deletions.items():
             log.info("deletion of %s/%s waits for aliases %s", ns, adapter, aliases)
         return plan
@@ -401,6 +412,10 @@ class FleetSync:
         current = self.adapters.get(entry.name)
         if current is not None:
             self.adapters[entry.name] = dataclasses.replace(current, status=status)
+
+    async def _warn(self, kind: str, name: str, reason: str, message: str) -> None:
+        uid = self.uids.get((kind, name))
+        await self.writer.event(self.namespace, kind, name, uid, reason, message, "Warning")
 
     async def _write_invalid_alias(self, name: str, status: AdapterAliasStatus) -> None:
         async with self._sem:

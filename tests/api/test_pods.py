@@ -37,7 +37,14 @@ class _NoWrites:
     async def alias_status(self, namespace: str, name: str, status: dict[str, Any]) -> None: ...
 
     async def event(
-        self, namespace: str, kind: str, name: str, uid: str | None, reason: str, message: str
+        self,
+        namespace: str,
+        kind: str,
+        name: str,
+        uid: str | None,
+        reason: str,
+        message: str,
+        type_: str = "Normal",
     ) -> None: ...
 
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None: ...

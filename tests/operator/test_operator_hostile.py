@@ -58,6 +58,14 @@ def alias_ready(cluster: Cluster, name: str) -> dict[str, Any]:
     return cond(status(cluster, "adapteraliases", name), "Ready")
 
 
+def warnings_for(cluster: Cluster, name: str) -> list[tuple[str, str]]:
+    return [
+        (e.get("type", ""), e.get("reason", ""))
+        for e in cluster.items(cluster.path("events", group="v1"))
+        if (e.get("involvedObject") or {}).get("name") == name and e.get("type") == "Warning"
+    ]
+
+
 def phase(cluster: Cluster, name: str) -> str | None:
     out: str | None = status(cluster, "loraadapters", name).get("phase")
     return out
@@ -90,6 +98,7 @@ def test_aliases_with_bad_specs_get_a_status_saying_why(cluster, operator):
             deployed = cond(status(cluster, "adapteraliases", name), "Deployed")
             assert deployed["reason"] == "InvalidSpec"
         assert "tenant" in alias_ready(cluster, "ba-foreign")["message"]
+        assert ("Warning", "InvalidSpec") in eventually(lambda: warnings_for(cluster, "ba-unknown"))
         eventually(lambda: alias_ready(cluster, "ba-big-label").get("status") == "True")
 
         # Fixed: it deploys like any alias.
@@ -109,6 +118,9 @@ def test_adapters_applied_before_their_pool_turn_ready_when_it_appears(cluster, 
     try:
         add_adapter(cluster, "early-a", h("3"))
         eventually(lambda: phase(cluster, "early-a") == "Rejected")
+        assert ("Warning", "BaseModelMismatch") in eventually(
+            lambda: warnings_for(cluster, "early-a")
+        )
         assert cond(status(cluster, "loraadapters", "early-a"), "Validated")["reason"] == (
             "BaseModelMismatch"
         )
@@ -170,6 +182,9 @@ def test_alias_whose_adapter_vanished_is_not_ready(cluster, operator):
         )
         assert ready["reason"] == "AdapterNotFound"
         assert "vanish-v1" in ready["message"]
+        # `kubectl describe alias vanish-prod` lists it under Events, as a Warning.
+        warning = eventually(lambda: warnings_for(cluster, "vanish-prod"))
+        assert ("Warning", "AdapterNotFound") in warning, warning
     finally:
         for s in servers:
             s.close()

@@ -20,6 +20,7 @@ class RecordingWriter:
         self.adapters: Counter[str] = Counter()
         self.aliases: dict[str, dict[str, Any]] = {}
         self.events: list[tuple[str, str, str]] = []
+        self.warnings: list[tuple[str, str, str]] = []
         self.created: list[dict[str, Any]] = []
         self.patched: list[tuple[str, dict[str, Any]]] = []
         self.deleted: list[str] = []
@@ -35,8 +36,11 @@ class RecordingWriter:
     async def alias_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.aliases[name] = status
 
-    async def event(self, namespace, kind, name, uid, reason, message) -> None:
-        self.events.append((name, reason, message))
+    async def event(self, namespace, kind, name, uid, reason, message, type_="Normal") -> None:
+        if type_ == "Warning":
+            self.warnings.append((kind, name, reason))
+        else:
+            self.events.append((name, reason, message))
 
     async def create_pool(self, namespace: str, body: dict[str, Any]) -> None:
         self.created.append(body)
@@ -139,3 +143,27 @@ async def test_flush_waits_for_a_pass_that_started_after_it(fleet):
     fleet.upsert_adapter(adapter_body("x") | {"metadata": {"name": "x", "deletionTimestamp": "t"}})
     await fleet.flush()
     assert writer.pod_values["pool-0"] == "[]"
+
+
+async def test_failures_post_one_warning_event_each_and_passes_repeat_none(fleet):
+    fleet, writer = fleet
+    fleet.upsert_pool(pool())
+    for i in range(2):
+        fleet.upsert_pod(pod_body(f"pool-{i}"))
+    fleet.upsert_adapter(adapter_body("good"))
+    fleet.upsert_adapter(adapter_body("big", rank=128))
+    fleet.upsert_alias(alias_body("prod", "acme/s:prod", "good"))
+    await fleet.flush()
+    await fleet.flush()
+    assert writer.warnings == [("LoRAAdapter", "big", "RankTooHigh")]
+    edited = alias_body("prod", "acme/s:prod", "big")  # a refused deploy
+    edited["status"] = writer.aliases["prod"]  # a watch event carries the status written
+    fleet.upsert_alias(edited)
+    await fleet.flush()
+    assert writer.warnings[1:] == [("AdapterAlias", "prod", "AdapterNotReady")]
+    fleet.remove_adapter("good")  # what it serves vanishes
+    await fleet.flush()
+    assert writer.warnings[2:] == [("AdapterAlias", "prod", "AdapterNotFound")]
+    for _ in range(3):
+        await fleet.flush()
+    assert len(writer.warnings) == 3  # transitions only, never once per pass

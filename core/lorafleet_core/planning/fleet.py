@@ -19,10 +19,12 @@ from lorafleet_core.models import (
     AdapterAliasStatus,
     AdapterPhase,
     Condition,
+    ConditionStatus,
     LoRAAdapter,
     LoRAAdapterStatus,
     ReplicaPool,
 )
+from lorafleet_core.names import KIND_ADAPTER, KIND_ALIAS
 from lorafleet_core.planning import adapter_stats
 from lorafleet_core.planning.adapters import (
     REPLICA_TOKENS_PER_SECOND,
@@ -107,6 +109,9 @@ class FleetPlan:
     pools_to_create: list[dict[str, Any]] = field(default_factory=list)
     # Merged pools the operator created: scale, drain, delete (planning.merged_lifecycle).
     pool_changes: list[PoolChange] = field(default_factory=list)
+    # Warning Events for `kubectl describe` and `kubectl get events`, one per transition into a
+    # failure (never per pass, so a restart repeats none): (kind, name, reason, message).
+    warnings: list[tuple[str, str, str, str]] = field(default_factory=list)
 
 
 def ready_replicas(pods: Sequence[PodView], pool: str) -> list[str]:
@@ -230,6 +235,9 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             ),
         )
         plan.adapter_status[entry.name] = _adapter_status(entry, inputs, now)
+        failure = _adapter_failure(entry.status, plan.adapter_status[entry.name])
+        if failure is not None:
+            plan.warnings.append((KIND_ADAPTER, entry.name, *failure))
         held = find(plan.adapter_status[entry.name].conditions, reasons.MERGED_POOL_RECOMMENDED)
         if held is not None:
             recommendations[entry.name] = held
@@ -254,9 +262,52 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
     for alias in snap.aliases:
         ap = plan_alias(alias, views, claims, now)
         plan.alias_status[alias.metadata.name] = ap.status
+        target = views.get(alias.spec.adapter)
+        pending = target is not None and target.phase in (None, AdapterPhase.PENDING)
+        for cause in _alias_warnings(alias.status, ap.status, pending):
+            plan.warnings.append((KIND_ALIAS, alias.metadata.name, *cause))
         if ap.deployed:
             plan.alias_deploys[alias.metadata.name] = ap.deployed
     return plan
+
+
+def _turned_false(
+    old: Sequence[Condition], new: LoRAAdapterStatus | AdapterAliasStatus, type_: str
+) -> tuple[str, str] | None:
+    """(reason, message) when condition `type_` is newly False or False for a new reason."""
+    now = find(new.conditions, type_)
+    if now is None or now.status != ConditionStatus.FALSE:
+        return None
+    before = find(old, type_)
+    if before is not None and (before.status, before.reason) == (now.status, now.reason):
+        return None
+    return now.reason, now.message
+
+
+def _alias_warnings(
+    old: AdapterAliasStatus | None, new: AdapterAliasStatus, target_pending: bool
+) -> list[tuple[str, str]]:
+    """A refused deploy (not one that waits for a Pending target: that is the normal order of
+    `kubectl apply -f DIR`), and what it serves turning unservable; one Event per cause."""
+    conds = old.conditions if old else []
+    out = []
+    deployed = _turned_false(conds, new, reasons.DEPLOYED)
+    if deployed is not None and not (target_pending and deployed[0] == reasons.ADAPTER_NOT_READY):
+        out.append(deployed)
+    ready = _turned_false(conds, new, reasons.READY)
+    if ready is not None and new.adapter and (deployed is None or deployed[0] != ready[0]):
+        out.append(ready)
+    return out
+
+
+def _adapter_failure(
+    old: LoRAAdapterStatus | None, new: LoRAAdapterStatus
+) -> tuple[str, str] | None:
+    """An adapter newly Rejected (the Validated reason says why) or Failed (Ready's)."""
+    if new.phase not in (AdapterPhase.REJECTED, AdapterPhase.FAILED):
+        return None
+    type_ = reasons.VALIDATED if new.phase == AdapterPhase.REJECTED else reasons.READY
+    return _turned_false(old.conditions if old else [], new, type_)
 
 
 def _note_advice(plan: FleetPlan, entry: AdapterEntry, advice: MergeAdvice | None) -> None:
