@@ -278,3 +278,45 @@ def test_operator_sigkilled_mid_pass_restarts_to_a_clean_runs_state_without_rewr
         assert end_state(cluster) == want
     finally:
         cluster.close()
+
+
+def test_two_operators_at_once_converge_to_the_same_state_without_a_write_storm(
+    tmp_path: Path, replicas: list[StateServer]
+):
+    """The chart runs one (values.schema.json caps operator.replicas at 1, Recreate
+    upgrades), but a second one started by hand must not fight the first: both plan the same
+    world, so they write the same statuses, and a settled namespace is written by neither."""
+    clean = Cluster(NS)
+    try:
+        populate(clean, replicas)
+        op = Operator(clean, tmp_path / "clean.log")
+        try:
+            settle(clean, op)
+        finally:
+            op.stop()
+        want = end_state(clean)
+    finally:
+        clean.close()
+
+    cluster = Cluster(NS)
+    try:
+        populate(cluster, replicas)
+        first = Operator(cluster, tmp_path / "a.log")
+        second = Operator(cluster, tmp_path / "b.log")
+        try:
+            settle(cluster, first)
+            settled = state_writes(cluster)
+            marks = (first.passes(), second.passes())
+            eventually(
+                lambda: first.passes() >= marks[0] + 2 and second.passes() >= marks[1] + 2,
+                within_s=60,
+                what="passes of both",
+                abort=lambda: first.alive() or second.alive(),
+            )
+            assert state_writes(cluster) - settled == Counter()
+        finally:
+            first.stop()
+            second.stop()
+        assert end_state(cluster) == want
+    finally:
+        cluster.close()
