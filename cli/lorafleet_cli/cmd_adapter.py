@@ -123,6 +123,8 @@ def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:
 
     object_name = adapter_object_name(args.tenant, args.name, args.version)
     checksum = adapter_checksum(folder)
+    store = objectstore.parse_store_uri(args.store or objectstore.default_store(args.state_dir))
+    dest = store.child(args.tenant, args.name, args.version)
     try:
         adapter = build_adapter(
             object_name=object_name,
@@ -130,7 +132,7 @@ def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:
             version=args.version,
             info=info,
             base_hash=args.base_model_hash or pool.spec.base_model.hash,
-            weights_uri="file:///not-uploaded-yet/",  # replaced after the upload
+            weights_uri=str(dest),  # where it will be: the pool's adapterSources judge it
             checksum=checksum,
             adapter_name=args.name,
         )
@@ -156,8 +158,6 @@ def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:
             f"LoRAAdapter {object_name} already exists with other weights; versions are "
             "immutable: push a new --version"
         )
-    store = objectstore.parse_store_uri(args.store or objectstore.default_store(args.state_dir))
-    dest = store.child(args.tenant, args.name, args.version)
     # The store may be shared with other targets (another namespace, a standalone folder):
     # files another LoRAAdapter verifies by checksum must never change under it.
     held = objectstore.stored_checksum(dest, endpoint_url=args.s3_endpoint_url)

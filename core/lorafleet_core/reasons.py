@@ -24,6 +24,7 @@ BASE_MODEL_MISMATCH = "BaseModelMismatch"
 RANK_TOO_HIGH = "RankTooHigh"
 TARGET_MODULES_NOT_ALLOWED = "TargetModulesNotAllowed"
 UNSUPPORTED_URI_SCHEME = "UnsupportedUriScheme"
+WEIGHTS_OUTSIDE_SOURCES = "WeightsOutsideSources"  # weightsUri not under the pool's sources
 INVALID_CHECKSUM = "InvalidChecksum"
 INVALID_SPEC = "InvalidSpec"
 # Only the agent can tell these: they need the files.

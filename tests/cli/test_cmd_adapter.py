@@ -12,7 +12,7 @@ from moto.server import ThreadedMotoServer
 
 from lorafleet_cli.main import main
 from lorafleet_core.adapter_files import adapter_checksum
-from lorafleet_core.manifests import load_folder
+from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import LoRAAdapter
 
 from .conftest import make_adapter
@@ -183,3 +183,20 @@ def test_push_to_s3_never_changes_stored_weights(folder, tmp_path, monkeypatch, 
         assert body["Body"].read() == (tmp_path / "a1" / "adapter_model.safetensors").read_bytes()
     finally:
         server.stop()
+
+
+def test_push_outside_the_pools_adapter_sources_is_refused_before_uploading(
+    folder, tmp_path, base_model, capsys
+):
+    from .conftest import pool_manifest
+
+    body = pool_manifest("main", base_model)
+    body["spec"]["adapterSources"] = [f"file://{tmp_path / 'fleet-store'}"]
+    write_object(folder, body)
+    adapter = make_adapter(tmp_path / "ad")
+    assert _push(folder, adapter, tmp_path) == 1  # --store is tmp_path/store: elsewhere
+    err = capsys.readouterr().err
+    assert "WeightsOutsideSources" in err, err
+    assert not (tmp_path / "store").exists()
+    fleet_store = ("--store", f"file://{tmp_path / 'fleet-store'}")
+    assert _push(folder, adapter, tmp_path, *fleet_store) == 0

@@ -154,3 +154,28 @@ def test_deletion_blocked_condition_names_aliases():
     assert c is not None
     assert c.reason == "ReferencedByAlias"
     assert "canary, prod" in c.message
+
+
+def test_a_pool_with_adapter_sources_refuses_weights_outside_the_tenants_folder():
+    sources = ["s3://fleet-adapters/lorafleet/", "file:///srv/adapters"]
+    p = pool(adapterSources=sources)
+    ok = [
+        "s3://fleet-adapters/lorafleet/acme/support/v1/",
+        "file:///srv/adapters/acme/support/v1/",
+    ]
+    outside = [
+        "s3://fleet-adapters/lorafleet/globex/secret/v1/",  # another tenant's files
+        "s3://fleet-adapters/lorafleet/acme-evil/x/",  # a look-alike prefix
+        "s3://other-bucket/lorafleet/acme/x/",
+        "file:///srv/adapters/acme/../globex/v1/",  # traversal
+        "file:///srv/adapters/acme/%2e%2e/globex/v1/",  # encoded traversal (the agent unquotes)
+        "file:///etc/",
+    ]
+    for uri in ok:
+        assert A.validate_adapter(adapter("a", weightsUri=uri).spec, [p]).ok, uri
+    for uri in outside:
+        v = A.validate_adapter(adapter("a", weightsUri=uri).spec, [p])
+        assert (v.ok, v.reason, v.final) == (False, R.WEIGHTS_OUTSIDE_SOURCES, True), uri
+        assert "acme/" in v.message
+    # Without adapterSources, any s3:// or file:// location (as before).
+    assert A.validate_adapter(adapter("a", weightsUri="file:///etc/").spec, [pool()]).ok

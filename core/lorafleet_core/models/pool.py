@@ -10,6 +10,7 @@ from lorafleet_core.kube_schemas import kube_field
 from lorafleet_core.models.common import (
     ALL_TARGET_MODULES,
     SHA256_REF,
+    WEIGHTS_URI,
     CamelModel,
     Condition,
     ModuleName,
@@ -342,6 +343,16 @@ class ReplicaPoolSpec(SpecModel):
         default_factory=AutoscalingSpec, description="Autoscaler targets and windows."
     )
     cache: CacheSpec = Field(default_factory=CacheSpec, description="Cache budgets.")
+    adapter_sources: list[
+        Annotated[str, StringConstraints(pattern=WEIGHTS_URI, max_length=2048)]
+    ] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Object-store prefixes adapters may come from (s3://bucket/prefix/ or "
+        "file:///path/): a LoRAAdapter's weightsUri must lie under <prefix>/<its tenant>/, "
+        "the layout `lorafleet adapter push` writes, so no tenant can point a replica at "
+        "another tenant's files or anywhere else. Empty: any s3:// or file:// location.",
+    )
     template: ReplicaPodTemplate = Field(
         default_factory=ReplicaPodTemplate,
         description="Scheduling, identity, credentials and extra volumes of the replica pods.",

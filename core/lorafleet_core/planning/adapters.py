@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from pydantic import ValidationError
 
@@ -54,6 +55,7 @@ from lorafleet_core.reasons import (
     UNSUPPORTED_URI_SCHEME,
     VALID,
     VALIDATED,
+    WEIGHTS_OUTSIDE_SOURCES,
 )
 
 _FIELD_REASONS = {"weightsUri": UNSUPPORTED_URI_SCHEME, "checksum": INVALID_CHECKSUM}
@@ -191,7 +193,48 @@ def pool_problems(spec: LoRAAdapterSpec, pool: ReplicaPool) -> list[Validation]:
                 False, UNSUPPORTED_URI_SCHEME, "weightsUri must be s3:// or file://", final=True
             )
         )
+    sources = pool.spec.adapter_sources
+    if sources and not weights_in_sources(spec.weights_uri, spec.tenant, sources):
+        out.append(
+            Validation(
+                False,
+                WEIGHTS_OUTSIDE_SOURCES,
+                f"weightsUri {spec.weights_uri} is not under <source>/{spec.tenant}/ of "
+                f"ReplicaPool {name}'s adapterSources ({', '.join(sources)}); upload it with "
+                "`lorafleet adapter push --store <source>`",
+                final=True,
+            )
+        )
     return out
+
+
+def weights_in_sources(uri: str, tenant: str, sources: Sequence[str]) -> bool:
+    """Whether `uri` lies under `<source>/<tenant>/` of one of `sources`.
+
+    Compared decoded and segment by segment, as the agent resolves it (it unquotes file://
+    paths), so neither `%2e%2e`, `..` nor a prefix that merely starts alike
+    (`s3://b/acme-evil/` for tenant `acme`) escapes the tenant's folder.
+    """
+
+    def segments(value: str) -> tuple[str, str, list[str]] | None:
+        parsed = urlparse(value)
+        parts = [p for p in unquote(parsed.path).split("/") if p]
+        if any(p in (".", "..") for p in parts):
+            return None
+        return parsed.scheme, parsed.netloc, parts
+
+    have = segments(uri)
+    if have is None:
+        return False
+    for source in sources:
+        want = segments(source)
+        if want is None:
+            continue
+        scheme, netloc, parts = want
+        prefix = [*parts, tenant]
+        if (have[0], have[1]) == (scheme, netloc) and have[2][: len(prefix)] == prefix:
+            return True
+    return False
 
 
 # Generated tokens/s one replica serves with a full batch, from the design: 32 concurrent
