@@ -221,3 +221,28 @@ def test_pool_with_min_above_max_says_so(cluster, operator):
     finally:
         for s in servers:
             s.close()
+
+
+def test_adapters_outside_the_pools_sources_are_rejected(cluster, operator):
+    source = "s3://fleet-adapters/lorafleet/"
+    servers = make_pool(cluster, "src", 1, base_hash=h("8"), adapterSources=[source])
+    try:
+        add_adapter(cluster, "src-own", h("8"), weightsUri=f"{source}acme/support/v1/")
+        add_adapter(cluster, "src-theft", h("8"), weightsUri=f"{source}globex/secret/v1/")
+        add_adapter(cluster, "src-local", h("8"), weightsUri="file:///var/run/secrets/")
+        eventually(lambda: phase(cluster, "src-own") == "Ready")
+        for name in ("src-theft", "src-local"):
+            eventually(lambda n=name: phase(cluster, n) == "Rejected")
+            v = cond(status(cluster, "loraadapters", name), "Validated")
+            assert v["reason"] == "WeightsOutsideSources", v
+            assert all(name not in owned_ids for owned_ids in _owned_everywhere(cluster))
+    finally:
+        for s in servers:
+            s.close()
+
+
+def _owned_everywhere(cluster: Cluster) -> list[set[str]]:
+    from tests.operator.test_operator_kopf import owned
+
+    pods = cluster.items(cluster.path("pods", group="v1"))
+    return [owned(cluster, p["metadata"]["name"]) for p in pods]
