@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from lorafleet_cli.main import main
+from lorafleet_cli.standalone.guards import UpError
 from lorafleet_cli.standalone.local_replicas import plan_replicas
-from lorafleet_cli.standalone.runner import UpError, UpOptions, model_dir_of, run_up
+from lorafleet_cli.standalone.runner import UpOptions, model_dir_of, run_up
 from lorafleet_core.manifests import write_object
 
 from .conftest import pool_manifest
@@ -112,3 +113,18 @@ def test_nonsense_numbers_are_refused_on_the_command_line(tmp_path: Path, argv, 
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "must be at least 1" in err or "a port is 0-65535" in err, err
+
+
+def test_a_second_up_on_the_same_manifests_folder_is_refused(
+    tmp_path: Path, base_model: Path, capsys
+) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    write_object(folder, pool_manifest("p", base_model))
+    (folder / ".lorafleet").mkdir()
+    with (folder / ".lorafleet" / "up.lock").open("a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert run_up(_opts(tmp_path / "other-state", folder)) == 1
+    out = capsys.readouterr().out
+    assert "another `lorafleet up` (another state folder) serves the manifests" in out, out
+    assert not (tmp_path / "other-state" / "replicas").exists()

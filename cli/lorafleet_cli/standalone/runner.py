@@ -9,13 +9,11 @@ newest first, whole process groups (see supervisor).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import secrets
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -29,6 +27,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_cli.standalone import processes
 from lorafleet_cli.standalone.auto_merge import AutoMerge
+from lorafleet_cli.standalone.guards import (
+    UpError,
+    check_ports_free,
+    lock_manifests_dir,
+    lock_state_dir,
+)
 from lorafleet_cli.standalone.local_replicas import (
     free_port,
     plan_replicas,
@@ -86,10 +90,6 @@ class UpOptions:
     control_port: int | None = None  # the control API's port (None: any free one)
 
 
-class UpError(RuntimeError):
-    pass
-
-
 def model_dir_of(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.scheme not in ("", "file"):
@@ -97,37 +97,6 @@ def model_dir_of(uri: str) -> Path:
             f"the pool's baseModel.uri {uri} is not local; pass --model DIR with the model files"
         )
     return Path(parsed.path)
-
-
-def lock_state_dir(state_dir: Path) -> IO[str]:
-    """One `lorafleet up` per state folder: two would fight over ports, files and children."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    fh = (state_dir / "up.lock").open("a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        fh.close()
-        raise UpError(f"another `lorafleet up` is running with state folder {state_dir}") from exc
-    return fh
-
-
-def check_ports_free(ports: dict[str, int | None]) -> None:
-    """Refuse at once (UpError) when a port `up` must listen on is taken: found only when the
-    gateway starts, after every vLLM (a minute on a CPU), and a listener there that answers
-    /healthz could even pass for our gateway. SO_REUSEADDR as uvicorn binds, so a port in
-    TIME_WAIT from the last run counts as free; 0 and None mean any free port."""
-    for what, port in ports.items():
-        if not port:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((processes.LOOPBACK, port))
-            except OSError as exc:
-                raise UpError(
-                    f"{what} port {port} on {processes.LOOPBACK} is in use ({exc.strerror}); "
-                    f"stop what listens there or pick another port"
-                ) from exc
 
 
 class _Stop:
@@ -267,6 +236,7 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
     )
     replicas: list[ReplicaPlan] = []
     merged: list[MergedRun] = []
+    manifests_lock: IO[str] | None = None
     try:
         lock = lock or lock_state_dir(opts.state_dir)
         check_ports_free(
@@ -276,6 +246,9 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
                 "control API": opts.control_port,
             }
         )
+        # Two `up`s on one manifests folder (two state folders) would both write its alias
+        # and merge status; with the demo's folder inside the state folder this is a no-op.
+        manifests_lock = lock_manifests_dir(opts.manifests_dir)
         first = plan(load_folder(opts.manifests_dir), [], datetime.now(UTC), pool_name=opts.pool)
         if first.pool is None or first.pool_name is None:
             reasons = "; ".join(str(p) for p in first.problems if p.kind == "ReplicaPool")
@@ -380,6 +353,8 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
         sup.stop_all()
         if lock is not None:
             lock.close()
+        if manifests_lock is not None:
+            manifests_lock.close()
         if replicas:
             _write_up_status(opts, replicas, sup, "stopped", merged)
         for s, handler in old.items():
