@@ -246,3 +246,32 @@ def _owned_everywhere(cluster: Cluster) -> list[set[str]]:
 
     pods = cluster.items(cluster.path("pods", group="v1"))
     return [owned(cluster, p["metadata"]["name"]) for p in pods]
+
+
+def test_an_alias_flipped_back_and_forth_settles_on_the_last_spec_without_a_storm(
+    cluster, operator
+):
+    servers = make_pool(cluster, "flip", 1, base_hash=h("9"))
+    try:
+        for n in ("flip-v1", "flip-v2"):
+            add_adapter(cluster, n, h("9"))
+        eventually(lambda: phase(cluster, "flip-v1") == "Ready" == phase(cluster, "flip-v2"))
+        path = add_alias(cluster, "flip-prod", "acme/flip:prod", "flip-v1")
+        eventually(lambda: status(cluster, "adapteraliases", "flip-prod").get("adapter"))
+        before = cluster.writes_by_name("adapteraliases").get("flip-prod", 0)
+        for i in range(20):
+            cluster.patch(path, {"spec": {"adapter": f"flip-v{1 + (i + 1) % 2}"}})
+        # 20 edits end on flip-v1 (i = 19): what is served follows the last one.
+        cluster.patch(path, {"spec": {"adapter": "flip-v2"}})
+        eventually(
+            lambda: status(cluster, "adapteraliases", "flip-prod").get("adapter") == "flip-v2"
+        )
+        st = status(cluster, "adapteraliases", "flip-prod")
+        assert len(st["history"]) <= 10
+        # The sync loop coalesces: far fewer status writes than edits (the test's own 21
+        # spec patches are counted too).
+        written = cluster.writes_by_name("adapteraliases")["flip-prod"] - before
+        assert written <= 21 + 4, written  # measured: 21 + 1
+    finally:
+        for s in servers:
+            s.close()
