@@ -88,7 +88,7 @@ def _write_if_absent(folder: Path, body: dict[str, Any]) -> None:
         write_object(folder, body)
 
 
-def demo_pool(base_model: Path, base_hash: str, replicas: int) -> ReplicaPool:
+def demo_pool(base_model: Path, base_hash: str, replicas: int, store: str) -> ReplicaPool:
     return ReplicaPool(
         metadata=ObjectMeta(name=DEMO_POOL),
         spec=ReplicaPoolSpec(
@@ -100,6 +100,9 @@ def demo_pool(base_model: Path, base_hash: str, replicas: int) -> ReplicaPool:
             replicas=ReplicaBounds(min=1, max=max(replicas, 1), desired=replicas),
             owners_per_adapter=2,
             cache=CacheSpec(disk_bytes=2**30),
+            # Secure by default: every demo adapter lives under <store>/<tenant>/, so a manifest
+            # pointing anywhere else (another tenant's files, a path) is Rejected.
+            adapter_sources=[store],
         ),
     )
 
@@ -124,7 +127,7 @@ def prepare_demo(
     assets = build_assets(state_dir, progress=progress)
     store = objectstore.parse_store_uri(objectstore.default_store(state_dir))
     manifests_dir.mkdir(parents=True, exist_ok=True)
-    pool = demo_pool(assets.base_model, assets.base_model_hash, replicas)
+    pool = demo_pool(assets.base_model, assets.base_model_hash, replicas, str(store))
     _write_if_absent(manifests_dir, pool.wire())
     models: dict[str, str] = {}
     for name, folder in sorted(assets.adapters.items()):

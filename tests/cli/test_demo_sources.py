@@ -1,0 +1,43 @@
+"""The demo pool is secure by default: adapters only from `<store>/<tenant>/`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorafleet_cli import objectstore
+from lorafleet_cli.standalone.demo import DEMO_TENANT, demo_pool
+from lorafleet_core.models import LoRAAdapterSpec
+from lorafleet_core.planning.adapters import validate_adapter
+
+BASE_HASH = "sha256:" + "ab" * 32
+
+
+def _spec(weights_uri: str, tenant: str = DEMO_TENANT) -> LoRAAdapterSpec:
+    return LoRAAdapterSpec.model_validate(
+        {
+            "tenant": tenant,
+            "version": "v1",
+            "baseModelHash": BASE_HASH,
+            "rank": 8,
+            "alpha": 16,
+            "targetModules": ["q_proj", "v_proj"],
+            "weightsUri": weights_uri,
+            "checksum": "sha256:" + "cd" * 32,
+        }
+    )
+
+
+def test_demo_pool_accepts_its_store_and_rejects_anywhere_else(tmp_path: Path) -> None:
+    store = objectstore.parse_store_uri(objectstore.default_store(tmp_path))
+    pool = demo_pool(tmp_path / "base", BASE_HASH, 1, str(store))
+    own = str(store.child(DEMO_TENANT, "zebra", "v1"))
+    assert validate_adapter(_spec(own), [pool]).ok
+    elsewhere = [
+        f"file://{tmp_path}/elsewhere/{DEMO_TENANT}/zebra/v1/",  # outside the store
+        str(store.child("globex", "secret", "v1")),  # another tenant's files
+        str(store.child(DEMO_TENANT, "..", "globex", "v1")),
+    ]
+    for uri in elsewhere:
+        verdict = validate_adapter(_spec(uri), [pool])
+        assert not verdict.ok, uri
+        assert verdict.reason == "WeightsOutsideSources", (uri, verdict)
