@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -13,9 +14,8 @@ from lorafleet_gateway.router import ReplicaView, Thresholds, plan_route
 
 R = [f"r{i}" for i in range(6)]
 A = "acme-support-v1"
-BASE = {"max_tokens_in_flight": 100, "max_queue_depth": 10, "balance": 1.25}
-OFF = Thresholds(**BASE)
-SETTLE = Thresholds(**BASE, settle_s=60.0)
+OFF = Thresholds(max_tokens_in_flight=100, max_queue_depth=10, balance=1.25)
+SETTLE = replace(OFF, settle_s=60.0)
 
 
 def fleet(loads: dict[str, int], young: set[str]) -> dict[str, ReplicaView]:
@@ -37,7 +37,7 @@ def test_just_joined_empty_replicas_do_not_lower_the_cap_so_owners_keep_their_re
     after = plan_route(A, v, 2, SETTLE)
     assert (after.candidates[0], after.outcome) == (own[0], "owner")
     # "spill" alone keeps the all-replica cap but sends the spill to a settled replica
-    spill_only = Thresholds(**BASE, settle_s=60.0, settle_rules="spill")
+    spill_only = replace(OFF, settle_s=60.0, settle_rules="spill")
     plan = plan_route(A, v, 2, spill_only)
     assert (plan.candidates[0], plan.outcome) == (others[2], "spill")
 
@@ -86,7 +86,7 @@ def test_a_fleet_all_young_or_all_settled_routes_as_without_the_rule(loads, ages
         r: ReplicaView(load, serving_s=age)
         for r, load, age in zip(reps, loads, same_side, strict=False)
     }
-    with_rule = Thresholds(**BASE, settle_s=settle)
+    with_rule = replace(OFF, settle_s=settle)
     assert plan_route(A, v, 2, with_rule) == plan_route(A, v, 2, OFF)
 
 
