@@ -71,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", default="ramp", choices=sorted(SCENARIOS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--duration", type=float, default=3600.0, help="measured seconds")
+    ap.add_argument("--warmup", type=float, default=600.0, help="simulated first, left out")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     args = ap.parse_args(argv)
-    base = Inputs(seed=args.seed)
+    base = Inputs(seed=args.seed, duration_s=args.duration, warmup_s=args.warmup)
     inputs = replace(
         base,
         fleet=with_overrides(base.fleet, args.set),
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             name = eng.names[eng.adapter_of[req]]
             owner_fetch["asked to pre-warm" if name in eng.asked[rid] else "never asked"] += 1
     sets = "".join(f" --set {s}" for s in args.set)
+    if (args.duration, args.warmup) != (3600.0, 600.0):
+        sets = f" --duration {args.duration:g} --warmup {args.warmup:g}{sets}"
     print(f"## remote loads: {run.name}, seed {args.seed}{sets}\n")
     total = sum(remote.values())
     print(f"measured requests {routed}, remote loads {total} ({100 * total / routed:.2f}%)\n")
