@@ -36,6 +36,7 @@ A/B runs the same three through this function:
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ class ReplicaView:
     # In host RAM or on local disk, not in a GPU slot (read only with residency="any").
     held_adapters: frozenset[str] = field(default_factory=frozenset)
     merged: MergedServing | None = None  # a merged replica: the adapter its weights carry
+    # Seconds since this gateway began routing to it (healthy and not warming); inf = unknown.
+    serving_s: float = math.inf
 
 
 def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:
@@ -68,6 +71,7 @@ def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:
 
 
 POLICIES = ("affinity", "least_loaded", "random")
+SETTLE_RULES = ("cap", "spill", "cap+spill")
 SPILLS = ("rendezvous", "least_loaded")
 RESIDENCIES = ("gpu", "spill", "any")
 
@@ -89,6 +93,11 @@ class Thresholds:
     # disk before one without, and spills to a replica holding it in any tier; "any" also
     # before a cold owner (docs/performance.md, "Residency-aware routing": neither shipped).
     residency: str = "gpu"
+    # A replica serving for less than `settle_s` (0 = off) is just-joined: with "cap" its
+    # near-empty load is left out of the fleet mean the bounded-load cap is taken from, with
+    # "spill" it is the last spill target before overloaded replicas.
+    settle_s: float = 0.0
+    settle_rules: str = "cap+spill"
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -99,6 +108,12 @@ class Thresholds:
             raise ValueError(
                 f"residency must be one of {'|'.join(RESIDENCIES)}: {self.residency!r}"
             )
+        if self.settle_rules not in SETTLE_RULES:
+            raise ValueError(
+                f"settle rules must be one of {'|'.join(SETTLE_RULES)}: {self.settle_rules!r}"
+            )
+        if not self.settle_s >= 0:
+            raise ValueError(f"settle time must be 0 or more: {self.settle_s!r}")
         if not self.balance >= 0:  # also refuses NaN
             raise ValueError(f"routing balance must be 0 or more: {self.balance!r}")
 
@@ -151,7 +166,15 @@ def plan_route(
     # time here). Sorts are stable, so ties keep rendezvous order.
     views = [replicas[r] for r in order]
     loads = [v.tokens_in_flight for v in views]
-    cap = thresholds.cap_for(loads)
+    settle = thresholds.settle_s
+    young = [v.serving_s < settle for v in views] if settle > 0 else []
+    # Only when some replicas have settled: a whole fleet seen for the first time (a gateway
+    # that just started) is routed as before.
+    joined = True in young and False in young
+    if joined and thresholds.settle_rules != "spill":
+        cap = thresholds.cap_for([t for t, y in zip(loads, young, strict=True) if not y])
+    else:
+        cap = thresholds.cap_for(loads)
     max_queue = thresholds.max_queue_depth
     ok = [t <= cap and v.queue_depth <= max_queue for t, v in zip(loads, views, strict=True)]
     ok_owners = sorted(((loads[i], order[i]) for i in range(n_owners) if ok[i]), key=_load)
@@ -161,6 +184,13 @@ def plan_route(
     else:
         ranked_others = ((loads[i], order[i]) for i in range(n_owners, n) if ok[i])
         ok_others = [r for _, r in sorted(ranked_others, key=_load)]
+    if joined and thresholds.settle_rules != "cap":
+        # A just-joined replica holds only what it owns: a spill there is a fetch from the
+        # object store, so it takes spills only when every settled replica is over the cap.
+        young_ids = {order[i] for i in range(n_owners, n) if young[i]}
+        ok_others = [r for r in ok_others if r not in young_ids] + [
+            r for r in ok_others if r in young_ids
+        ]
     over = [r for _, r in sorted(((loads[i], order[i]) for i in range(n) if not ok[i]), key=_load)]
 
     affinity = thresholds.policy == "affinity"

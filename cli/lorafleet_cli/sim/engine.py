@@ -92,6 +92,8 @@ class Engine:
             fp.spill,
             policy=router,
             residency=fp.residency,
+            settle_s=fp.settle_s,
+            settle_rules=fp.settle_rules,
         )
         self.heap: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
         self._seq = 0
@@ -229,7 +231,7 @@ class Engine:
         if warm_ids:
             states = [st for st in states if st[0] in warm_ids]
         for gw in self.gateways:
-            gw.poll(states)
+            gw.poll(now, states)
         if now < self.duration:
             self.schedule(now + self.fp.poll_s, self._poll, None)
 

@@ -91,6 +91,11 @@ class FleetParams:
     # "any" also prefers a replica with the adapter in RAM or on disk (the experiment in
     # docs/performance.md, "Residency-aware routing").
     residency: str = "gpu"
+    # Join-aware bounded load (Thresholds.settle_s / settle_rules): a replica the gateway has
+    # routed to for less than settle_s is left out of the cap's fleet mean ("cap") and is the
+    # last spill target ("spill"); 0 = off.
+    settle_s: float = 0.0
+    settle_rules: str = "cap+spill"
     # Operator: how often owner counts are re-planned from measured tokens/s (generated
     # tokens, as the agent reports them), and the per-replica capacity plan_owner_count divides
     # by (hot_share 0.5 of it per owner): the operator's own default

@@ -1,0 +1,138 @@
+"""Where a simulated run's remote loads (object-store fetches) come from.
+
+    .venv/bin/python -m benchmarks.sim_remote_loads --scenario ramp
+    .venv/bin/python -m benchmarks.sim_remote_loads --scenario ramp --set settle_s=60
+
+Runs one `lorafleet sim` scenario (its last run; seed and `--set` as on the command line) and
+splits the measured requests that loaded their adapter from the object store by
+- the routing outcome (`owner`, `spill`, ...), and
+- how long the routing gateway pod had been routing to the chosen replica
+  (`ReplicaView.serving_s`: < 60 s, < 300 s, older), the signal of the join-aware cap
+  (docs/performance.md, "Join-aware bounded load");
+- for owner fetches: whether that replica had been asked to pre-warm the adapter (the owned
+  set it pre-warmed, at most its RAM slots in id order, as the agent's pre-warm pass takes
+  them) or never was.
+It also counts spills by the same age buckets, cached or fetched. Figures are deterministic
+for a seed; the command is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter, defaultdict
+from dataclasses import replace
+from typing import Any
+
+from lorafleet_cli.sim.engine import OUTCOMES, Engine
+from lorafleet_cli.sim.params import with_overrides
+from lorafleet_cli.sim.replica import Replica
+from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs
+
+REMOTE = 3  # lorafleet_cli.sim.replica.TIER_CODE[Tier.REMOTE]
+
+
+class RecordingEngine(Engine):
+    """The simulator's engine, also noting each request's replica age and every pre-warm ask."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.age_at: dict[int, float] = {}
+        self.asked: defaultdict[str, set[str]] = defaultdict(set)
+        super().__init__(*args, **kwargs)
+
+    def _route(self, req: int, now: float) -> None:
+        super()._route(req, now)
+        index = self.replica_of[req]
+        if index >= 0:
+            gw = self.gateways[self._gateway_of[req]]
+            self.age_at[req] = gw.serving_s.get(self.replicas[index].id, float("inf"))
+
+    def _new_replica(self, now: float, ready_at: float | None) -> Replica:
+        replica = super()._new_replica(now, ready_at)
+        prewarm = replica.prewarm
+
+        def asked(names: list[str]) -> None:
+            self.asked[replica.id].update(names)
+            prewarm(names)
+
+        replica.prewarm = asked  # type: ignore[method-assign]
+        return replica
+
+    def _instant_prewarm(self, replica: Replica, names: list[str]) -> None:
+        super()._instant_prewarm(replica, names)
+        self.asked[replica.id].update(replica.cache.disk.order())
+
+
+def _age(seconds: float) -> str:
+    return "< 60 s" if seconds < 60 else "< 300 s" if seconds < 300 else ">= 300 s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", default="ramp", choices=sorted(SCENARIOS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--duration", type=float, default=3600.0, help="measured seconds")
+    ap.add_argument("--warmup", type=float, default=600.0, help="simulated first, left out")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    args = ap.parse_args(argv)
+    base = Inputs(seed=args.seed, duration_s=args.duration, warmup_s=args.warmup)
+    inputs = replace(
+        base,
+        fleet=with_overrides(base.fleet, args.set),
+        replica=with_overrides(base.replica, args.set),
+    )
+    run = SCENARIOS[args.scenario](inputs)[-1]
+    eng = RecordingEngine(
+        run.workload,
+        run.replica,
+        run.fleet,
+        router=run.router,
+        seed=args.seed,
+        events=run.events,
+        duration_s=run.workload.at[-1],
+    )
+    eng.run()
+    remote: Counter[tuple[str, str]] = Counter()
+    owner_fetch: Counter[str] = Counter()
+    spills: Counter[tuple[str, str]] = Counter()
+    routed = 0
+    for req, at in enumerate(eng.arrival):
+        if at < run.measure_from or eng.tier[req] < 0:
+            continue
+        routed += 1
+        outcome = OUTCOMES[eng.outcome[req]]
+        age = _age(eng.age_at[req])
+        fetched = eng.tier[req] == REMOTE
+        if outcome in ("spill", "saturated"):
+            spills[(age, "fetched" if fetched else "cached")] += 1
+        if not fetched:
+            continue
+        remote[(outcome, age)] += 1
+        if outcome == "owner":
+            rid = eng.replicas[eng.replica_of[req]].id
+            name = eng.names[eng.adapter_of[req]]
+            owner_fetch["asked to pre-warm" if name in eng.asked[rid] else "never asked"] += 1
+    sets = "".join(f" --set {s}" for s in args.set)
+    if (args.duration, args.warmup) != (3600.0, 600.0):
+        sets = f" --duration {args.duration:g} --warmup {args.warmup:g}{sets}"
+    print(f"## remote loads: {run.name}, seed {args.seed}{sets}\n")
+    total = sum(remote.values())
+    print(f"measured requests {routed}, remote loads {total} ({100 * total / routed:.2f}%)\n")
+    print("| outcome | replica served for | requests | % of requests |\n|---|---|---|---|")
+    for (outcome, age), n in sorted(remote.items(), key=lambda kv: -kv[1]):
+        print(f"| {outcome} | {age} | {n} | {100 * n / routed:.2f} |")
+    print("\n| owner fetch | requests | % of requests |\n|---|---|---|")
+    for why, n in sorted(owner_fetch.items()):
+        print(f"| {why} | {n} | {100 * n / routed:.2f} |")
+    print("\n| spill onto a replica served for | cached | fetched |\n|---|---|---|")
+    for age in ("< 60 s", "< 300 s", ">= 300 s"):
+        print(f"| {age} | {spills[(age, 'cached')]} | {spills[(age, 'fetched')]} |")
+    print(
+        f"\ncommand: python -m benchmarks.sim_remote_loads --scenario {args.scenario}"
+        f" --seed {args.seed}{sets}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
