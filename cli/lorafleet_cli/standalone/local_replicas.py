@@ -22,6 +22,7 @@ from lorafleet_cli.standalone.merged import (
 )
 from lorafleet_cli.standalone.processes import ReplicaPlan
 from lorafleet_cli.standalone.supervisor import StartError, Supervisor
+from lorafleet_core.models import ReplicaBounds
 from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.replica_state import ReplicaState
 
@@ -30,6 +31,28 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((processes.LOOPBACK, 0))
         return int(s.getsockname()[1])
+
+
+# A pool's replicas.desired is written for a cluster (26 GPUs); on one machine every replica is a
+# vLLM server of ~3 GB, so a count taken from a manifest is capped. `--replicas N` is honoured.
+MAX_LOCAL_REPLICAS = 8
+
+
+def local_replica_count(
+    bounds: ReplicaBounds, requested: int | None, say: Callable[[str], None], pool: str
+) -> int:
+    """Replicas to run for a pool: `--replicas`, else its desired or min (at least one),
+    capped at MAX_LOCAL_REPLICAS when taken from the manifest."""
+    if requested:
+        return requested
+    wanted = bounds.desired or max(bounds.min, 1)
+    if wanted > MAX_LOCAL_REPLICAS:
+        say(
+            f"pool {pool} asks for {wanted} replicas; running {MAX_LOCAL_REPLICAS} on this "
+            "machine (pass --replicas N to choose)"
+        )
+        return MAX_LOCAL_REPLICAS
+    return wanted
 
 
 def plan_replicas(state_dir: Path, pool_name: str, count: int) -> list[ReplicaPlan]:
@@ -70,7 +93,7 @@ def start_merged_pools(
     count: int | None = None,
 ) -> list[MergedRun]:
     """Each merged pool: the merge as a local step, then its own replica(s) on the result
-    (`count`, else the pool's replicas.desired or min, at least one)."""
+    (`count`, else the pool's replicas.desired or min, at least one, capped)."""
     logs = state_dir / "logs"
     runs = []
     for p in plans:
@@ -86,8 +109,8 @@ def start_merged_pools(
         assert status.checksum is not None
         folder = merged_folder(state_dir, status.checksum)
         say(f"merged pool {p.name}: {status.checksum} at {folder}")
-        bounds = p.pool.spec.replicas
-        replicas = plan_replicas(state_dir, p.name, count or bounds.desired or max(bounds.min, 1))
+        n = local_replica_count(p.pool.spec.replicas, count, say, p.name)
+        replicas = plan_replicas(state_dir, p.name, n)
         run = MergedRun(p.name, status, replicas)
         try:
             _start_replicas(run, p, sup, folder, token, stop, say, logs)

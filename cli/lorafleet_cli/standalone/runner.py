@@ -35,6 +35,7 @@ from lorafleet_cli.standalone.guards import (
 )
 from lorafleet_cli.standalone.local_replicas import (
     free_port,
+    local_replica_count,
     plan_replicas,
     replica_states,
     start_merged_pools,
@@ -258,7 +259,7 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
         if not (model_dir / "config.json").is_file():
             raise UpError(f"no model at {model_dir} (config.json missing); pass --model DIR")
 
-        count = opts.replicas or pool.replicas.desired or max(pool.replicas.min, 1)
+        count = local_replica_count(pool.replicas, opts.replicas, _say, pool_name)
         replicas = plan_replicas(opts.state_dir, pool_name, count)
         for r in replicas:
             r.cache_dir.mkdir(parents=True, exist_ok=True)

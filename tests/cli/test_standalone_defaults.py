@@ -1,4 +1,5 @@
-"""The demo pool is secure by default: adapters only from `<store>/<tenant>/`."""
+"""Standalone defaults: the demo pool takes adapters only from `<store>/<tenant>/`, and a
+cluster-sized replica count from a manifest is capped on one machine."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from pathlib import Path
 
 from lorafleet_cli import objectstore
 from lorafleet_cli.standalone.demo import DEMO_TENANT, demo_pool
-from lorafleet_core.models import LoRAAdapterSpec
+from lorafleet_cli.standalone.local_replicas import MAX_LOCAL_REPLICAS, local_replica_count
+from lorafleet_core.models import LoRAAdapterSpec, ReplicaBounds
 from lorafleet_core.planning.adapters import validate_adapter
 
 BASE_HASH = "sha256:" + "ab" * 32
@@ -41,3 +43,13 @@ def test_demo_pool_accepts_its_store_and_rejects_anywhere_else(tmp_path: Path) -
         verdict = validate_adapter(_spec(uri), [pool])
         assert not verdict.ok, uri
         assert verdict.reason == "WeightsOutsideSources", (uri, verdict)
+
+
+def test_a_clusters_replica_count_is_capped_on_one_machine() -> None:
+    said: list[str] = []
+    big = ReplicaBounds(min=2, max=400, desired=300)
+    assert local_replica_count(big, None, said.append, "llama") == MAX_LOCAL_REPLICAS
+    assert "asks for 300 replicas" in said[0]
+    assert local_replica_count(big, 12, said.append, "llama") == 12  # --replicas is honoured
+    assert local_replica_count(ReplicaBounds(min=0, max=4), None, said.append, "p") == 1
+    assert len(said) == 1
