@@ -28,10 +28,6 @@ def internal_secret_name(pool_name: str) -> str:
     return f"{pool_name}-internal"
 
 
-# The engine's allocator settings (see docs/reliability.md, "vLLM Worker memory under LoRA churn").
-ENGINE_ENV: dict[str, str] = {}
-
-
 def _from_secret(env_name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": env_name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
