@@ -38,6 +38,7 @@ import json
 import os
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,6 +167,7 @@ def started_vllm(variant: dict[str, str], model: Path, log: Path) -> Iterator[tu
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 async def churn(
