@@ -12,7 +12,8 @@ client gets an OpenAI error of the gateway's own making:
 - `adapter_rejected` (the agent refused the files): 502 `adapter_rejected`, not retried (no
   replica will do better);
 - 400, 413, 422 (the engine refused the request): 400 with the engine's message scrubbed of
-  URIs, paths and digests, and shortened;
+  URIs, paths and digests, and shortened; a refusal of tools for want of a tool-call parser
+  becomes 400 `tool_choice_unsupported`, naming the pool setting that enables them;
 - 500 or anything else: 502 `upstream_error`, not retried (a replica bug triggered by this
   request must not be spread to every candidate).
 
@@ -46,6 +47,8 @@ MESSAGE_CHARS = 300
 
 _URI = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+")
 _PATH = re.compile(r"(?<![\w/])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?")
+# vLLM's refusal of tool_choice auto / required / a named function without a parser.
+_NO_TOOL_PARSER = re.compile(r"--tool-call-parser|--enable-auto-tool-choice")
 _DIGEST = re.compile(r"\b(?:sha256:)?[0-9a-fA-F]{32,}\b")
 
 
@@ -111,10 +114,29 @@ def judge(status: int, body: bytes) -> Verdict:
         return Verdict(retry=True, reason=f"{status} {code or ''}".strip(), code=code)
     if status in (400, 413, 422):
         text = scrub(message) if message else "The engine refused the request."
+        if message and _NO_TOOL_PARSER.search(message):
+            return Verdict(error=no_tool_parser(text), reason=str(status))
         return Verdict(error=APIError(400, text, param=param, code=code), reason=str(status))
     return Verdict(
         error=APIError(502, "The replica failed to process this request.", code="upstream_error"),
         reason=str(status),
+    )
+
+
+def no_tool_parser(engine_message: str) -> APIError:
+    """The 400 for tools on a pool whose vLLM runs without a tool-call parser.
+
+    vLLM itself decides (a Mistral tokenizer or a harmony model needs no parser, so the gateway
+    does not guess from the pool's spec); its message names vLLM flags the API's caller cannot
+    set, so the client is told what the fleet's operator can: the pool's toolCallParser.
+    """
+    return APIError(
+        400,
+        f"Tool calls are not enabled for this model (the engine said: {engine_message}). Its "
+        "ReplicaPool needs spec.engine.toolCallParser, the base model's vLLM tool-call "
+        'parser; until then only tool_choice "none" is served.',
+        param="tool_choice",
+        code="tool_choice_unsupported",
     )
 
 

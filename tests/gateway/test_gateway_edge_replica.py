@@ -99,6 +99,26 @@ def test_engine_refusal_is_400_without_paths_or_digests(env: GatewayEnv):
     assert sum(len(r.requests) for r in env.replicas.values()) == 1  # not spread to others
 
 
+def test_tools_refused_for_want_of_a_parser_name_the_pool_setting_not_vllm_flags(
+    env: GatewayEnv,
+):
+    # vLLM 0.32's own words for tool_choice "required" on an engine started without a parser.
+    for r in env.replicas.values():
+        r.fail_status = 400
+        r.fail_message = 'tool_choice="required" requires --tool-call-parser to be set'
+    body = {
+        **_chat(),
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        "tool_choice": "required",
+    }
+    resp = _post(env, body)
+    message = _assert_openai_error(resp, 400, "tool_choice_unsupported")
+    assert resp.json()["error"]["param"] == "tool_choice"
+    assert "spec.engine.toolCallParser" in message
+    assert 'tool_choice="required"' in message  # what the engine refused, kept
+    assert sum(len(r.requests) for r in env.replicas.values()) == 1  # no replica does better
+
+
 def test_refused_adapter_is_502_adapter_rejected_without_checksums(env: GatewayEnv):
     for r in env.replicas.values():
         r.fail_status = 422

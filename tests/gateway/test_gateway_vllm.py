@@ -355,8 +355,9 @@ def test_chat_parameters_reach_the_engine_unchanged(fleet):
         },
     }
     # Tools reach the engine: with tool_choice "none" it accepts them and answers; a forced
-    # call needs the pool's engine started with a tool-call parser (model-specific), which
-    # the engine says itself, as the client's 400 (not a gateway refusal, not a 5xx).
+    # call needs the pool's engine started with a tool-call parser (model-specific, the
+    # pool's spec.engine.toolCallParser; this session's engine has none): the engine refuses,
+    # and the client's 400 names the pool setting (not a gateway guess, not a 5xx).
     listed = client.chat.completions.create(
         model="acme/bot:prod", messages=ask, max_tokens=8, tools=[tool], tool_choice="none"
     )
@@ -369,7 +370,8 @@ def test_chat_parameters_reach_the_engine_unchanged(fleet):
             tools=[tool],
             tool_choice={"type": "function", "function": {"name": "get_weather"}},
         )
-    assert "tool-call-parser" in forced.value.message
+    assert forced.value.code == "tool_choice_unsupported"
+    assert "spec.engine.toolCallParser" in forced.value.message
 
 
 @pytest.mark.parametrize("fleet", ["random", "affinity"], indirect=True)

@@ -41,6 +41,9 @@ class BaseModelRef(SpecModel):
     )
 
 
+TOOL_PARSER_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
 class EngineSpec(SpecModel):
     """How each replica runs vLLM: image, LoRA slots and the rank cap."""
 
@@ -69,6 +72,18 @@ class EngineSpec(SpecModel):
     )
     max_model_len: int | None = Field(
         default=None, ge=16, description="vLLM --max-model-len (optional)."
+    )
+    tool_call_parser: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        # vLLM's parser names (hermes, llama3_json, granite-20b-fc, ...) and a plugin's; the
+        # operator has no vLLM to ask, and a typo fails the engine's start, which says so.
+        pattern=TOOL_PARSER_NAME,
+        description="vLLM tool-call parser for the base model (hermes, llama3_json, mistral, "
+        "pythonic, ...): sets --enable-auto-tool-choice --tool-call-parser, so requests with "
+        "tools and tool_choice auto, required or a named function are served. Unset: only "
+        "tool_choice none.",
     )
     extra_args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=list, max_length=64, description="Extra vLLM command-line arguments."

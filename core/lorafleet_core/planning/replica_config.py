@@ -111,13 +111,21 @@ def lora_flags(spec: ReplicaPoolSpec) -> list[str]:
     return flags
 
 
+def tool_flags(spec: ReplicaPoolSpec) -> list[str]:
+    """vLLM's tool-call flags: with the pool's parser, tool_choice auto, required and a named
+    function are served (without, vLLM answers each with a 400 naming the flags)."""
+    parser = spec.engine.tool_call_parser
+    return [] if parser is None else ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+
+
 def engine_flags(spec: ReplicaPoolSpec) -> list[str]:
     """vLLM's pool flags: the multi-LoRA flags, or for a merged pool (spec.merged) none of
-    them: the adapter is in the weights, LoRA is disabled (only the context length stays)."""
+    them: the adapter is in the weights, LoRA is disabled (only the context length stays);
+    then the tool-call flags (both kinds of pool)."""
     if spec.merged is None:
-        return lora_flags(spec)
+        return lora_flags(spec) + tool_flags(spec)
     max_len = spec.engine.max_model_len
-    return [] if max_len is None else ["--max-model-len", str(max_len)]
+    return ([] if max_len is None else ["--max-model-len", str(max_len)]) + tool_flags(spec)
 
 
 def merged_model_env(spec: ReplicaPoolSpec, checksum: str, model_dir: str | Path) -> dict[str, str]:
