@@ -18,6 +18,21 @@ def bearer_token(authorization: str | None) -> str | None:
     return token or None
 
 
+def single_authorization(values: list[str]) -> str | None:
+    """The request's one Authorization header (None when absent); two or more are a 400.
+
+    Authorization is not a list header, so two of them make a malformed request. Taking one
+    (the first, as a dictionary lookup would) lets a proxy in front check or log one key while
+    the gateway serves another tenant's."""
+    if len(values) > 1:
+        raise APIError(
+            400,
+            f"The request has {len(values)} Authorization headers: send exactly one.",
+            code="duplicate_authorization",
+        )
+    return values[0] if values else None
+
+
 def authenticate(keys: KeyIndex, authorization: str | None) -> TenantKeys:
     """The tenant of the request's key; raises a 401 APIError for a missing or unknown key."""
     token = bearer_token(authorization)

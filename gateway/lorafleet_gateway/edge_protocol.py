@@ -3,13 +3,20 @@
 - Header size: uvicorn's httptools protocol buffers a request line and headers of any size
   (a 64 MiB header was read whole). Here the bytes received while a request's headers are
   incomplete are counted; past `max_header_bytes` the request is answered 431 and the
-  connection closed. The parser then holds at most the limit plus one socket read.
+  connection closed. The parser then holds at most the limit plus one socket read. Headers
+  that arrive whole in one read (up to the read size, 256 KiB with uvloop) never cross that
+  count, so their parsed size (URL, names, values) is checked again when they are complete,
+  before any request starts.
 - Header timeout: uvicorn times out idle keep-alive connections but not a request whose headers
   never finish, nor a connection that never sends a byte. Here headers must be complete within
   `header_timeout_s` of the connection opening or the request's first byte; otherwise 408 and
   the connection closes.
 
-Both answers are OpenAI error bodies. The body's limits (413, 408) live in the ASGI edge
+A body the parser refuses after the request started (a malformed chunk size) is answered 400
+too, as long as no response has started: the request is marked disconnected first, so the app
+sees its client gone and whatever it sends is dropped.
+
+All these answers are OpenAI error bodies. The body's limits (413, 408) live in the ASGI edge
 middleware (`edge.py`), where the request is known.
 
 Closing a connection while the client is still sending makes the kernel answer its next
@@ -62,11 +69,16 @@ class _LingeringTransport:
         self._protocol.loop.call_later(LINGER_S, inner.close)
 
 
+class _HeadersTooLarge(Exception):
+    """Raised from a parser callback: it stops the parser before a request starts."""
+
+
 class EdgeHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 32_768
     header_timeout_s = 10.0
 
     discarding = False
+    _headers_too_large = False
     _header_bytes = 0
     _reading_headers = True
     _header_timer: TimerHandle | None = None
@@ -90,23 +102,35 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         if self._reading_headers and not self.transport.is_closing():
             self._header_bytes += len(data)
             if self._header_bytes > self.max_header_bytes:
-                self._refuse(
-                    431,
-                    f"The request line and headers exceed {self.max_header_bytes} bytes.",
-                    "request_header_fields_too_large",
-                )
+                self._refuse_too_large()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._start_header_clock()
 
     def on_headers_complete(self) -> None:
+        # ": " and CRLF per header, the request line's method and version: close enough to
+        # the bytes on the wire for a limit that is a bound, not a measure.
+        size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers) + 16
+        if size > self.max_header_bytes:
+            self._headers_too_large = True
+            raise _HeadersTooLarge  # httptools stops and re-raises: send_400_response runs
         self._stop_header_clock()
         super().on_headers_complete()
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn's answer to bytes that are not HTTP is text/plain; ours is OpenAI's shape.
-        self._refuse(400, "The request is not valid HTTP/1.1.", "invalid_http_request")
+        if self._headers_too_large:
+            self._refuse_too_large()
+        else:
+            self._refuse(400, "The request is not valid HTTP/1.1.", "invalid_http_request")
+
+    def _refuse_too_large(self) -> None:
+        self._refuse(
+            431,
+            f"The request line and headers exceed {self.max_header_bytes} bytes.",
+            "request_header_fields_too_large",
+        )
 
     def _start_header_clock(self) -> None:
         self._reading_headers = True
@@ -135,9 +159,15 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
             self._header_timer.cancel()
             self._header_timer = None
         log_request(endpoint="other", status=status, error=code)
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.transport.close()  # a response is being written: cutting it is all we can do
-            return
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if cycle.response_started:
+                self.transport.close()  # a response is being written: cutting it is all we can do
+                return
+            # The request started but its body is broken: the app hears its client left (and
+            # anything it still sends is dropped), the client hears why.
+            cycle.disconnected = True
+            cycle.message_event.set()
         body = json.dumps(error_body(status, message, code=code)).encode()
         head = (
             f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"

@@ -23,7 +23,7 @@ from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_
 from lorafleet_core.openai_stream import usage_tokens
 from lorafleet_core.request_ids import RequestIdMiddleware
 from lorafleet_core.tiers import MERGED_TIER
-from lorafleet_gateway.auth import authenticate
+from lorafleet_gateway.auth import authenticate, single_authorization
 from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.edge import EdgeMiddleware, edge_limits
 from lorafleet_gateway.errors import APIError, error_response, http_error_response, model_not_found
@@ -34,7 +34,7 @@ from lorafleet_gateway.reqlog import log_request
 from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.upstream import Opened
-from lorafleet_gateway.validation import CompletionRequest, parse_request
+from lorafleet_gateway.validation import CompletionRequest, check_body_headers, parse_request
 
 _log = logging.getLogger("lorafleet.gateway")
 
@@ -106,6 +106,7 @@ class CompletionEndpoint:
         snap = gw.holder.current  # this request's catalog version, whatever changes later
         tenant = _auth(snap, request)
         out.log["tenant"] = tenant.tenant
+        check_body_headers(request.headers)  # 415 for a body that is not plain JSON
         body = await read_body(request, gw.bounds.max_body_bytes)
         req = parse_request(body, self.kind, gw.bounds)
         out.log["model"] = req.model
@@ -265,7 +266,7 @@ class _WatchedSend:
 
 
 def _auth(snap: CatalogSnapshot, request: Request) -> TenantKeys:
-    return authenticate(snap.keys, request.headers.get("authorization"))
+    return authenticate(snap.keys, single_authorization(request.headers.getlist("authorization")))
 
 
 def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlette:

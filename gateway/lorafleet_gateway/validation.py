@@ -7,22 +7,18 @@ engine, which validates it and answers 400 in the same OpenAI format. Parsing is
 `json.loads` on purpose: a pydantic model per request would cost more than the rest of the
 gateway's logic.
 
-What no engine may ever see, whatever the field, is refused here with a 400, because each of
-them made the agent or vLLM fail with a 500 (and drop its connection) when it passed:
-non-finite numbers (`NaN`, `Infinity`, `1e999`), lone UTF-16 surrogates (`"\\ud800"`, which no
-UTF-8 encoder accepts), and nesting deeper than `max_json_depth` (`json` recurses per level).
-The checks cost nothing on an ordinary body: the tree is walked only when the raw bytes hold
-more brackets than the depth bound or a `\\uD...` escape.
+What no engine may ever see (non-finite or out-of-range numbers, lone surrogates, nesting
+deeper than `max_json_depth`) is refused with a 400 by `lorafleet_core.strict_json`, which
+the agent's data port uses too.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lorafleet_core.strict_json import StrictJsonError, loads_strict
 from lorafleet_core.tokens import (
     DEFAULT_MAX_TOKENS,
     input_chars,
@@ -161,97 +157,46 @@ def _check_responses(body: dict[str, Any], bounds: Bounds) -> int:
     return text_chars(instructions) + input_chars(value)
 
 
-class _NonFinite(ValueError):
-    """A JSON number that is not finite (NaN, Infinity, or a literal beyond float range)."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise _NonFinite(name)
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e999 parses as inf
-        raise _NonFinite(text)
-    return value
-
-
-def _valid_unicode(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from a `\ud800` escape
-        return False
-    return True
-
-
-def _check_tree(body: Any, max_depth: int, *, depth: bool, strings: bool) -> None:
-    """Nesting depth and string validity, iteratively (no recursion to exhaust)."""
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:
-        node, level = stack.pop()
-        if depth and level > max_depth:
-            raise _bad(
-                f"The JSON body is nested deeper than {max_depth} levels.", code="invalid_json"
-            )
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, value in items:
-            if strings and isinstance(key, str) and not _valid_unicode(key):
-                raise _invalid_unicode()
-            if isinstance(value, dict | list):
-                stack.append((value, level + 1))
-            elif strings and isinstance(value, str) and not _valid_unicode(value):
-                raise _invalid_unicode()
-
-
-def _invalid_unicode() -> APIError:
-    return _bad(
-        "The request contains invalid Unicode (a lone surrogate escape such as \\ud800).",
-        code="invalid_unicode",
-    )
-
-
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
-def _may_hold_surrogates(raw: bytes) -> bool:
-    # A one-byte search first (memchr: ~0.2 us over 3 KB; a two-byte needle takes ~2.4 us):
-    # many bodies hold no escape at all.
-    return b"\\" in raw and _SURROGATE_ESCAPE.search(raw) is not None
-
-
-# Built once: json.loads with any hook builds a new decoder (and C scanner) per call, which
-# cost twice the parse itself.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
-
-
 def parse_json_body(raw: bytes, bounds: Bounds) -> Any:
-    """`json.loads` that refuses what no engine may see; raises a 400 APIError."""
+    """`json.loads` that refuses what no engine may see (lorafleet_core.strict_json): a 400."""
     try:
-        body = _DECODER.decode(raw.decode("utf-8"))
-    except _NonFinite:
-        raise _bad(
-            "Numbers must be finite: NaN, Infinity and out-of-range literals are not valid JSON.",
-            code="invalid_json",
-        ) from None
-    except RecursionError:
-        raise _bad(
-            f"The JSON body is nested deeper than {bounds.max_json_depth} levels.",
-            code="invalid_json",
-        ) from None
-    except (ValueError, UnicodeDecodeError):
-        raise _bad(
-            "We could not parse the JSON body of your request. (HINT: This likely means you "
-            "aren't using your HTTP library correctly.)",
-            code="invalid_json",
-        ) from None
-    if isinstance(body, dict | list):
-        deep = raw.count(b"{") + raw.count(b"[") > bounds.max_json_depth
-        strings = _may_hold_surrogates(raw)
-        if deep or strings:
-            _check_tree(body, bounds.max_json_depth, depth=deep, strings=strings)
-    return body
+        return loads_strict(raw, bounds.max_json_depth)
+    except StrictJsonError as exc:
+        raise _bad(exc.message, code=exc.code) from None
+
+
+_JSON_CHARSETS = frozenset({"utf-8", "utf8", "us-ascii"})
+
+
+def check_body_headers(headers: Mapping[str, str]) -> None:
+    """415 unless the body is plain JSON as sent: `Content-Type` absent or `application/json`
+    (charset utf-8, if named), `Content-Encoding` absent or `identity`.
+
+    A compressed body is refused, never inflated: a few KB of gzip can inflate to gigabytes,
+    past every size limit the edge applies to the bytes received. A body declared as text,
+    a form or multipart is refused by name rather than parsed as JSON regardless."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise APIError(
+            415,
+            "Compressed request bodies are not supported: send the JSON body uncompressed "
+            "(no Content-Encoding).",
+            code="unsupported_content_encoding",
+            headers={"accept-encoding": "identity"},
+        )
+    content_type = headers.get("content-type")
+    if content_type is None:
+        return
+    media, *params = (part.strip().lower() for part in content_type.split(";"))
+    charset = next(
+        (p.partition("=")[2].strip('" ') for p in params if p.startswith("charset=")), None
+    )
+    if media != "application/json" or (charset is not None and charset not in _JSON_CHARSETS):
+        raise APIError(
+            415,
+            "The request body must be JSON: send `Content-Type: application/json`.",
+            code="unsupported_media_type",
+        )
 
 
 def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:

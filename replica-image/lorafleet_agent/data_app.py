@@ -23,6 +23,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from lorafleet_agent.http_edge import APP_OPTIONS, install_openai_errors, read_json
 from lorafleet_agent.manager import AdapterManager, CacheFull, Lease
 from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, request_tokens
@@ -47,15 +48,24 @@ def _error(status: int, message: str, code: str, **headers: str) -> JSONResponse
     return JSONResponse(error_body(status, message, code=code), status_code=status, headers=headers)
 
 
-def build_data_app(manager: AdapterManager, stats: RequestStats, replica_id: str) -> FastAPI:
-    app = FastAPI(title="lorafleet agent (data)", docs_url=None, redoc_url=None)
+# Bodies come from the gateway (at most its max_body_bytes, 1 MiB by default, re-encoded as
+# ASCII JSON: up to three times that); a bound for everything else.
+MAX_BODY_BYTES = 8 * 2**20
+
+
+def build_data_app(
+    manager: AdapterManager,
+    stats: RequestStats,
+    replica_id: str,
+    *,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> FastAPI:
+    app = FastAPI(title="lorafleet agent (data)", **APP_OPTIONS)
     app.add_middleware(request_ids.RequestIdMiddleware)
+    install_openai_errors(app)
 
     async def proxy(request: Request, path: str) -> Response:
-        try:
-            body: Any = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "request body must be JSON", "invalid_json")
+        body: Any = await read_json(request, max_body_bytes)  # BodyRefused: 413 or 400
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             return _error(400, "`model` (the adapter id) is required", "invalid_request")
         adapter_id: str = body["model"]

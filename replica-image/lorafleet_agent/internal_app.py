@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from lorafleet_agent.http_edge import APP_OPTIONS, BodyRefused, install_openai_errors, read_json
 from lorafleet_agent.internal_auth import Authenticator
 from lorafleet_agent.manager import AdapterManager, CacheFull, RecordConflict
 from lorafleet_agent.object_store import FetchError, StoreUnavailable
@@ -27,6 +28,9 @@ from lorafleet_core.records import AdapterRecord
 from lorafleet_core.replica_state import MergedServing, ReplicaState
 
 log = logging.getLogger(__name__)
+
+
+MAX_LOAD_BODY_BYTES = 1 << 20  # a load carries one adapter record: a few hundred bytes
 
 
 def _error(status: int, message: str, code: str) -> JSONResponse:
@@ -68,7 +72,8 @@ def build_internal_app(
     warming: Callable[[], bool] | None = None,
 ) -> FastAPI:
     """The internal port; `warming` says whether the first pre-warm pass is still running."""
-    app = FastAPI(title="lorafleet agent (internal)", docs_url=None, redoc_url=None)
+    app = FastAPI(title="lorafleet agent (internal)", **APP_OPTIONS)
+    install_openai_errors(app)
 
     async def unauthorized(request: Request) -> JSONResponse | None:
         refusal = await auth.check(request.headers.get("authorization"))
@@ -99,8 +104,10 @@ def build_internal_app(
         if (err := await unauthorized(request) or wrong_replica(rid)) is not None:
             return err
         try:
-            payload: Any = await request.json()
+            payload: Any = await read_json(request, MAX_LOAD_BODY_BYTES)
             record = AdapterRecord.model_validate(payload["record"])
+        except BodyRefused as exc:
+            return exc.response()
         except (ValueError, KeyError, TypeError, ValidationError) as exc:
             return _error(
                 400,

@@ -53,6 +53,12 @@ def _error(resp: httpx.Response, status: int) -> dict[str, object]:
         ',"top_p":-Infinity',
         ',"temperature":1e999',
         ',"logit_bias":{"1":-1e400}',
+        # Beyond the engine's range: real vLLM answered the first with a 500, and cast the
+        # second to infinity in a float32 tensor.
+        ',"top_k":9999999999999999999999999',
+        ',"seed":-9223372036854775809',
+        ',"repetition_penalty":1e300',
+        ',"logit_bias":{"1":-3.5e38}',
     ],
 )
 def test_non_finite_numbers_are_400(env: GatewayEnv, extra: str):
@@ -77,6 +83,13 @@ def test_lone_surrogates_are_400(env: GatewayEnv, body: str):
     before = _sent(env)
     assert _error(_post(env, body), 400)["code"] == "invalid_unicode"
     assert _sent(env) == before
+
+
+@pytest.mark.parametrize(
+    "extra", [',"seed":9223372036854775807', ',"seed":-9223372036854775808', ',"top_p":3.4e38']
+)
+def test_numbers_at_the_edge_of_the_range_pass(env: GatewayEnv, extra: str):
+    assert _post(env, CHAT + extra + "}").status_code == 200
 
 
 def test_surrogate_pairs_are_fine(env: GatewayEnv):

@@ -1,0 +1,130 @@
+"""Hostile requests on both agent ports, over real HTTP against a real agent (no engine behind
+it: everything checked here is answered before the agent would talk to vLLM).
+
+Each used to be a text/plain 500 (NaN, deep nesting, lone surrogates), a body passed on
+whole (20 MB), or FastAPI's `{"detail": ...}` instead of an OpenAI error body.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from lorafleet_agent.data_app import MAX_BODY_BYTES
+from lorafleet_agent.internal_app import MAX_LOAD_BODY_BYTES
+from lorafleet_agent.server import RunningAgent, agent_in_thread
+from lorafleet_agent.settings import AgentSettings
+from tests.conftest import INTERNAL_HEADERS, TEST_INTERNAL_TOKEN
+
+pytestmark = pytest.mark.timeout(120)
+
+CHAT = '{"model":"a1","messages":[{"role":"user","content":"hi"}]'
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
+    settings = AgentSettings(
+        replica_id="r0",
+        vllm_url=f"http://127.0.0.1:{_closed_port()}",  # no engine
+        cache_dir=tmp_path_factory.mktemp("cache"),
+        host="127.0.0.1",
+        data_port=0,
+        internal_port=0,
+        internal_token=TEST_INTERNAL_TOKEN,
+    )
+    with agent_in_thread(settings, wait_ready=False) as running:
+        yield running
+
+
+def _error(resp: httpx.Response, status: int) -> dict[str, object]:
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    error: dict[str, object] = resp.json()["error"]
+    assert set(error) - {"request_id"} == {"message", "type", "param", "code"}
+    return error
+
+
+def _chat(agent: RunningAgent, content: bytes | str) -> httpx.Response:
+    return httpx.post(
+        agent.data_url + "/v1/chat/completions",
+        content=content,
+        headers={"content-type": "application/json"},
+        timeout=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        (CHAT + ',"temperature":NaN}', "invalid_json"),
+        (CHAT + ',"top_k":9999999999999999999999999}', "invalid_json"),
+        (CHAT + ',"tools":' + "[" * 100_000 + "]" * 100_000 + "}", "invalid_json"),
+        ('{"model":"a1","messages":[{"role":"user","content":"\\ud800"}]}', "invalid_unicode"),
+        ("not json", "invalid_json"),
+    ],
+)
+def test_bodies_no_engine_may_see_are_400_on_the_data_port(
+    agent: RunningAgent, body: str, code: str
+):
+    assert _error(_chat(agent, body), 400)["code"] == code
+
+
+def test_a_body_over_the_limit_is_413_declared_or_streamed(agent: RunningAgent):
+    big = b'{"model":"a1","x":"' + b"a" * (MAX_BODY_BYTES + 1) + b'"}'
+    assert _error(_chat(agent, big), 413)["code"] == "request_too_large"
+
+    def pieces() -> Iterator[bytes]:  # chunked: no Content-Length to refuse up front
+        yield big[: len(big) // 2]
+        yield big[len(big) // 2 :]
+
+    assert _error(_chat(agent, pieces()), 413)["code"] == "request_too_large"  # type: ignore[arg-type]
+
+
+def test_a_body_within_the_limit_reaches_admission(agent: RunningAgent):
+    # Past the body checks: here the missing engine is what answers.
+    assert _error(_chat(agent, CHAT + "}"), 503)["code"] == "engine_unavailable"
+
+
+@pytest.mark.parametrize("port", ["data", "internal"])
+def test_framework_errors_are_openai_shaped_and_no_schema_is_served(agent: RunningAgent, port: str):
+    base = agent.data_url if port == "data" else agent.internal_url
+    assert _error(httpx.get(base + "/nope"), 404)["code"] == "unknown_url"
+    for path in ("/openapi.json", "/docs", "/redoc"):
+        _error(httpx.get(base + path), 404)
+    if port == "data":
+        resp = httpx.get(base + "/v1/chat/completions")
+    else:
+        resp = httpx.get(base + "/internal/replicas/r0/adapters/a1/load")
+    assert _error(resp, 405)["code"] == "method_not_allowed"
+    assert "POST" in resp.headers["allow"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"record":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"record": {"id": NaN}}',
+        b'{"record": {}, "x": "' + b"a" * MAX_LOAD_BODY_BYTES + b'"}',
+    ],
+)
+def test_hostile_load_bodies_are_4xx_after_the_credential(agent: RunningAgent, body: bytes):
+    url = agent.internal_url + "/internal/replicas/r0/adapters/a1/load"
+    # Without the credential nothing is read: 401 whatever the body.
+    assert _error(httpx.post(url, content=body), 401)["code"] == "unauthorized"
+    resp = httpx.post(url, content=body, headers=INTERNAL_HEADERS)
+    assert resp.status_code in (400, 413)
+    _error(resp, resp.status_code)
+    assert json.loads(httpx.get(agent.internal_url + "/internal/replicas/r0/state").text)[
+        "replica_id"
+    ] == ("r0")
