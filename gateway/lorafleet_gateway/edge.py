@@ -9,7 +9,12 @@
 - an exception no route handled is answered with an OpenAI-shaped 500 (never text/plain);
 - early failures (400, 401, 404, 405, 408, 413, 422, ...) are charged to a token bucket per
   client address and per presented key; an exhausted bucket is answered 429 before any work,
-  so probing for models, keys or parser bugs is as rate limited as real traffic.
+  so probing for models, keys or parser bugs is as rate limited as real traffic. A request
+  with a valid key (`known_key`) is charged to and limited by its key's bucket only: its
+  tenant's own failures limit that tenant, and a client sharing its address (a NAT, an
+  ingress not named in `forwarded_allow_ips`, every local process under `lorafleet up`)
+  cannot lock it out by failing. Without a valid key the address bucket applies too, so
+  guessing keys (a new key per request) is limited by address.
 
 Header size (431) and the header timeout (408) are the HTTP protocol's job: see
 `edge_protocol`. The client address is uvicorn's view of it (`--forwarded-allow-ips` decides
@@ -112,16 +117,20 @@ class FailureLimiter:
         return len(self._buckets)
 
 
-def _idents(scope: Scope) -> tuple[str, ...]:
-    client = scope.get("client")
-    idents = [f"addr:{client[0] if client else '-'}"]
+def _idents(scope: Scope, known_key: Callable[[str], bool] | None) -> tuple[str, ...]:
+    """The buckets a request is limited by and charged to: its key's, and its address's
+    unless the key is valid."""
+    token = None
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             token = bearer_token(value.decode("latin-1"))
-            if token:  # a digest: never the key itself in memory longer than the request
-                idents.append("key:" + hashlib.sha256(token.encode()).hexdigest()[:32])
             break
-    return tuple(idents)
+    # A digest: never the key itself in memory longer than the request.
+    key = ("key:" + hashlib.sha256(token.encode()).hexdigest()[:32],) if token else ()
+    if token and known_key is not None and known_key(token):
+        return key
+    client = scope.get("client")
+    return (f"addr:{client[0] if client else '-'}", *key)
 
 
 class _Refused(Exception):
@@ -143,11 +152,18 @@ class _Refused(Exception):
 
 class EdgeMiddleware:
     def __init__(
-        self, app: ASGIApp, *, limits: EdgeLimits, metrics: GatewayMetrics | None = None
+        self,
+        app: ASGIApp,
+        *,
+        limits: EdgeLimits,
+        metrics: GatewayMetrics | None = None,
+        known_key: Callable[[str], bool] | None = None,
     ) -> None:
+        """`known_key(token)`: whether a presented key is valid (its tenant's bucket only)."""
         self.app = app
         self.limits = limits
         self.metrics = metrics
+        self.known_key = known_key
         self.failures = FailureLimiter(limits.failures_per_second, limits.failure_burst)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -157,7 +173,7 @@ class EdgeMiddleware:
         t0 = time.perf_counter()
         # Who to charge (address, key digest) is worked out only when a bucket exists or the
         # request failed early: the common request pays for neither the hash nor the lookup.
-        idents = _idents(scope) if self.failures.active() else ()
+        idents = _idents(scope, self.known_key) if self.failures.active() else ()
         started: list[int] = []
 
         async def watched_send(message: Message) -> None:
@@ -193,7 +209,7 @@ class EdgeMiddleware:
             )
         finally:
             if started and started[0] in EARLY_FAILURES:
-                self.failures.charge(*(idents or _idents(scope)))
+                self.failures.charge(*(idents or _idents(scope, self.known_key)))
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.limits.max_body_bytes

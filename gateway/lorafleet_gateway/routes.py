@@ -331,7 +331,12 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         # Body size and time, unhandled errors, early-failure limits: see edge.py.
         middleware=[
             Middleware(RequestIdMiddleware),  # first: the edge's refusals carry the id too
-            Middleware(EdgeMiddleware, limits=edge_limits(gw.settings), metrics=gw.metrics),
+            Middleware(
+                EdgeMiddleware,
+                limits=edge_limits(gw.settings),
+                metrics=gw.metrics,
+                known_key=lambda token: gw.holder.current.keys.tenant_for(token) is not None,
+            ),
         ],
         lifespan=lifespan,
     )

@@ -211,6 +211,31 @@ def test_early_failures_are_rate_limited_per_address_and_per_key(tmp_path: Path)
         stop_env(env)
 
 
+def test_a_valid_key_is_not_locked_out_by_failures_from_its_address(tmp_path: Path):
+    """Behind a NAT, an ingress not named in forwarded_allow_ips, or under `lorafleet up`,
+    an attacker shares the tenants' address: its failures must not lock them out."""
+    env = start_env(
+        tmp_path, n_replicas=1, failed_requests_burst=5, failed_requests_per_second=0.01
+    )
+    try:
+        with _client(env, "127.0.0.1", None) as prober:
+            probes = [
+                prober.get("/models", headers={"authorization": f"Bearer lf-guess-{i}"})
+                for i in range(6)
+            ]
+            assert [r.status_code for r in probes] == [401] * 5 + [429]
+            # Still refused from that address: no key, or yet another guessed one.
+            assert prober.get("/models").status_code == 429
+            guess = {"authorization": "Bearer lf-guess-new"}
+            assert prober.get("/models", headers=guess).status_code == 429
+        good = {"model": "acme/support:prod", "messages": MSG_DEFAULT}
+        with _client(env, "127.0.0.1", KEYS["acme"]) as acme:
+            assert acme.post("/chat/completions", json=good).status_code == 200
+            assert acme.get("/models").status_code == 200
+    finally:
+        stop_env(env)
+
+
 def _probe_from(client: httpx.Client, forwarded_for: str, i: int) -> int:
     """A 401 probe claiming to come from `forwarded_for`, with a new wrong key each time (so
     only the address bucket can stop it)."""
