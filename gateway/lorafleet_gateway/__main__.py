@@ -22,7 +22,9 @@ def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
     whose forwarded headers are believed (`forwarded_allow_ips`; by default nobody's)."""
     trusted = settings.forwarded_allow_ips
     options: dict[str, Any] = {
-        "http": edge_protocol(settings.max_header_bytes, settings.header_timeout_s),
+        "http": edge_protocol(
+            settings.max_header_bytes, settings.header_timeout_s, settings.write_timeout_s
+        ),
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         "ws": "none",  # the OpenAI API has no WebSocket route: refuse upgrades outright
         # The early-failure limit charges the client address: it may come from X-Forwarded-For

@@ -12,6 +12,13 @@
   `header_timeout_s` of the connection opening or the request's first byte; otherwise 408 and
   the connection closes.
 
+- Write stall: a client that stops reading (a stream it never consumes) would hold its
+  connection, the gateway's reservation and the replica's adapter reference for as long as
+  TCP keeps the connection open, which with a zero receive window is for ever. When the
+  transport's buffer is full (`pause_writing`) and accepts nothing more for
+  `write_timeout_s`, the connection is aborted: the request then ends as `client_closed`,
+  which releases all it held upstream.
+
 A body the parser refuses after the request started (a malformed chunk size) is answered 400
 too, as long as no response has started: the request is marked disconnected first, so the app
 sees its client gone and whatever it sends is dropped.
@@ -77,8 +84,11 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 32_768
     header_timeout_s = 10.0
 
+    write_timeout_s = 60.0
+
     discarding = False
     _headers_too_large = False
+    _write_timer: TimerHandle | None = None
     _header_bytes = 0
     _reading_headers = True
     _header_timer: TimerHandle | None = None
@@ -93,7 +103,27 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_clock()
+        self._stop_write_clock()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.write_timeout_s, self._write_stalled)
+
+    def resume_writing(self) -> None:
+        self._stop_write_clock()
+        super().resume_writing()
+
+    def _stop_write_clock(self) -> None:
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    def _write_stalled(self) -> None:
+        self._write_timer = None
+        log_request(endpoint="other", status="client_stalled", error="write_timeout")
+        self.transport.abort()  # nothing more can reach the client: drop, do not flush
 
     def data_received(self, data: bytes) -> None:
         if self.discarding:
@@ -179,10 +209,13 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def edge_protocol(max_header_bytes: int, header_timeout_s: float) -> type[asyncio.Protocol]:
+def edge_protocol(
+    max_header_bytes: int, header_timeout_s: float, write_timeout_s: float = 60.0
+) -> type[asyncio.Protocol]:
     """The protocol class to pass as uvicorn's `http=`, with these limits."""
-    return type(
-        "ConfiguredEdgeProtocol",
-        (EdgeHttpToolsProtocol,),
-        {"max_header_bytes": max_header_bytes, "header_timeout_s": header_timeout_s},
-    )
+    limits = {
+        "max_header_bytes": max_header_bytes,
+        "header_timeout_s": header_timeout_s,
+        "write_timeout_s": write_timeout_s,
+    }
+    return type("ConfiguredEdgeProtocol", (EdgeHttpToolsProtocol,), limits)

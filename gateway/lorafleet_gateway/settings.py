@@ -137,6 +137,9 @@ class GatewaySettings(BaseSettings):
         default=10.0, gt=0, description="from connection (or request start) to complete headers"
     )
     body_timeout_s: float = Field(default=30.0, gt=0, description="to receive the whole body")
+    write_timeout_s: float = Field(
+        default=60.0, gt=0, description="a client that accepts no bytes this long is cut"
+    )
     keep_alive_timeout_s: float = Field(default=5.0, gt=0)
     failed_requests_per_second: float = Field(
         default=5.0, gt=0, description="early failures (4xx) refilled per client address and key"

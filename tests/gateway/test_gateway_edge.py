@@ -327,3 +327,44 @@ def test_failure_limiter_blocks_after_the_burst_and_forgets_refilled_buckets():
     now[0] = 10.0
     assert not limiter.active()  # full again: forgotten
     assert len(limiter) == 0
+
+
+def test_a_client_that_stops_reading_a_stream_is_cut_and_releases_what_it_held(tmp_path: Path):
+    """A stream its client never reads (a zero receive window) held the connection, the
+    reservation and the replica's stream for as long as TCP kept it open: for ever."""
+    env = start_env(tmp_path, n_replicas=1, write_timeout_s=0.5)
+    try:
+        env.replicas["replica-0"].n_tokens = 100_000  # ~20 MB of SSE: more than any buffer
+        body = json.dumps(
+            {"model": "acme/support:prod", "messages": MSG_DEFAULT, "stream": True}
+        ).encode()
+        in_flight = "lorafleet_gateway_requests_in_flight"
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            host, port = env.server.url.removeprefix("http://").split(":")
+            sock.connect((host, int(port)))
+            sock.sendall(HEAD + b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            eventually(lambda: env.gw.metrics.registry.get_sample_value(in_flight) == 1)
+            # Never read: the gateway gives up on the client, not the client on the gateway.
+            eventually(
+                lambda: _requests_total(env, "client_closed") == 1,
+                within_s=20,
+                what="the stalled stream ended",
+            )
+            assert env.gw.metrics.registry.get_sample_value(in_flight) == 0
+            with contextlib.suppress(OSError):  # an abort: the client sees a reset
+                while sock.recv(1 << 20):
+                    pass
+        # A client that reads the same stream gets all of it.
+        env.replicas["replica-0"].n_tokens = 20_000
+        with httpx.stream(
+            "POST",
+            env.base_url + "/chat/completions",
+            content=body,
+            headers={"authorization": f"Bearer {KEYS['acme']}"},
+            timeout=30,
+        ) as resp:
+            text = b"".join(resp.iter_raw())
+        assert text.endswith(b"data: [DONE]\n\n")
+    finally:
+        stop_env(env)
