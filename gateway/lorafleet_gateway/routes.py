@@ -347,8 +347,17 @@ def _model_card(model: str, tenant: str) -> dict[str, Any]:
 
 
 def create_internal_app(gw: Gateway) -> FastAPI:
-    """Metrics and probes, served on the internal port only."""
-    app = FastAPI(title="lorafleet gateway (internal)", docs_url=None, redoc_url=None)
+    """Metrics and probes, served on the internal port only (errors in OpenAI's shape too,
+    no OpenAPI schema)."""
+    app = FastAPI(
+        title="lorafleet gateway (internal)", docs_url=None, redoc_url=None, openapi_url=None
+    )
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return http_error_response(request, exc)
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
 
     @app.get("/metrics")
     async def metrics() -> Response:

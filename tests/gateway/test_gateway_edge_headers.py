@@ -144,3 +144,11 @@ def test_a_broken_chunked_body_is_answered_400_not_dropped(env: GatewayEnv):
     status, error = _raw(env, head + b"FFFFFFFFFFFFFFFFFFFF\r\nab\r\n")  # beyond 64 bits
     assert status == 400
     assert _sent(env) == before
+
+
+def test_the_internal_port_answers_errors_in_openai_shape_and_serves_no_schema(env: GatewayEnv):
+    for path in ("/nope", "/v1/chat/completions", "/openapi.json", "/docs"):
+        assert _error(httpx.get(env.internal_url + path), 404)["code"] == "unknown_url"
+    resp = httpx.post(env.internal_url + "/metrics")
+    assert _error(resp, 405)["code"] == "method_not_allowed"
+    assert httpx.get(env.internal_url + "/metrics").status_code == 200
