@@ -5,6 +5,10 @@
 - the body is read here, whole, before any route runs: more than `max_body_bytes` (declared
   or sent) is answered 413, a body not complete within `body_timeout_s` of the request start
   408 (slow-body clients hold a connection, never a worker), both with `Connection: close`;
+- except for a `/v1/` request without a valid key (`known_key`): its route answers 401
+  before it would look at the body, so the body is not read at all and the connection closes
+  after the answer. Otherwise every unauthenticated connection could make the gateway hold up
+  to `max_body_bytes` (300 such connections grew it by 220 MB);
 - a client that disconnects before its body is complete is counted `client_closed`, not 500;
 - an exception no route handled is answered with an OpenAI-shaped 500 (never text/plain);
 - early failures (400, 401, 404, 405, 408, 413, 422, ...) are charged to a token bucket per
@@ -117,14 +121,17 @@ class FailureLimiter:
         return len(self._buckets)
 
 
+def _presented_key(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            return bearer_token(value.decode("latin-1"))
+    return None
+
+
 def _idents(scope: Scope, known_key: Callable[[str], bool] | None) -> tuple[str, ...]:
     """The buckets a request is limited by and charged to: its key's, and its address's
     unless the key is valid."""
-    token = None
-    for name, value in scope.get("headers", ()):
-        if name == b"authorization":
-            token = bearer_token(value.decode("latin-1"))
-            break
+    token = _presented_key(scope)
     # A digest: never the key itself in memory longer than the request.
     key = ("key:" + hashlib.sha256(token.encode()).hexdigest()[:32],) if token else ()
     if token and known_key is not None and known_key(token):
@@ -176,9 +183,14 @@ class EdgeMiddleware:
         idents = _idents(scope, self.known_key) if self.failures.active() else ()
         started: list[int] = []
 
+        unread = False  # the body was left unread: the connection must not be reused
+
         async def watched_send(message: Message) -> None:
             if message["type"] == "http.response.start":
                 started.append(int(message["status"]))
+                if unread:
+                    headers = [*message.get("headers", ()), (b"connection", b"close")]
+                    message = {**message, "headers": headers}
             await send(message)
 
         try:
@@ -193,8 +205,12 @@ class EdgeMiddleware:
                 )
             inner_receive = receive
             if scope["method"] in _BODY_METHODS or _declares_body(scope):
-                body = await self._read_body(scope, receive)
-                inner_receive = _replay(body, receive)
+                if self._without_valid_key(scope):
+                    unread = True
+                    inner_receive = _replay(b"", receive)  # the route answers 401 unread
+                else:
+                    body = await self._read_body(scope, receive)
+                    inner_receive = _replay(body, receive)
             await self.app(scope, inner_receive, watched_send)
         except _Refused as refused:
             await self._refuse(scope, watched_send, refused, t0)
@@ -210,6 +226,13 @@ class EdgeMiddleware:
         finally:
             if started and started[0] in EARLY_FAILURES:
                 self.failures.charge(*(idents or _idents(scope, self.known_key)))
+
+    def _without_valid_key(self, scope: Scope) -> bool:
+        """A request to the key-protected `/v1/` API without a valid key."""
+        if self.known_key is None or not scope.get("path", "").startswith("/v1/"):
+            return False
+        token = _presented_key(scope)
+        return token is None or not self.known_key(token)
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.limits.max_body_bytes

@@ -132,7 +132,10 @@ def test_64_mib_header_is_refused_431_without_reading_it_whole(env: GatewayEnv):
 
 def test_slow_body_on_a_get_is_timed_out_too(env: GatewayEnv):
     with _connect(env) as sock:
-        sock.sendall(b"GET /v1/models HTTP/1.1\r\nhost: gw\r\ncontent-length: 100\r\n\r\n{")
+        sock.sendall(
+            b"GET /v1/models HTTP/1.1\r\nhost: gw\r\ncontent-length: 100\r\n"
+            b"authorization: Bearer " + KEYS["acme"].encode() + b"\r\n\r\n{"
+        )
         status, error = _status_and_error(_read_all(sock))
     assert (status, error["code"]) == (408, "request_timeout")
 
@@ -368,3 +371,27 @@ def test_a_client_that_stops_reading_a_stream_is_cut_and_releases_what_it_held(t
         assert text.endswith(b"data: [DONE]\n\n")
     finally:
         stop_env(env)
+
+
+@pytest.mark.parametrize("key", [None, "lf-wrong"])
+def test_a_body_without_a_valid_key_is_answered_401_without_being_read(
+    env: GatewayEnv, key: str | None
+):
+    """Otherwise each unauthenticated connection could make the gateway hold max_body_bytes."""
+    auth = b"authorization: Bearer " + key.encode() + b"\r\n" if key else b""
+    with _connect(env) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n" + auth + b"content-type: "
+            b'application/json\r\ncontent-length: 1000000\r\n\r\n{"model":'
+        )
+        t0 = time.monotonic()
+        raw = _read_all(sock)  # the answer comes, and the connection closes, at once
+        assert time.monotonic() - t0 < TIMEOUT_S  # not the body timeout's 408
+    status, error = _status_and_error(raw)
+    assert (status, error["type"]) == (401, "authentication_error")
+    assert b"connection: close" in raw.lower()
+    # With a valid key the same body is read (and here, never completed: 408).
+    with _connect(env) as sock:
+        sock.sendall(HEAD + b"content-length: 1000000\r\n\r\n{")
+        status, error = _status_and_error(_read_all(sock))
+    assert (status, error["code"]) == (408, "request_timeout")

@@ -1,0 +1,73 @@
+"""A client that hangs up mid-stream, against a real agent in front of the session's real vLLM:
+the adapter's reference, the replica's counters and vLLM's own request are all given back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from urllib.parse import urlparse
+
+import httpx
+import pytest
+
+from tests.agent.conftest import load, state, unload
+from tests.conftest import unique_id
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.vllm
+
+
+def _running_in_vllm(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    found = re.findall(r"^vllm:num_requests_running\{[^}]*\} ([0-9.e+]+)$", text, re.M)
+    return sum(float(v) for v in found)
+
+
+def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engine(
+    run_agent, make_record, vllm_server
+):
+    record = make_record("zebra", unique_id("leave"))
+    # 32 sequences x 230 tokens: tens of seconds of decoding on this CPU, so anything that
+    # ends within the wait below was aborted, not finished.
+    body = {
+        "model": record.id,
+        "prompt": "Tell me a story",
+        "max_tokens": 230,
+        "n": 32,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    raw = json.dumps(body).encode()
+    with run_agent() as agent:
+        assert load(agent, record).status_code == 200
+        url = urlparse(agent.data_url)
+        for _ in range(2):  # twice: a leak would add up
+            with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
+                sock.sendall(
+                    b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
+                    b"content-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(raw), raw)
+                )
+                first = sock.recv(4096)
+                assert first.startswith(b"HTTP/1.1 200"), first[:200]
+                eventually(lambda: state(agent)["running_requests"] == 1, what="stream running")
+                assert unload(agent, record.id).status_code == 409  # held while it streams
+            # The socket is closed here, mid-stream.
+            eventually(
+                lambda: (
+                    (s := state(agent))["running_requests"] == 0
+                    and s["queue_depth"] == 0
+                    and s["tokens_in_flight"] == 0
+                ),
+                within_s=15,
+                what="the replica's counters given back",
+            )
+        eventually(
+            lambda: _running_in_vllm(vllm_server.url) == 0,
+            within_s=15,
+            what="vLLM aborted the abandoned requests",
+        )
+        released = unload(agent, record.id)
+        assert released.status_code == 200, released.text  # no reference left behind
