@@ -10,20 +10,24 @@ from typing import Any
 
 import uvicorn
 
-from lorafleet_gateway.edge_protocol import edge_protocol
-from lorafleet_gateway.reqlog import configure_logging
+from lorafleet_core.http_protocol import hardened_protocol
+from lorafleet_gateway.reqlog import configure_logging, log_request
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings, settings_from_env
 
 
 def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
-    """uvicorn options of the public port: header size and time limits (edge_protocol), and
+    """uvicorn options of the public port: header size, header and write time limits
+    (lorafleet_core.http_protocol, refusals in the request log), and
     whose forwarded headers are believed (`forwarded_allow_ips`; by default nobody's)."""
     trusted = settings.forwarded_allow_ips
     options: dict[str, Any] = {
-        "http": edge_protocol(
-            settings.max_header_bytes, settings.header_timeout_s, settings.write_timeout_s
+        "http": hardened_protocol(
+            settings.max_header_bytes,
+            settings.header_timeout_s,
+            settings.write_timeout_s,
+            log_refusal=_log_refusal,
         ),
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         "ws": "none",  # the OpenAI API has no WebSocket route: refuse upgrades outright
@@ -34,6 +38,10 @@ def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
     if trusted is not None:
         options["forwarded_allow_ips"] = trusted
     return options
+
+
+def _log_refusal(status: int | str, code: str) -> None:
+    log_request(endpoint="other", status=status, error=code)
 
 
 class _Server(uvicorn.Server):

@@ -20,9 +20,9 @@
   cannot lock it out by failing. Without a valid key the address bucket applies too, so
   guessing keys (a new key per request) is limited by address.
 
-Header size (431) and the header timeout (408) are the HTTP protocol's job: see
-`edge_protocol`. The client address is uvicorn's view of it (`--forwarded-allow-ips` decides
-whether an `X-Forwarded-For` from a proxy is believed).
+Header size (431), the header timeout (408) and clients that stop reading are the HTTP
+protocol's job: see `lorafleet_core.http_protocol`. The client address is uvicorn's view of
+it (`--forwarded-allow-ips` decides whether an `X-Forwarded-For` from a proxy is believed).
 """
 
 from __future__ import annotations

@@ -29,8 +29,11 @@ from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy
 from lorafleet_agent.vllm_client import VllmClient
 from lorafleet_core.adapter_files import BaseModelDims
+from lorafleet_core.http_protocol import hardened_protocol
 
 log = logging.getLogger(__name__)
+
+MAX_HEADER_BYTES = 32_768  # the gateway's and the operator's headers are a few hundred bytes
 
 
 class Agent:
@@ -109,8 +112,13 @@ class Agent:
     async def serve(self, started: threading.Event | None = None) -> None:
         """Run until `stop()`; ports 0 pick free ports (read data_port/internal_port after)."""
         s = self.settings
+        # Header size and time, stalled readers: lorafleet_core.http_protocol (uvicorn's own
+        # protocol waits for headers for ever and buffers them at any size).
+        http = hardened_protocol(MAX_HEADER_BYTES, s.header_timeout_s, s.write_timeout_s)
         self._servers = [
-            uvicorn.Server(uvicorn.Config(app, host=s.host, port=port, log_level="warning"))
+            uvicorn.Server(
+                uvicorn.Config(app, host=s.host, port=port, log_level="warning", http=http)
+            )
             for app, port in ((self.data_app, s.data_port), (self.internal_app, s.internal_port))
         ]
         tasks = [asyncio.create_task(srv.serve()) for srv in self._servers]

@@ -124,6 +124,12 @@ class AgentSettings(BaseSettings):
     host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)
     data_port: int = 8100
     internal_port: int = 8101
+    # Both ports' HTTP limits (lorafleet_core.http_protocol): headers must be complete this
+    # long after a connection or request starts (else 408); a peer that accepts no byte of an
+    # answer for write_timeout_s is disconnected (longer than the gateway's 60 s, which cuts
+    # its own stalled client first and so the stream behind it).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    write_timeout_s: float = Field(default=120.0, gt=0)
 
     @model_validator(mode="after")
     def _merged_settings_go_together(self) -> AgentSettings:

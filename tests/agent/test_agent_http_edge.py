@@ -128,3 +128,50 @@ def test_hostile_load_bodies_are_4xx_after_the_credential(agent: RunningAgent, b
     assert json.loads(httpx.get(agent.internal_url + "/internal/replicas/r0/state").text)[
         "replica_id"
     ] == ("r0")
+
+
+@pytest.mark.parametrize("port", ["data", "internal"])
+def test_headers_that_never_finish_are_408_and_closed_on_both_ports(
+    slow_agent: RunningAgent, port: str
+):
+    url = slow_agent.data_url if port == "data" else slow_agent.internal_url
+    host, _, number = url.removeprefix("http://").partition(":")
+    with socket.create_connection((host, int(number)), timeout=10) as sock:
+        sock.sendall(b"GET /internal/replicas/r0/state HTTP/1.1\r\nhost: agent\r\n")  # no end
+        out = b""
+        while chunk := sock.recv(65536):  # the agent closes: it must
+            out += chunk
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408")
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+
+
+def test_headers_over_the_limit_are_431(agent: RunningAgent):
+    host, _, number = agent.internal_url.removeprefix("http://").partition(":")
+    with socket.create_connection((host, int(number)), timeout=10) as sock:
+        sock.sendall(
+            b"GET /internal/replicas/r0/state HTTP/1.1\r\nhost: agent\r\nx-big: "
+            + b"a" * 40_000
+            + b"\r\n\r\n"
+        )
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    assert out.startswith(b"HTTP/1.1 431")
+
+
+@pytest.fixture(scope="module")
+def slow_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
+    """An agent whose header timeout a test can wait out."""
+    settings = AgentSettings(
+        replica_id="r0",
+        vllm_url=f"http://127.0.0.1:{_closed_port()}",
+        cache_dir=tmp_path_factory.mktemp("cache"),
+        host="127.0.0.1",
+        data_port=0,
+        internal_port=0,
+        internal_token=TEST_INTERNAL_TOKEN,
+        header_timeout_s=0.5,
+    )
+    with agent_in_thread(settings, wait_ready=False) as running:
+        yield running

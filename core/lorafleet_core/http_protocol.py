@@ -1,4 +1,8 @@
-"""uvicorn's httptools protocol with the two limits only the HTTP layer can enforce.
+"""uvicorn's httptools protocol with the limits only the HTTP layer can enforce.
+
+Both servers use it: the gateway's public port (lorafleet_gateway.__main__) and both agent
+ports (lorafleet_agent.server), each through `hardened_protocol`, which also names how a
+refusal is logged (the gateway writes its structured request line).
 
 - Header size: uvicorn's httptools protocol buffers a request line and headers of any size
   (a 64 MiB header was read whole). Here the bytes received while a request's headers are
@@ -23,8 +27,9 @@ A body the parser refuses after the request started (a malformed chunk size) is 
 too, as long as no response has started: the request is marked disconnected first, so the app
 sees its client gone and whatever it sends is dropped.
 
-All these answers are OpenAI error bodies. The body's limits (413, 408) live in the ASGI edge
-middleware (`edge.py`), where the request is known.
+All these answers are OpenAI error bodies. The body's limits (413, 408) live in
+the servers' own code (the gateway's ASGI edge middleware, the agent's `http_edge`), where
+the request is known.
 
 Closing a connection while the client is still sending makes the kernel answer its next
 segment with a reset, which discards the refusal before the client reads it. So a connection
@@ -37,14 +42,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from asyncio import TimerHandle
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from lorafleet_core.openai_errors import error_body
-from lorafleet_gateway.reqlog import log_request
+
+_log = logging.getLogger("lorafleet.http")
+
+# (status, code) of a request the protocol refused or cut: 408, 431, 400, "client_stalled".
+RefusalLog = Callable[[int | str, str], None]
+
+
+def _log_refusal(status: int | str, code: str) -> None:
+    _log.info("refused a request: %s %s", status, code)
+
 
 LINGER_S = 2.0
 
@@ -83,8 +99,8 @@ class _HeadersTooLarge(Exception):
 class EdgeHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 32_768
     header_timeout_s = 10.0
-
     write_timeout_s = 60.0
+    log_refusal: RefusalLog = staticmethod(_log_refusal)
 
     discarding = False
     _headers_too_large = False
@@ -122,7 +138,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
 
     def _write_stalled(self) -> None:
         self._write_timer = None
-        log_request(endpoint="other", status="client_stalled", error="write_timeout")
+        self.log_refusal("client_stalled", "write_timeout")
         self.transport.abort()  # nothing more can reach the client: drop, do not flush
 
     def data_received(self, data: bytes) -> None:
@@ -188,7 +204,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         if self._header_timer is not None:  # the headers stay "due": the close lingers
             self._header_timer.cancel()
             self._header_timer = None
-        log_request(endpoint="other", status=status, error=code)
+        self.log_refusal(status, code)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             if cycle.response_started:
@@ -209,13 +225,17 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def edge_protocol(
-    max_header_bytes: int, header_timeout_s: float, write_timeout_s: float = 60.0
+def hardened_protocol(
+    max_header_bytes: int,
+    header_timeout_s: float,
+    write_timeout_s: float,
+    log_refusal: RefusalLog = _log_refusal,
 ) -> type[asyncio.Protocol]:
     """The protocol class to pass as uvicorn's `http=`, with these limits."""
     limits = {
         "max_header_bytes": max_header_bytes,
         "header_timeout_s": header_timeout_s,
         "write_timeout_s": write_timeout_s,
+        "log_refusal": staticmethod(log_refusal),
     }
     return type("ConfiguredEdgeProtocol", (EdgeHttpToolsProtocol,), limits)
