@@ -169,8 +169,8 @@ _JSON_CHARSETS = frozenset({"utf-8", "utf8", "us-ascii"})
 
 
 def check_body_headers(headers: Mapping[str, str]) -> None:
-    """415 unless the body is plain JSON as sent: `Content-Type` absent or `application/json`
-    (charset utf-8, if named), `Content-Encoding` absent or `identity`.
+    """415 unless the body is plain JSON as sent: `Content-Type` absent, empty or
+    `application/json` (charset utf-8, if named), `Content-Encoding` absent or `identity`.
 
     A compressed body is refused, never inflated: a few KB of gzip can inflate to gigabytes,
     past every size limit the edge applies to the bytes received. A body declared as text,
@@ -184,9 +184,9 @@ def check_body_headers(headers: Mapping[str, str]) -> None:
             code="unsupported_content_encoding",
             headers={"accept-encoding": "identity"},
         )
-    content_type = headers.get("content-type")
-    if content_type is None:
-        return
+    content_type = headers.get("content-type", "")
+    if not content_type.strip():
+        return  # none (or an empty one): read as JSON
     media, *params = (part.strip().lower() for part in content_type.split(";"))
     charset = next(
         (p.partition("=")[2].strip('" ') for p in params if p.startswith("charset=")), None

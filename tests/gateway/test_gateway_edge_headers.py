@@ -67,10 +67,10 @@ def test_a_body_declared_as_something_else_than_json_is_415(env: GatewayEnv, con
 
 
 @pytest.mark.parametrize(
-    "content_type", [None, "application/json", "Application/JSON; charset=UTF-8"]
+    "content_type", [None, "", "application/json", "Application/JSON; charset=UTF-8"]
 )
 def test_json_or_no_content_type_is_served(env: GatewayEnv, content_type: str | None):
-    headers = {"content-type": content_type} if content_type else {}
+    headers = {"content-type": content_type} if content_type is not None else {}
     assert _post(env, CHAT, headers).status_code == 200
 
 
