@@ -26,6 +26,7 @@ from lorafleet_core.tokens import (
     text_chars,
 )
 from lorafleet_gateway.errors import APIError
+from lorafleet_gateway.output_schema import check_output_constraints
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +266,7 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         chars = _check_responses(body, bounds)
     else:
         chars = _check_prompt(body.get("prompt"))
+    check_output_constraints(body, kind)
     return CompletionRequest(
         kind=kind,
         body=body,

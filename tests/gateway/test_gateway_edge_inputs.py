@@ -162,3 +162,71 @@ def test_unknown_path_is_404_in_openai_shape(env: GatewayEnv):
     error = _error(_post(env, CHAT + "}", "/nope"), 404)
     assert (error["type"], error["code"]) == ("not_found_error", "unknown_url")
     assert "POST /v1/nope" in str(error["message"])
+
+
+def _schema_format(schema: object) -> dict[str, object]:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+LOOP_DEFS = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+LINKED_LIST = {"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": "#"}}}
+TREE = {
+    "$defs": {"n": {"type": "object", "properties": {"kids": {"items": {"$ref": "#/$defs/n"}}}}},
+    "$ref": "#/$defs/n",
+}
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "param"),
+    [
+        # Real vLLM answered each of these with a 500 (its grammar compiler failed).
+        ("/chat/completions", {"response_format": _schema_format({"$ref": "#"})}, None),
+        ("/chat/completions", {"response_format": _schema_format(LOOP_DEFS)}, None),
+        ("/chat/completions", {"structured_outputs": {"json": {"$ref": "#"}}}, None),
+        ("/chat/completions", {"structured_outputs": "x"}, "structured_outputs"),
+        (
+            "/completions",
+            {
+                "response_format": _schema_format(
+                    {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#"}}}
+                )
+            },
+            None,
+        ),
+        (
+            "/responses",
+            {"text": {"format": {"type": "json_schema", "name": "x", "schema": {"$ref": "#"}}}},
+            "text.format.schema",
+        ),
+    ],
+)
+def test_schemas_the_engine_cannot_compile_are_400(
+    env: GatewayEnv, path: str, extra: dict[str, object], param: str | None
+):
+    before = _sent(env)
+    body: dict[str, object] = {"model": "acme/support:prod", **extra}
+    if path == "/chat/completions":
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    elif path == "/completions":
+        body["prompt"] = "hi"
+    else:
+        body["input"] = "hi"
+    error = _error(_post(env, json.dumps(body), path), 400)
+    assert error["code"] in ("invalid_schema",), error
+    if param is not None:
+        assert error["param"] == param
+    assert _sent(env) == before
+
+
+@pytest.mark.parametrize("schema", [LINKED_LIST, TREE, {"$ref": "#/nowhere"}])
+def test_recursive_schemas_with_a_base_case_reach_the_engine(env: GatewayEnv, schema: object):
+    """Recursion through properties or items compiles (real vLLM answered 200); an unknown
+    pointer is the engine's own 400 to give."""
+    before = _sent(env)
+    body = {
+        "model": "acme/support:prod",
+        "messages": [{"role": "user", "content": "hi"}],
+        "response_format": _schema_format(schema),
+    }
+    assert _post(env, json.dumps(body)).status_code == 200
+    assert _sent(env) == before + 1
