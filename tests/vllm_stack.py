@@ -72,11 +72,8 @@ class VllmStack:
         aliases: Mapping[str, str],
         **limits: Any,
     ) -> None:
-        """keys.yaml (`key` for `tenant`, with `limits`), adapters.yaml (a LoRAAdapter per
-        record) and aliases.yaml (model -> adapter id)."""
-        m.write(self.folder, "keys.yaml", [m.key_secret(tenant, key, **limits)])
-        m.write(self.folder, "adapters.yaml", [m.adapter_from_record(r, tenant) for r in records])
-        self.write_aliases(aliases)
+        """The tenant's keys, adapters and aliases (manifests.write_fleet)."""
+        m.write_fleet(self.folder, tenant, key, records, aliases, **limits)
 
     def write_aliases(self, aliases: Mapping[str, str]) -> None:
         m.write(self.folder, "aliases.yaml", [m.alias(k, v) for k, v in aliases.items()])
