@@ -21,7 +21,7 @@ import pytest
 from lorafleet_cli.main import main
 from lorafleet_cli.standalone import demo
 from lorafleet_core.manifests import load_folder, write_object
-from tests.cli.up_harness import ASSETS, Up, running_up
+from tests.cli.up_harness import Up, prepare_demo_folder, running_up
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -33,16 +33,7 @@ PROMPT = [{"role": "user", "content": "Tell me about the weather today"}]
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     state = tmp_path_factory.mktemp("up-merged") / "state"
-    saved = os.environ.get("LORAFLEET_DEMO_ASSETS")
-    os.environ["LORAFLEET_DEMO_ASSETS"] = str(ASSETS)
-    try:  # the demo folder first (kept by `up`: it writes only absent files), then ours
-        demo.prepare_demo(state, state / "manifests", replicas=1, progress=False)
-    finally:
-        if saved is None:
-            os.environ.pop("LORAFLEET_DEMO_ASSETS")
-        else:
-            os.environ["LORAFLEET_DEMO_ASSETS"] = saved
-    shared = load_folder(state / "manifests").find("ReplicaPool", demo.DEMO_POOL)
+    shared = load_folder(prepare_demo_folder(state)).find("ReplicaPool", demo.DEMO_POOL)
     assert shared is not None
     merged: dict[str, Any] = json.loads(json.dumps(shared.body))
     merged["metadata"] = {"name": "zebra-merged"}

@@ -12,13 +12,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import openai
 
+from lorafleet_cli.standalone import demo
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,15 +75,39 @@ class Up:
         return self.log.read_text(errors="replace")
 
 
+def prepare_demo_folder(state: Path) -> Path:
+    """The demo's state and manifests folder in `state`, from the session's demo assets, for a
+    test to edit before `running_up` (`up` keeps what is there: it writes only absent files).
+    Returns the manifests folder."""
+    saved = os.environ.get("LORAFLEET_DEMO_ASSETS")
+    os.environ["LORAFLEET_DEMO_ASSETS"] = str(ASSETS)
+    try:
+        demo.prepare_demo(state, state / "manifests", replicas=1, progress=False)
+    finally:
+        if saved is None:
+            os.environ.pop("LORAFLEET_DEMO_ASSETS")
+        else:
+            os.environ["LORAFLEET_DEMO_ASSETS"] = saved
+    return state / "manifests"
+
+
 @contextlib.contextmanager
-def running_up(state: Path, *, within_s: float) -> Iterator[Up]:
-    """`lorafleet up --state-dir state` on free ports with the session's demo assets, ready
-    (phase `ready` in up.json) within `within_s`; its log is `state`'s sibling `up.log`.
+def running_up(
+    state: Path, *, within_s: float, env: Mapping[str, str] | None = None
+) -> Iterator[Up]:
+    """`lorafleet up --state-dir state` on free ports with the session's demo assets (and
+    `env` on top), ready (phase `ready` in up.json) within `within_s`; its log is `state`'s
+    sibling `up.log`.
 
     On exit, if a test has not stopped it already: SIGINT to its process group, SIGKILL if
     that hangs, so no test leaks servers."""
     log = state.parent / "up.log"
-    env = {**os.environ, "LORAFLEET_DEMO_ASSETS": str(ASSETS), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "LORAFLEET_DEMO_ASSETS": str(ASSETS),
+        "PYTHONUNBUFFERED": "1",
+        **(env or {}),
+    }
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lorafleet_cli.main", "up", "--state-dir", str(state),
