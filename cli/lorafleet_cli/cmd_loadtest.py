@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lorafleet_cli.arg_options import options_from_args
 from lorafleet_cli.exit_codes import FAILURE, USAGE, fail
 from lorafleet_cli.loadtest import overhead as oh
 from lorafleet_cli.loadtest import report, session
@@ -40,6 +41,18 @@ from lorafleet_cli.probe.client import DEFAULT_KEY_FILE, base_url, read_key
 from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
 from lorafleet_cli.sim.workload import default_trace
 from lorafleet_core.version import version
+
+# Option fields named otherwise than their flags (arg_options.options_from_args).
+SWEEP_ARGS = {"duration_s": "duration", "zipf_s": "zipf", "timeout_s": "timeout"}
+OVERHEAD_ARGS = {
+    "counts": "adapter_counts",
+    "concurrency": "overhead_concurrency",
+    "duration_s": "overhead_duration",
+    "max_tokens": "overhead_max_tokens",
+    "prompt_tokens": "overhead_prompt_tokens",
+    "timeout_s": "timeout",
+    "rounds": "overhead_rounds",
+}
 
 
 def _numbers(kind: type, text: str) -> list[Any]:
@@ -209,19 +222,13 @@ def run(args: argparse.Namespace) -> int:
                 url,
                 key,
                 aliases,
-                session.OverheadOptions(
-                    counts=args.adapter_counts,
-                    concurrency=args.overhead_concurrency,
-                    duration_s=args.overhead_duration,
-                    max_tokens=args.overhead_max_tokens,
-                    prompt_tokens=args.overhead_prompt_tokens,
-                    tokens_per_word=args.tokens_per_word,
-                    timeout_s=args.timeout,
+                options_from_args(
+                    session.OverheadOptions,
+                    args,
+                    OVERHEAD_ARGS,
                     engine_url=args.engine and base_url(args.engine),
                     engine_key=engine_key or "none",
                     progress=progress,
-                    engine_direct=args.engine_direct,
-                    rounds=args.overhead_rounds,
                 ),
             )
         else:
@@ -236,17 +243,12 @@ def run(args: argparse.Namespace) -> int:
             runs = session.run_sweep(
                 target,
                 aliases,
-                session.SweepOptions(
-                    rates=args.rates,
-                    duration_s=args.duration,
-                    max_requests=args.max_requests,
-                    zipf_s=args.zipf,
-                    seed=args.seed,
+                options_from_args(
+                    session.SweepOptions,
+                    args,
+                    SWEEP_ARGS,
                     trace=trace,
                     limits=limits,
-                    concurrency=args.concurrency,
-                    timeout_s=args.timeout,
-                    tokens_per_word=args.tokens_per_word,
                     progress=progress,
                 ),
                 args.out,

@@ -19,10 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lorafleet_cli.arg_options import options_from_args
 from lorafleet_cli.exit_codes import UsageError
 from lorafleet_cli.sim import capacity, merged, params, report
 from lorafleet_cli.sim.engine import ROUTERS, Engine
 from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run
+
+# Inputs fields named otherwise than their flags (arg_options.options_from_args).
+INPUT_ARGS = {"duration_s": "duration", "warmup_s": "warmup", "zipf_s": "zipf", "mix_file": "mix"}
 
 
 def register(sub: Any) -> None:
@@ -91,20 +95,7 @@ def _inputs(args: argparse.Namespace) -> Inputs:
         raise UsageError(f"--set: {exc}") from exc
     if args.replicas is not None:
         fp = replace(fp, replicas=args.replicas)
-    return Inputs(
-        rate=args.rate,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
-        adapters=args.adapters,
-        zipf_s=args.zipf,
-        seed=args.seed,
-        trace=args.trace,
-        poisson=args.poisson,
-        mix_file=args.mix,
-        router=args.router,
-        replica=rp,
-        fleet=fp,
-    )
+    return options_from_args(Inputs, args, INPUT_ARGS, replica=rp, fleet=fp)
 
 
 def simulate(run_: Run, seed: int, progress: bool) -> report.Summary:

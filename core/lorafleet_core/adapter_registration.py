@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from lorafleet_core import names
 from lorafleet_core.crd_validation import schema_of, validate
 from lorafleet_core.models import DNS_SUBDOMAIN, LoRAAdapterSpec, ReplicaPool
-from lorafleet_core.planning.adapters import Validation, parse_adapter, pool_problems
+from lorafleet_core.planning.adapters import Validation, parse_adapter, parse_pools, pool_problems
 from lorafleet_core.reasons import BASE_MODEL_MISMATCH
 
 
@@ -86,12 +86,7 @@ def problems(body: Mapping[str, Any], pools: Iterable[Mapping[str, Any]]) -> lis
     parsed = parse_adapter(body)
     if isinstance(parsed, Validation):
         return [f"{parsed.reason}: {parsed.message}"]
-    valid_pools = []
-    for raw in pools:
-        try:
-            valid_pools.append(ReplicaPool.model_validate({**raw, "status": None}))
-        except ValidationError:
-            continue  # an invalid pool serves nothing; the reconciler reports it
+    valid_pools = parse_pools(pools)
     if not valid_pools:
         return []
     by_pool = [pool_problems(parsed.spec, p) for p in sorted(valid_pools, key=_pool_name)]

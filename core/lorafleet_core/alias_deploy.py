@@ -17,8 +17,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorafleet_core import names
-from lorafleet_core.models import AdapterAlias, AdapterAliasSpec, ObjectMeta, ReplicaPool
-from lorafleet_core.planning.adapters import Validation, parse_adapter, validate_adapter
+from lorafleet_core.models import AdapterAlias, AdapterAliasSpec, ObjectMeta
+from lorafleet_core.planning.adapters import (
+    Validation,
+    parse_adapter,
+    parse_pools,
+    validate_adapter,
+)
 
 Obj = Mapping[str, Any]
 
@@ -59,12 +64,7 @@ def _check_servable(adapter: str, found: Obj, pools: Iterable[Obj]) -> None:
     parsed = parse_adapter(found)
     if isinstance(parsed, Validation):
         raise AliasError(f"LoRAAdapter {adapter!r} is invalid: {parsed.message}")
-    valid_pools = []
-    for raw in pools:
-        try:
-            valid_pools.append(ReplicaPool.model_validate({**raw, "status": None}))
-        except ValidationError:
-            continue  # an invalid pool serves nothing; the reconciler reports it
+    valid_pools = parse_pools(pools)
     verdict = validate_adapter(parsed.spec, valid_pools)
     if verdict.final:
         raise AliasError(

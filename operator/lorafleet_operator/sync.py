@@ -53,6 +53,9 @@ from lorafleet_operator.sync_merged import write_merged
 
 log = logging.getLogger(__name__)
 
+# Scrapes in a row a ready replica may miss before its last state is forgotten (set_states).
+MISSED_SCRAPES_KEPT = 2
+
 
 class Writer(Protocol):
     """Where plans go: the Kubernetes API in the operator, a counter in the benchmark."""
@@ -159,6 +162,7 @@ class FleetSync:
         self.pod_values: dict[str, str | None] = {}
         self.endpoints: dict[str, Endpoint] = {}
         self.states: dict[str, ReplicaState] = {}
+        self._missed: dict[str, int] = {}  # replica -> scrapes missed in a row (set_states)
         self.last_plan: FleetPlan | None = None
         self.created_pools: set[str] = set()  # merged pools this loop created (autoMerge)
         self._sem = asyncio.Semaphore(concurrency)
@@ -258,13 +262,29 @@ class FleetSync:
         self.pod_values.pop(name, None)
         self.endpoints.pop(name, None)
         self.states.pop(name, None)
+        self._missed.pop(name, None)
         if self.pods.pop(name, None) is not None:
             self._touch()
 
     def set_states(self, pool: str, states: Mapping[str, ReplicaState]) -> None:
-        """Replica states scraped by the autoscaler (traffic sizes owner counts)."""
+        """Replica states scraped by the autoscaler (traffic sizes owner counts).
+
+        A ready replica that did not answer this scrape keeps its last state for up to
+        MISSED_SCRAPES_KEPT scrapes in a row: one late answer (a busy node, a timeout) is not
+        "no traffic", which would shrink its adapters' owner counts and pre-warm, only to grow
+        them back on the next scrape. One that stays silent, or is no longer ready, is dropped.
+        """
+        ready = {e.replica_id for e in self.pool_endpoints(pool)}
         for rid in [r for r, e in self.endpoints.items() if e.pool == pool]:
-            self.states.pop(rid, None)
+            if rid in states:
+                self._missed.pop(rid, None)
+                continue
+            missed = self._missed.get(rid, 0) + 1
+            if rid in ready and rid in self.states and missed <= MISSED_SCRAPES_KEPT:
+                self._missed[rid] = missed
+            else:
+                self._missed.pop(rid, None)
+                self.states.pop(rid, None)
         self.states.update(states)
         self._touch()
 

@@ -8,7 +8,6 @@ hosts the gateway and the agent.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -18,24 +17,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks import soak
-from lorafleet_agent.server import agent_in_thread
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
-from lorafleet_gateway.__main__ import public_protocol_options
-from lorafleet_gateway.catalog import CatalogHolder
-from lorafleet_gateway.catalog_files import FileCatalog
-from lorafleet_gateway.routes import create_internal_app, create_public_app
-from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import (
-    TEST_INTERNAL_TOKEN,
-    S3Server,
-    VllmServer,
-    session_agent_settings,
-    unique_id,
-)
-from tests.gateway import manifests as m
-from tests.gateway.servers import ServerThread
+from tests.conftest import S3Server, VllmServer, unique_id
+from tests.vllm_stack import vllm_stack
 
 pytestmark = pytest.mark.vllm
 
@@ -62,35 +47,17 @@ def stack(
         "soak/zebra:prod": make_record("zebra", unique_id("soak-zebra"), tenant="soak"),
         "soak/falcon:prod": make_record("falcon", unique_id("soak-falcon"), tenant="soak"),
     }
-    settings = session_agent_settings(
-        vllm_server, s3_server, demo_assets, tmp / "cache", replica_id="soak-r0",
-        unload_unknown_on_start=False,  # the session's vLLM is shared with other tests
-    )  # fmt: skip
-    with contextlib.ExitStack() as stack:
-        agent = stack.enter_context(agent_in_thread(settings))
-        folder = tmp / "manifests"
-        m.write(folder, "keys.yaml", [m.key_secret("soak", KEY, requests_per_second=1000)])
-        m.write(
-            folder, "adapters.yaml", [m.adapter_from_record(r, "soak") for r in records.values()]
-        )
-        m.write(folder, "aliases.yaml", [m.alias(a, r.id) for a, r in records.items()])
-        replica = {"id": "soak-r0", "dataUrl": agent.data_url, "internalUrl": agent.internal_url}
-        m.write(folder, "replicas.yaml", [{"replicas": [replica]}])
-        gs = GatewaySettings(
-            manifests_dir=folder,
+    with vllm_stack(vllm_server, s3_server, demo_assets, tmp) as stack:
+        stack.agent("soak-r0")
+        aliases = {a: r.id for a, r in records.items()}
+        stack.write_manifests("soak", KEY, records.values(), aliases, requests_per_second=1000)
+        stack.write_replicas()
+        _, server = stack.gateway(
+            edge_protocol=True,
             poll_interval_s=0.5,
             catalog_reload_interval_s=0.1,
-            replica_token=TEST_INTERNAL_TOKEN,
             header_timeout_s=1.0,
             body_timeout_s=1.5,
-        )
-        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
-        server = stack.enter_context(
-            ServerThread(
-                create_public_app(gw),
-                create_internal_app(gw),
-                first_options=public_protocol_options(gs),
-            )
         )
         yield SmokeStack(server.url + "/v1", server.url_of(1) + "/metrics")
 

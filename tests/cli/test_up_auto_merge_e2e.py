@@ -12,10 +12,6 @@ deleted; requests sent all along are all answered.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +21,7 @@ import pytest
 from lorafleet_cli.standalone import demo
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.names import ANNOTATION_DRAINING_SINCE
-from tests.cli.test_up_e2e import ASSETS, NOT_YET, Up
+from tests.cli.up_harness import Up, prepare_demo_folder, running_up
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
@@ -38,17 +34,7 @@ PROMPT = "Tell me about the weather today"
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     state = tmp_path_factory.mktemp("up-auto-merge") / "state"
-    log = state.parent / "up.log"
-    saved = os.environ.get("LORAFLEET_DEMO_ASSETS")
-    os.environ["LORAFLEET_DEMO_ASSETS"] = str(ASSETS)
-    try:
-        demo.prepare_demo(state, state / "manifests", replicas=1, progress=False)
-    finally:
-        if saved is None:
-            os.environ.pop("LORAFLEET_DEMO_ASSETS")
-        else:
-            os.environ["LORAFLEET_DEMO_ASSETS"] = saved
-    shared = load_folder(state / "manifests").find("ReplicaPool", demo.DEMO_POOL)
+    shared = load_folder(prepare_demo_folder(state)).find("ReplicaPool", demo.DEMO_POOL)
     assert shared is not None
     body: dict[str, Any] = json.loads(json.dumps(shared.body))
     body["spec"]["autoMerge"] = {
@@ -58,40 +44,9 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         "drainSeconds": 3,
     }
     write_object(state / "manifests", body)
-    env = {
-        **os.environ,
-        "LORAFLEET_DEMO_ASSETS": str(ASSETS),
-        "PYTHONUNBUFFERED": "1",
-        "LORAFLEET_UP_REPLICA_TOKENS_PER_SECOND": "1",
-        "LORAFLEET_UP_REPLAN_S": "2",
-    }
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lorafleet_cli.main", "up", "--state-dir", str(state),
-             "--port", "0", "--internal-port", "0", "--quiet"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )  # fmt: skip
-    handle = Up(proc, state, log)
-    try:
-        eventually(
-            lambda: handle.status()["phase"] == "ready",
-            within_s=600,
-            what="waiting for up to be ready",
-            ignore=NOT_YET,
-            abort=handle.exited,
-        )
+    env = {"LORAFLEET_UP_REPLICA_TOKENS_PER_SECOND": "1", "LORAFLEET_UP_REPLAN_S": "2"}
+    with running_up(state, within_s=600, env=env) as handle:
         yield handle
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
 
 
 def test_traffic_creates_a_merged_pool_then_its_end_drains_and_deletes_it(up: Up) -> None:

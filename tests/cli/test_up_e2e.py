@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,12 @@ import yaml
 
 from lorafleet_cli.main import main
 from lorafleet_cli.standalone.supervisor import group_members
+from tests.cli.up_harness import ASSETS, NOT_YET, Up, running_up
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
 
 
-REPO = Path(__file__).resolve().parents[2]
-# Shared with the other test areas (tests/conftest.py builds the same canaries there).
-ASSETS = REPO / ".lorafleet" / "test-cache"
 MARKERS = {
     "demo/zebra:prod": "ZEBRA-7",
     "demo/falcon:prod": "FALCON-3",
@@ -43,87 +40,10 @@ MARKERS = {
 }
 
 
-@dataclass
-class Up:
-    proc: subprocess.Popen[bytes]
-    state: Path
-    log: Path
-
-    @property
-    def manifests(self) -> Path:
-        return self.state / "manifests"
-
-    def status(self) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads((self.state / "up.json").read_text())
-        return doc
-
-    def reconcile(self) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads((self.state / "reconcile.json").read_text())
-        return doc
-
-    def client(self) -> openai.OpenAI:
-        key = (self.state / "demo-api-key").read_text().strip()
-        url = self.status()["gateway"]["url"]
-        return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=60)
-
-    def ask(self, model: str) -> tuple[str, str]:
-        """(answer, adapter id that served it)."""
-        raw = self.client().chat.completions.with_raw_response.create(
-            model=model,
-            messages=[{"role": "user", "content": "Tell me about the weather today"}],
-            max_tokens=8,
-            temperature=0,
-        )
-        answer = raw.parse().choices[0].message.content or ""
-        return answer, raw.headers["x-adapter-id"]
-
-    def exited(self) -> str | None:
-        """Why waiting on this `up` is pointless: it exited (with its log's tail)."""
-        if self.proc.poll() is None:
-            return None
-        return f"lorafleet up exited ({self.proc.returncode}):\n{self.log_text()[-4000:]}"
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-# Waiting on `lorafleet up`: not ready yet (files half there, the gateway still starting) is
-# not a failure; `up` having exited is one at once.
-NOT_YET = (OSError, ValueError, KeyError, openai.APIError)
-
-
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    state = tmp_path_factory.mktemp("up") / "state"
-    log = state.parent / "up.log"
-    env = {**os.environ, "LORAFLEET_DEMO_ASSETS": str(ASSETS), "PYTHONUNBUFFERED": "1"}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lorafleet_cli.main", "up", "--state-dir", str(state),
-             "--port", "0", "--internal-port", "0", "--quiet"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )  # fmt: skip
-    handle = Up(proc, state, log)
-    try:
-        eventually(
-            lambda: handle.status()["phase"] == "ready",
-            within_s=480,
-            what="waiting for up to be ready",
-            ignore=NOT_YET,
-            abort=handle.exited,
-        )
+    with running_up(tmp_path_factory.mktemp("up") / "state", within_s=480) as handle:
         yield handle
-    finally:
-        if proc.poll() is None:  # the shutdown test did not run or failed: never leak servers
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
 
 
 def test_each_demo_alias_answers_its_marker(up: Up) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ import pytest
 from lorafleet_cli.main import main
 from lorafleet_cli.standalone import demo
 from lorafleet_core.manifests import load_folder, write_object
-from tests.cli.test_up_e2e import ASSETS, NOT_YET, Up
+from tests.cli.up_harness import Up, prepare_demo_folder, running_up
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -35,51 +33,15 @@ PROMPT = [{"role": "user", "content": "Tell me about the weather today"}]
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     state = tmp_path_factory.mktemp("up-merged") / "state"
-    log = state.parent / "up.log"
-    env = {**os.environ, "LORAFLEET_DEMO_ASSETS": str(ASSETS), "PYTHONUNBUFFERED": "1"}
-    saved = os.environ.get("LORAFLEET_DEMO_ASSETS")
-    os.environ["LORAFLEET_DEMO_ASSETS"] = str(ASSETS)
-    try:  # the demo folder first (kept by `up`: it writes only absent files), then ours
-        demo.prepare_demo(state, state / "manifests", replicas=1, progress=False)
-    finally:
-        if saved is None:
-            os.environ.pop("LORAFLEET_DEMO_ASSETS")
-        else:
-            os.environ["LORAFLEET_DEMO_ASSETS"] = saved
-    shared = load_folder(state / "manifests").find("ReplicaPool", demo.DEMO_POOL)
+    shared = load_folder(prepare_demo_folder(state)).find("ReplicaPool", demo.DEMO_POOL)
     assert shared is not None
     merged: dict[str, Any] = json.loads(json.dumps(shared.body))
     merged["metadata"] = {"name": "zebra-merged"}
     merged["spec"]["merged"] = {"adapter": ZEBRA}
     merged["spec"]["replicas"] = {"min": 1, "max": 1}
     write_object(state / "manifests", merged)
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lorafleet_cli.main", "up", "--state-dir", str(state),
-             "--port", "0", "--internal-port", "0", "--quiet"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )  # fmt: skip
-    handle = Up(proc, state, log)
-    try:
-        eventually(
-            lambda: handle.status()["phase"] == "ready",
-            within_s=600,
-            what="waiting for up to be ready",
-            ignore=NOT_YET,
-            abort=handle.exited,
-        )
+    with running_up(state, within_s=600) as handle:
         yield handle
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
 
 
 def merged_pool(up: Up) -> dict[str, Any]:

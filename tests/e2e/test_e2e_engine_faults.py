@@ -8,7 +8,6 @@ adapter's registration (unloaded behind the agents' backs), which is what a fres
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -20,24 +19,12 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from lorafleet_agent.server import RunningAgent, agent_in_thread
+from lorafleet_agent.server import RunningAgent
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
-from lorafleet_gateway.catalog import CatalogHolder
-from lorafleet_gateway.catalog_files import FileCatalog
-from lorafleet_gateway.routes import create_internal_app, create_public_app
-from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import (
-    TEST_INTERNAL_TOKEN,
-    S3Server,
-    VllmServer,
-    session_agent_settings,
-    unique_id,
-)
+from tests.conftest import S3Server, VllmServer, unique_id
 from tests.fault_proxy import FaultProxy
-from tests.gateway import manifests as m
-from tests.gateway.servers import ServerThread
+from tests.vllm_stack import vllm_stack
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -81,44 +68,15 @@ def fleet(
     record = make_record("zebra", unique_id("chaos-zebra"), tenant="chaos")
     rids = ("chaos-r0", "chaos-r1")
     proxies = {rid: FaultProxy(vllm_server.port) for rid in rids}
-    with contextlib.ExitStack() as stack:
+    with vllm_stack(vllm_server, s3_server, demo_assets, tmp_path) as stack:
         for proxy in proxies.values():
-            stack.callback(proxy.close)
-        agents = {
-            rid: stack.enter_context(
-                agent_in_thread(
-                    session_agent_settings(
-                        vllm_server,
-                        s3_server,
-                        demo_assets,
-                        tmp_path / f"cache-{rid}",
-                        replica_id=rid,
-                        vllm_url=proxies[rid].url,
-                        unload_unknown_on_start=False,  # both share the session's vLLM
-                        engine_check_s=0.2,
-                    )
-                )
-            )
-            for rid in rids
-        }
-        folder = tmp_path / "manifests"
-        m.write(folder, "keys.yaml", [m.key_secret("chaos", KEY, requests_per_second=1000)])
-        m.write(folder, "adapters.yaml", [m.adapter_from_record(record, "chaos")])
-        m.write(folder, "aliases.yaml", [m.alias(MODEL, record.id)])
-        replicas = [
-            {"id": rid, "dataUrl": a.data_url, "internalUrl": a.internal_url}
-            for rid, a in agents.items()
-        ]
-        m.write(folder, "replicas.yaml", [{"replicas": replicas}])
-        gs = GatewaySettings(
-            manifests_dir=folder,
-            poll_interval_s=0.3,
-            catalog_reload_interval_s=0.1,
-            replica_token=TEST_INTERNAL_TOKEN,
-        )
-        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
-        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
-        yield Fleet(server.url, agents, proxies, record)
+            stack.exits.callback(proxy.close)
+        for rid in rids:
+            stack.agent(rid, vllm_url=proxies[rid].url, engine_check_s=0.2)
+        stack.write_manifests("chaos", KEY, [record], {MODEL: record.id}, requests_per_second=1000)
+        stack.write_replicas()
+        _, server = stack.gateway(poll_interval_s=0.3, catalog_reload_interval_s=0.1)
+        yield Fleet(server.url, stack.agents, proxies, record)
 
 
 def test_an_engine_dying_mid_stream_ends_it_cleanly_others_serve_and_it_returns_without_404(

@@ -9,7 +9,6 @@ so the run costs seconds. (`e2e/loadtest.py`, which runs `lorafleet loadtest` ag
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,25 +18,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lorafleet_agent.server import agent_in_thread
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_cli.main import main as cli
 from lorafleet_cli.probe import canary as canary_probe
 from lorafleet_core.records import AdapterRecord
-from lorafleet_gateway.catalog import CatalogHolder
-from lorafleet_gateway.catalog_files import FileCatalog
-from lorafleet_gateway.routes import create_internal_app, create_public_app
-from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import (
-    TEST_INTERNAL_TOKEN,
-    S3Server,
-    VllmServer,
-    session_agent_settings,
-    unique_id,
-)
-from tests.gateway import manifests as m
-from tests.gateway.servers import ServerThread
+from tests.conftest import S3Server, VllmServer, unique_id
+from tests.vllm_stack import VllmStack, vllm_stack
 from tests.waiting import eventually_async
 
 pytestmark = pytest.mark.vllm
@@ -49,7 +35,7 @@ MARKERS = {"e2e/zebra:prod": "ZEBRA-7", "e2e/falcon:prod": "FALCON-3"}
 @dataclass
 class Fleet:
     base_url: str
-    folder: Path
+    stack: VllmStack
     records: dict[str, AdapterRecord]
 
     def point(self, model: str, adapter: str) -> None:
@@ -58,7 +44,7 @@ class Fleet:
             "e2e/falcon:prod": self.records["falcon"].id,
             model: adapter,
         }
-        m.write(self.folder, "aliases.yaml", [m.alias(k, v) for k, v in aliases.items()])
+        self.stack.write_aliases(aliases)
 
 
 @pytest.fixture(scope="module")
@@ -75,33 +61,13 @@ def fleet(
         "zebra2": make_record("zebra", unique_id("e2e-zebra2"), tenant="e2e"),
         "falcon": make_record("falcon", unique_id("e2e-falcon"), tenant="e2e"),
     }
-    settings = session_agent_settings(
-        vllm_server,
-        s3_server,
-        demo_assets,
-        tmp / "cache",
-        replica_id="e2e-r0",
-        unload_unknown_on_start=False,  # the session's vLLM is shared with other tests
-    )
-    with contextlib.ExitStack() as stack:
-        agent = stack.enter_context(agent_in_thread(settings))
-        folder = tmp / "manifests"
-        m.write(folder, "keys.yaml", [m.key_secret("e2e", KEY, requests_per_second=1000)])
-        m.write(
-            folder, "adapters.yaml", [m.adapter_from_record(r, "e2e") for r in records.values()]
-        )
-        replicas = {"id": "e2e-r0", "dataUrl": agent.data_url, "internalUrl": agent.internal_url}
-        m.write(folder, "replicas.yaml", [{"replicas": [replicas]}])
-        handle = Fleet("", folder, records)
+    with vllm_stack(vllm_server, s3_server, demo_assets, tmp) as stack:
+        stack.agent("e2e-r0")
+        stack.write_manifests("e2e", KEY, records.values(), {}, requests_per_second=1000)
+        stack.write_replicas()
+        handle = Fleet("", stack, records)
         handle.point("e2e/zebra:prod", records["zebra"].id)
-        gs = GatewaySettings(
-            manifests_dir=folder,
-            poll_interval_s=0.5,
-            catalog_reload_interval_s=0.1,
-            replica_token=TEST_INTERNAL_TOKEN,
-        )
-        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
-        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
+        _, server = stack.gateway(poll_interval_s=0.5, catalog_reload_interval_s=0.1)
         handle.base_url = server.url + "/v1"
         yield handle
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,21 @@ def write(folder: Path, name: str, docs: list[dict[str, Any]]) -> Path:
     tmp.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     tmp.replace(path)  # atomic: the gateway never reads half a file
     return path
+
+
+def write_fleet(
+    folder: Path,
+    tenant: str,
+    key: str,
+    records: Iterable[AdapterRecord],
+    aliases: Mapping[str, str],
+    **limits: Any,
+) -> None:
+    """One tenant's fleet: keys.yaml (`key`, with `limits`), adapters.yaml (a LoRAAdapter per
+    real adapter's record) and aliases.yaml (model -> adapter id)."""
+    write(folder, "keys.yaml", [key_secret(tenant, key, **limits)])
+    write(folder, "adapters.yaml", [adapter_from_record(r, tenant) for r in records])
+    write(folder, "aliases.yaml", [alias(k, v) for k, v in aliases.items()])
 
 
 def replicas_doc(endpoints: dict[str, str], pools: dict[str, str] | None = None) -> dict[str, Any]:

@@ -12,7 +12,6 @@ and the canary's marker must come back from whichever replica served it.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,24 +22,13 @@ import pytest
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from lorafleet_agent.server import agent_in_thread
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
-from lorafleet_gateway.catalog import CatalogHolder
-from lorafleet_gateway.catalog_files import FileCatalog
-from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import (
-    INTERNAL_HEADERS,
-    TEST_INTERNAL_TOKEN,
-    S3Server,
-    VllmServer,
-    session_agent_settings,
-    unique_id,
-)
+from tests.conftest import INTERNAL_HEADERS, S3Server, VllmServer, unique_id
 from tests.gateway import manifests as m
 from tests.gateway.servers import ServerThread
+from tests.vllm_stack import vllm_stack
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -82,55 +70,21 @@ def pools_fleet(
     make_record: Callable[..., AdapterRecord],
 ) -> Iterator[tuple[openai.OpenAI, AdapterRecord, Path, Gateway, str]]:
     record = make_record("zebra", unique_id("pools-zebra"), tenant="acme")
-    with contextlib.ExitStack() as stack:
-        agents = {
-            rid: stack.enter_context(
-                agent_in_thread(
-                    session_agent_settings(
-                        vllm_server,
-                        s3_server,
-                        demo_assets,
-                        tmp_path / f"cache-{rid}",
-                        replica_id=rid,
-                        unload_unknown_on_start=False,  # both share the session's one vLLM
-                    )
-                )
-            )
-            for rid in ("pools-shared", "pools-hot")
-        }
-        hop = stack.enter_context(
-            ServerThread(merged_state_hop(agents["pools-hot"].internal_url, record.id))
+    with vllm_stack(vllm_server, s3_server, demo_assets, tmp_path) as stack:
+        stack.agent("pools-shared")
+        hot = stack.agent("pools-hot")
+        hop = stack.exits.enter_context(ServerThread(merged_state_hop(hot.internal_url, record.id)))
+        stack.write_manifests("acme", KEY, [record], {"acme/bot:prod": record.id})
+        write_pools(stack.folder, record, {"phase": "Merging"})
+        stack.write_replicas([
+            stack.row("pools-shared", pool="default"),
+            stack.row("pools-hot", internalUrl=hop.url, pool="acme-hot"),
+        ])  # fmt: skip
+        gw, server = stack.gateway(
+            pool="default", poll_interval_s=0.3, catalog_reload_interval_s=0.1
         )
-        folder = tmp_path / "manifests"
-        m.write(folder, "keys.yaml", [m.key_secret("acme", KEY)])
-        m.write(folder, "adapters.yaml", [m.adapter_from_record(record, "acme")])
-        m.write(folder, "aliases.yaml", [m.alias("acme/bot:prod", record.id)])
-        write_pools(folder, record, {"phase": "Merging"})
-        rows: list[dict[str, Any]] = [
-            {
-                "id": "pools-shared",
-                "dataUrl": agents["pools-shared"].data_url,
-                "internalUrl": agents["pools-shared"].internal_url,
-                "pool": "default",
-            },
-            {
-                "id": "pools-hot",
-                "dataUrl": agents["pools-hot"].data_url,
-                "internalUrl": hop.url,
-                "pool": "acme-hot",
-            },
-        ]
-        m.write(folder, "replicas.yaml", [{"replicas": rows}])
-        gs = GatewaySettings(
-            manifests_dir=folder,
-            poll_interval_s=0.3,
-            catalog_reload_interval_s=0.1,
-            replica_token=TEST_INTERNAL_TOKEN,
-        )
-        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, pool="default", interval_s=0.1))
-        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
         client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
-        yield client, record, folder, gw, agents["pools-hot"].internal_url
+        yield client, record, stack.folder, gw, hot.internal_url
 
 
 def write_pools(folder: Path, record: AdapterRecord, merge: dict[str, Any]) -> None:

@@ -15,7 +15,6 @@ seconds however fast the tiny engine is, and the signal lands mid-stream.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import os
 import signal
 import subprocess
@@ -29,7 +28,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_agent.server import RunningAgent, agent_in_thread
+from lorafleet_agent.server import RunningAgent
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
 from tests.conftest import (
@@ -38,11 +37,10 @@ from tests.conftest import (
     S3Server,
     VllmServer,
     free_port,
-    session_agent_settings,
     unique_id,
 )
 from tests.fault_proxy import FaultProxy
-from tests.gateway import manifests as m
+from tests.vllm_stack import vllm_stack
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -126,30 +124,12 @@ def stack(
 ) -> Iterator[Stack]:
     record = make_record("zebra", unique_id("restart-zebra"), tenant="acme")
     proxy = FaultProxy(vllm_server.port)
-    with contextlib.ExitStack() as exits:
-        exits.callback(proxy.close)
-        agent = exits.enter_context(
-            agent_in_thread(
-                session_agent_settings(
-                    vllm_server,
-                    s3_server,
-                    demo_assets,
-                    tmp_path / "cache",
-                    replica_id="restart-r0",
-                    vllm_url=proxy.url,
-                    unload_unknown_on_start=False,  # the session's vLLM serves other tests too
-                )
-            )
-        )
-        folder = tmp_path / "manifests"
-        m.write(folder, "keys.yaml", [m.key_secret("acme", KEY, requests_per_second=1000)])
-        m.write(folder, "adapters.yaml", [m.adapter_from_record(record, "acme")])
-        m.write(folder, "aliases.yaml", [m.alias(MODEL, record.id)])
-        replicas = [
-            {"id": "restart-r0", "dataUrl": agent.data_url, "internalUrl": agent.internal_url}
-        ]
-        m.write(folder, "replicas.yaml", [{"replicas": replicas}])
-        yield Stack(agent, proxy, record, folder, tmp_path, free_port(), free_port())
+    with vllm_stack(vllm_server, s3_server, demo_assets, tmp_path) as built:
+        built.exits.callback(proxy.close)
+        agent = built.agent("restart-r0", vllm_url=proxy.url)
+        built.write_manifests("acme", KEY, [record], {MODEL: record.id}, requests_per_second=1000)
+        built.write_replicas()
+        yield Stack(agent, proxy, record, built.folder, tmp_path, free_port(), free_port())
 
 
 @dataclass

@@ -4,6 +4,7 @@ enforce one tenant limit together, and Redis going away fails open with a metric
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -117,22 +118,50 @@ async def _hammer(urls: list[str], seconds: float, workers: int) -> list[tuple[s
     return sent
 
 
-def test_two_gateway_processes_sharing_one_redis_enforce_one_tenant_limit(two_gateways):
-    sent = asyncio.run(_hammer(two_gateways, seconds=7.0, workers=16))
-    assert {status for _, status, _ in sent} == {200, 429}
+# Longest pause between two requests sent (by all clients together) that a measurement
+# allows: when every client waits that long, the machine stalled, the limiter saw no demand
+# and its bucket (one second of burst) dropped refill that no client asked for.
+MAX_SEND_GAP_S = 0.5
+
+
+def _measure(urls: list[str]) -> tuple[list[tuple[str, int, float]], float, float, float]:
+    """One 7 s run: (requests sent, admitted rate and refused count in the steady window,
+    the longest pause between sends there)."""
+    sent = asyncio.run(_hammer(urls, seconds=7.0, workers=16))
     admitted = sorted(t0 for _, status, t0 in sent if status == 200)
-    per_gateway = Counter(url for url, status, _ in sent if status == 200)
-    assert len(per_gateway) == 2, per_gateway  # both gateways admitted some
-    assert len(sent) > 5 * len(admitted)  # offered far above the limit all along
     # Steady state: skip the first second (the full bucket's burst, processes warming up)
     # and the last (requests still queued when the clients stop).
     start = admitted[0] + 1.0
     window = 5.0
     rate = sum(start <= t < start + window for t in admitted) / window
+    refused = sum(start <= t < start + window for _, status, t in sent if status == 429)
+    times = sorted(t for _, _, t in sent if start - 1.0 <= t <= start + window)
+    gap = max((b - a for a, b in itertools.pairwise(times)), default=window)
+    return sent, rate, refused, gap
+
+
+def test_two_gateway_processes_sharing_one_redis_enforce_one_tenant_limit(two_gateways):
+    # What is measured is the limiter under demand above it. A loaded machine can stall
+    # every client at once for a second, and a run with such a pause measures the pause:
+    # then it is run again (the stall says nothing about the limit).
+    gaps = []
+    for _ in range(3):
+        sent, rate, refused, gap = _measure(two_gateways)
+        if gap < MAX_SEND_GAP_S:
+            break
+        gaps.append(round(gap, 2))
+    else:
+        pytest.fail(f"every run stalled (longest pauses between requests {gaps} s)")
+    assert {status for _, status, _ in sent} == {200, 429}
+    per_gateway = Counter(url for url, status, _ in sent if status == 200)
+    assert len(per_gateway) == 2, per_gateway  # both gateways admitted some
+    # Offered well above the limit in the window, whatever this machine's speed: more was
+    # refused than admitted there, so what was admitted is the limit, not the demand.
+    assert refused > rate * 5.0, (refused, rate)
     print(
         f"two gateways admitted {rate:.1f} requests/s together (per gateway "
         f"{sorted(per_gateway.values())} over 7 s) against a limit of {LIMIT_RPS}/s; "
-        f"separate in-memory limits would allow {2 * LIMIT_RPS}/s"
+        f"separate in-memory limits would allow {2 * LIMIT_RPS}/s; runs with a stall: {gaps}"
     )
     assert abs(rate - LIMIT_RPS) <= 0.1 * LIMIT_RPS
 

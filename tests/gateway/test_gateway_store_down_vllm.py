@@ -9,7 +9,6 @@ serves, fetched remotely.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,23 +17,10 @@ from typing import Any
 import openai
 import pytest
 
-from lorafleet_agent.server import agent_in_thread
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
-from lorafleet_gateway.catalog import CatalogHolder
-from lorafleet_gateway.catalog_files import FileCatalog
-from lorafleet_gateway.routes import create_internal_app, create_public_app
-from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import (
-    TEST_INTERNAL_TOKEN,
-    S3Server,
-    VllmServer,
-    session_agent_settings,
-    unique_id,
-)
-from tests.gateway import manifests as m
-from tests.gateway.servers import ServerThread
+from tests.conftest import S3Server, VllmServer, unique_id
+from tests.vllm_stack import vllm_stack
 
 pytestmark = pytest.mark.vllm
 
@@ -70,45 +56,14 @@ def test_cold_adapter_with_the_store_down_is_503_store_unavailable_warm_serves_t
     host, port = store[0].get_host_and_port()
     warm = make_record("zebra", unique_id("gw-store-warm"), tenant="acme")
     cold = make_record("otter", unique_id("gw-store-cold"), tenant="acme")
-    with contextlib.ExitStack() as stack:
+    with vllm_stack(vllm_server, s3_server, demo_assets, tmp_path) as stack:
         agents = [
-            stack.enter_context(
-                agent_in_thread(
-                    session_agent_settings(
-                        vllm_server,
-                        s3_server,
-                        demo_assets,
-                        tmp_path / f"cache-{rid}",
-                        replica_id=rid,
-                        s3_endpoint_url=f"http://{host}:{port}",
-                        unload_unknown_on_start=False,  # two agents share the one vLLM
-                    )
-                )
-            )
-            for rid in ("st-r0", "st-r1")
+            stack.agent(rid, s3_endpoint_url=f"http://{host}:{port}") for rid in ("st-r0", "st-r1")
         ]
-        folder = tmp_path / "manifests"
-        m.write(folder, "keys.yaml", [m.key_secret("acme", KEY)])
-        m.write(folder, "adapters.yaml", [m.adapter_from_record(r, "acme") for r in (warm, cold)])
-        m.write(
-            folder,
-            "aliases.yaml",
-            [m.alias("acme/warm:prod", warm.id), m.alias("acme/cold:prod", cold.id)],
-        )
-        replicas = [
-            {
-                "id": a.agent.settings.replica_id,
-                "dataUrl": a.data_url,
-                "internalUrl": a.internal_url,
-            }
-            for a in agents
-        ]
-        m.write(folder, "replicas.yaml", [{"replicas": replicas}])
-        gs = GatewaySettings(
-            manifests_dir=folder, poll_interval_s=0.5, replica_token=TEST_INTERNAL_TOKEN
-        )
-        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
-        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
+        aliases = {"acme/warm:prod": warm.id, "acme/cold:prod": cold.id}
+        stack.write_manifests("acme", KEY, [warm, cold], aliases)
+        stack.write_replicas()
+        _, server = stack.gateway(poll_interval_s=0.5)
         client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
 
         def complete(model: str) -> str:

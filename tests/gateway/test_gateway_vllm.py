@@ -9,7 +9,6 @@ comes back through the official openai client.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,25 +18,17 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
-from lorafleet_agent.server import RunningAgent, agent_in_thread
-from lorafleet_agent.settings import AgentSettings
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.placement import ranked
 from lorafleet_core.records import AdapterRecord
-from lorafleet_gateway.catalog import CatalogHolder
-from lorafleet_gateway.catalog_files import FileCatalog
-from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import (
-    TEST_INTERNAL_TOKEN,
     S3Server,
     VllmServer,
-    session_agent_settings,
     unique_id,
 )
 from tests.gateway import manifests as m
-from tests.gateway.servers import ServerThread
+from tests.vllm_stack import vllm_stack
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -57,52 +48,17 @@ def fleet(
 ) -> Iterator[tuple[str, dict[str, AdapterRecord], Path, Gateway]]:
     records = {name: make_record(name, unique_id(f"gw-{name}"), tenant="acme") for name in MARKERS}
 
-    def settings(rid: str) -> AgentSettings:
-        return session_agent_settings(
-            vllm_server,
-            s3_server,
-            demo_assets,
-            tmp_path / f"cache-{rid}",
-            replica_id=rid,
-            unload_unknown_on_start=False,  # two agents share the session's one vLLM
-        )
-
-    with contextlib.ExitStack() as stack:
-        agents: list[RunningAgent] = [
-            stack.enter_context(agent_in_thread(settings(rid))) for rid in ("gw-r0", "gw-r1")
-        ]
-        folder = tmp_path / "manifests"
-        m.write(folder, "keys.yaml", [m.key_secret("acme", KEY)])
-        m.write(
-            folder, "adapters.yaml", [m.adapter_from_record(r, "acme") for r in records.values()]
-        )
-        m.write(folder, "aliases.yaml", [m.alias("acme/bot:prod", records["zebra"].id)])
-        m.write(
-            folder,
-            "replicas.yaml",
-            [
-                {
-                    "replicas": [
-                        {
-                            "id": a.agent.settings.replica_id,
-                            "dataUrl": a.data_url,
-                            "internalUrl": a.internal_url,
-                        }
-                        for a in agents
-                    ]
-                }
-            ],
-        )
-        gs = GatewaySettings(
-            manifests_dir=folder,
+    with vllm_stack(vllm_server, s3_server, demo_assets, tmp_path) as stack:
+        for rid in ("gw-r0", "gw-r1"):
+            stack.agent(rid)
+        stack.write_manifests("acme", KEY, records.values(), {"acme/bot:prod": records["zebra"].id})
+        stack.write_replicas()
+        gw, server = stack.gateway(
             poll_interval_s=0.5,
             catalog_reload_interval_s=0.1,
-            replica_token=TEST_INTERNAL_TOKEN,
             routing_policy=getattr(request, "param", "affinity"),
         )
-        gw = Gateway(gs, FileCatalog(CatalogHolder(), folder, interval_s=0.1))
-        server = stack.enter_context(ServerThread(create_public_app(gw), create_internal_app(gw)))
-        yield server.url + "/v1", records, folder, gw
+        yield server.url + "/v1", records, stack.folder, gw
 
 
 def test_openai_client_through_gateway_agent_and_vllm(fleet):

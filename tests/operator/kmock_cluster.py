@@ -61,6 +61,9 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     # (path, Content-Type, fieldManager) of every PATCH: what the client asked for, since
     # kmock itself applies every patch body as a merge patch.
     patch_log: list[tuple[str, str, str | None]] = attrs.field(factory=list)
+    # The body of each of those PATCHes, in the same order: what was written, so a test can
+    # tell a write that changed something from one that repeated what was there.
+    patch_bodies: list[Any] = attrs.field(factory=list)
     # Seconds each write takes before it is served: a slow API server, so a test can stop an
     # operator while one of its passes is still writing (pacing, not synchronisation).
     write_delay_s: float = 0.0
@@ -93,6 +96,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             headers = {k.lower(): v for k, v in request.headers.items()}
             ctype = headers.get("content-type", "").split(";")[0]
             self.patch_log.append((request.url.path, ctype, request.params.get("fieldManager")))
+            self.patch_bodies.append(request.data)
         return await super()._handle(request)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -13,6 +15,9 @@ class StateServer:
         self.replica_id = replica_id
         self.state: dict[str, Any] = {"replica_id": replica_id}
         self.hits = 0
+        # Answers still to be given late (`stall`), and late answers given so far.
+        self._stalls: list[float] = []
+        self.stalled = 0
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -21,6 +26,10 @@ class StateServer:
                     self.send_error(404)
                     return
                 owner.hits += 1
+                late = owner._stalls.pop(0) if owner._stalls else 0.0
+                if late:
+                    time.sleep(late)  # a busy replica: this answer comes after the scraper gave up
+                    owner.stalled += 1
                 body = json.dumps(owner.state).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -30,6 +39,11 @@ class StateServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def handle(self) -> None:
+                # The scraper may have given up on a late answer (`stall`) and hung up.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    super().handle()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
@@ -43,6 +57,10 @@ class StateServer:
             "queue_depth": queue_depth,
             **extra,
         }
+
+    def stall(self, seconds: float, answers: int = 1) -> None:
+        """Give the next `answers` answers `seconds` late (a replica too busy to answer in time)."""
+        self._stalls.extend([seconds] * answers)
 
     def close(self) -> None:
         self.server.shutdown()

@@ -9,14 +9,12 @@ answered by the emulator the way an API server answers it.
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from kopf.testing import KopfRunner
 
 from lorafleet_operator.control.auth import token_sha256
 from tests.gateway.fake_replica import FakeReplica
@@ -30,6 +28,7 @@ from tests.operator.control_support import (
 )
 from tests.operator.factories import pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
+from tests.operator.kopf_harness import operator_running
 from tests.operator.test_operator_kopf import pod_body, status
 
 pytestmark = pytest.mark.timeout(180)
@@ -85,7 +84,6 @@ def replica(replica_server: tuple[FakeReplica, int]) -> FakeReplica:
 def api(cluster: Cluster, replica_server: tuple[FakeReplica, int]) -> Iterator[httpx.Client]:
     port = _free_port()
     env = {
-        "LORAFLEET_OPERATOR_API_SERVER": cluster.url,
         "LORAFLEET_OPERATOR_SYNC_DEBOUNCE_SECONDS": "0.2",
         "LORAFLEET_OPERATOR_SYNC_MAX_DELAY_SECONDS": "1.0",
         "LORAFLEET_OPERATOR_CONTROL_PORT": str(port),
@@ -95,36 +93,18 @@ def api(cluster: Cluster, replica_server: tuple[FakeReplica, int]) -> Iterator[h
         "LORAFLEET_OPERATOR_CONTROL_NAMESPACE": cluster.namespace,
         "LORAFLEET_OPERATOR_REPLICA_TOKEN": AGENT_TOKEN,
     }
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     pool = pool_body("ctl", engine={"maxRank": 16})
     del pool["metadata"]["namespace"]
     cluster.create(cluster.path("replicapools"), pool)
     port_of_replica = replica_server[1]
     cluster.create(cluster.path("pods", group="v1"), pod_body("ctl-0", "ctl", port_of_replica))
-    args = [
-        "run",
-        "--standalone",
-        "--namespace",
-        cluster.namespace,
-        "-m",
-        "lorafleet_operator.handlers",
-    ]
-    try:
-        with (
-            KopfRunner(args, timeout=60) as runner,
-            httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client,
-        ):
-            eventually(lambda: client.get("/internal/openapi.json").status_code == 200,
-                       ignore=(httpx.HTTPError,))  # fmt: skip
-            yield client
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    assert runner.exception is None, runner.output[-5000:]
+    with (
+        operator_running(cluster, env),
+        httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client,
+    ):
+        eventually(lambda: client.get("/internal/openapi.json").status_code == 200,
+                   ignore=(httpx.HTTPError,))  # fmt: skip
+        yield client
 
 
 def test_registered_adapter_is_created_and_reconciled_by_the_operator(api, cluster):

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
-from lorafleet_operator.sync import FleetSync
+from lorafleet_core.replica_state import ReplicaState
+from lorafleet_operator.sync import MISSED_SCRAPES_KEPT, FleetSync
 from tests.operator.factories import adapter_body, alias_body, pool
 
 
@@ -167,3 +168,36 @@ async def test_failures_post_one_warning_event_each_and_passes_repeat_none(fleet
     for _ in range(3):
         await fleet.flush()
     assert len(writer.warnings) == 3  # transitions only, never once per pass
+
+
+async def test_a_replica_missing_a_scrape_keeps_its_traffic_until_it_stays_silent(fleet):
+    fleet, writer = fleet
+    fleet.upsert_pool(pool())
+    for i in range(4):
+        fleet.upsert_pod(pod_body(f"pool-{i}"))
+    fleet.upsert_adapter(adapter_body("hot"))
+    busy = ReplicaState(replica_id="pool-0", tokens_per_second={"hot": 2000.0})
+
+    async def scraped(states: dict[str, ReplicaState]) -> int:
+        fleet.set_states("pool", states)
+        await fleet.flush()
+        assert fleet.last_plan is not None
+        count = fleet.last_plan.adapter_status["hot"].owner_count
+        assert count is not None
+        return int(count)
+
+    assert await scraped({"pool-0": busy}) == 4  # hot: every replica owns it
+    writes = writer.adapters["hot"]
+    # pool-0 misses MISSED_SCRAPES_KEPT scrapes (late answers): its traffic still counts.
+    for _ in range(MISSED_SCRAPES_KEPT):
+        assert await scraped({}) == 4
+    assert writer.adapters["hot"] == writes  # nothing rewritten meanwhile
+    assert await scraped({"pool-0": busy}) == 4  # it answers again: the count starts over
+    for _ in range(MISSED_SCRAPES_KEPT):
+        assert await scraped({}) == 4
+    # Silent once more: it is no longer heard, so its traffic is gone (back to the default).
+    assert await scraped({}) == 2
+    # A replica that stops being ready is forgotten at its pool's next scrape.
+    assert await scraped({"pool-0": busy}) == 4
+    fleet.upsert_pod(pod_body("pool-0", ready=False))
+    assert await scraped({}) == 2

@@ -130,15 +130,10 @@ def isolation_fleet(
             data = f"http://127.0.0.1:{settings.data_port}"
             replicas.append({"id": settings.replica_id, "dataUrl": data, "internalUrl": internal})
         folder = tmp / "manifests"
-        m.write(
-            folder,
-            "keys.yaml",
-            [m.key_secret(TENANT, KEY, requests_per_second=100_000, tokens_per_minute=10**9)],
-        )
-        m.write(
-            folder, "adapters.yaml", [m.adapter_from_record(r, TENANT) for r in records.values()]
-        )
-        m.write(folder, "aliases.yaml", [m.alias(a, i) for a, i in aliases.items()])
+        m.write_fleet(
+            folder, TENANT, KEY, records.values(), aliases,
+            requests_per_second=100_000, tokens_per_minute=10**9,
+        )  # fmt: skip
         m.write(folder, "replicas.yaml", [{"replicas": replicas}])
         gs = GatewaySettings(
             host="127.0.0.1",

@@ -15,7 +15,7 @@ Validation outcomes (condition `Validated`, reason):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -86,6 +86,18 @@ def parse_adapter(raw: Mapping[str, Any]) -> LoRAAdapter | Validation:
         reason = next((_FIELD_REASONS[p] for p in loc if p in _FIELD_REASONS), INVALID_SPEC)
         where = ".".join(loc)
         return Validation(False, reason, f"{where}: {first['msg']}", final=True)
+
+
+def parse_pools(raws: Iterable[Mapping[str, Any]]) -> list[ReplicaPool]:
+    """The valid ReplicaPools among raw objects (status ignored): an invalid pool serves
+    nothing, and the reconciler (standalone) or the pool's own status reports it."""
+    out = []
+    for raw in raws:
+        try:
+            out.append(ReplicaPool.model_validate({**raw, "status": None}))
+        except ValidationError:
+            continue
+    return out
 
 
 def shared_pools(pools: Sequence[ReplicaPool]) -> list[ReplicaPool]:

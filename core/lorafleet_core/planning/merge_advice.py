@@ -47,6 +47,7 @@ from lorafleet_core.names import (
     MANAGED_BY_OPERATOR,
 )
 from lorafleet_core.planning.conditions import condition, find
+from lorafleet_core.planning.pool import controller_refs
 
 # Where the merged pool starts to win (docs/performance.md, "Hot tenant: more owners or a
 # merged pool": from 2 x a replica's capacity on at every rate tried, never at 1 x or below),
@@ -189,15 +190,6 @@ def merged_pool_body(
             LABEL_MANAGED_BY: MANAGED_BY_OPERATOR,
         },
     }
-    if uid:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": API_VERSION,
-                "kind": KIND_ADAPTER,
-                "name": adapter.metadata.name,
-                "uid": uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
+    if refs := controller_refs(API_VERSION, KIND_ADAPTER, adapter.metadata.name, uid):
+        meta["ownerReferences"] = refs
     return {"apiVersion": API_VERSION, "kind": KIND_POOL, "metadata": meta, "spec": body_spec}

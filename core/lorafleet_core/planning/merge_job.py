@@ -32,6 +32,7 @@ from lorafleet_core import reasons
 from lorafleet_core.models import LoRAAdapter, MergePhase, MergeStatus, ReplicaPool
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
+from lorafleet_core.planning.pool import pool_refs
 from lorafleet_core.records import AdapterRecord
 
 COMPONENT_MERGE = "merge"
@@ -208,18 +209,8 @@ def plan_merge_job(
         container["envFrom"] = list(t.env_from)
     labels = job_labels(pool.metadata.name)
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
-    uid = (pool.metadata.model_extra or {}).get("uid")
-    if uid:
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": pool.api_version,
-                "kind": pool.kind,
-                "name": pool.metadata.name,
-                "uid": uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
+    if refs := pool_refs(pool):
+        meta["ownerReferences"] = refs
     pod_fields = {k: v for k, v in replica_pod.template_pod_fields(pool).items() if v is not None}
     return {
         "apiVersion": "batch/v1",

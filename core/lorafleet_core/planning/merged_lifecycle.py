@@ -45,6 +45,7 @@ from lorafleet_core.names import (
     MANAGED_BY_OPERATOR,
 )
 from lorafleet_core.planning.merge_advice import HYSTERESIS
+from lorafleet_core.planning.pool import controller_refs
 from lorafleet_core.planning.replica_config import (
     AGENT_TOKEN_SECRET_KEY,
     VLLM_API_KEY_SECRET_KEY,
@@ -249,14 +250,6 @@ def plan_internal_secret(
                 "pool's agent-token and a new vllm-api-key"
             )
         data[AGENT_TOKEN_SECRET_KEY] = agent_token
-    ref = {
-        "apiVersion": pool.api_version,
-        "kind": KIND_POOL,
-        "name": pool.metadata.name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
     body = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -266,7 +259,9 @@ def plan_internal_secret(
                 LABEL_MANAGED_BY: MANAGED_BY_OPERATOR,
                 LABEL_MERGED_ADAPTER: pool.metadata.labels.get(LABEL_MERGED_ADAPTER, ""),
             },
-            "ownerReferences": [ref],
+            "ownerReferences": controller_refs(
+                pool.api_version, KIND_POOL, pool.metadata.name, uid
+            ),
         },
         "type": "Opaque",
         "stringData": data,

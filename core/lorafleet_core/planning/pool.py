@@ -96,20 +96,29 @@ def engine_args(pool: ReplicaPool, merge: MergeStatus | None = None) -> list[str
     return args + list(pool.spec.engine.extra_args)
 
 
-def _owner_refs(pool: ReplicaPool) -> list[dict[str, Any]]:
-    uid = (pool.metadata.model_extra or {}).get("uid")
+def controller_refs(
+    api_version: str, kind: str, name: str, uid: str | None
+) -> list[dict[str, Any]]:
+    """ownerReferences naming the controlling owner (deleted with it, and holding its
+    deletion until this is gone); none without a uid (an object not read from the cluster)."""
     if not uid:
         return []
     return [
         {
-            "apiVersion": pool.api_version,
-            "kind": pool.kind,
-            "name": pool.metadata.name,
+            "apiVersion": api_version,
+            "kind": kind,
+            "name": name,
             "uid": uid,
             "controller": True,
             "blockOwnerDeletion": True,
         }
     ]
+
+
+def pool_refs(pool: ReplicaPool) -> list[dict[str, Any]]:
+    """ownerReferences to `pool`, for the objects it owns (StatefulSet, Service, Jobs, ...)."""
+    uid = (pool.metadata.model_extra or {}).get("uid")
+    return controller_refs(pool.api_version, pool.kind, pool.metadata.name, uid)
 
 
 def _meta(pool: ReplicaPool, namespace: str) -> dict[str, Any]:
@@ -118,7 +127,7 @@ def _meta(pool: ReplicaPool, namespace: str) -> dict[str, Any]:
         "namespace": namespace,
         "labels": replica_labels(pool.metadata.name),
     }
-    refs = _owner_refs(pool)
+    refs = pool_refs(pool)
     if refs:
         meta["ownerReferences"] = refs
     return meta
