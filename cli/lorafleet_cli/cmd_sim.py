@@ -42,6 +42,25 @@ def register(sub: Any) -> None:
         default="2000",
         help="hot-tenant-merged: the hot tenant's generated tokens/s to compare at (comma list)",
     )
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=merged.SEEDS,
+        help="hot-tenant-merged: seeds (from --seed) the SLO must hold on (default 3)",
+    )
+    p.add_argument(
+        "--merged-high",
+        type=int,
+        default=None,
+        help="hot-tenant-merged: most merged replicas to try (default 2 x the tenant's "
+        "share of a replica, + 2)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="hot-tenant-merged: processes running the seeds of one fleet size (same figures)",
+    )
     p.add_argument("--rate", type=float, default=40.0, help="requests/s (default 40)")
     p.add_argument("--duration", type=float, default=3600.0, help="simulated seconds")
     p.add_argument(
@@ -218,10 +237,21 @@ def _merged(args: argparse.Namespace, inputs: Inputs, progress: bool, started: f
     rates = sorted({float(x) for x in args.hot_rates.split(",") if x.strip()})
 
     def show(line: str) -> None:
-        if progress:
-            print(line, file=sys.stderr)
+        if not args.no_progress:  # one line per fleet size tried: the search's evidence
+            print(line, file=sys.stderr, flush=True)
 
-    rows = merged.compare(inputs, rates, low=args.low, high=args.high, on_run=show)
+    if args.seeds < 1 or args.jobs < 1:
+        raise UsageError("--seeds and --jobs must be at least 1")
+    rows = merged.compare(
+        inputs,
+        rates,
+        low=args.low,
+        high=args.high,
+        merged_high=args.merged_high,
+        seeds=args.seeds,
+        jobs=args.jobs,
+        on_run=show,
+    )
     rp = inputs.replica
     capacity_tps = inputs.fleet.replica_capacity_tps or rp.max_seqs / rp.decode_s
     found = merged.threshold(rows)
@@ -237,7 +267,9 @@ def _merged(args: argparse.Namespace, inputs: Inputs, progress: bool, started: f
             f"## Hot tenant: more owners vs a merged pool ({workload.label}, router "
             f"{inputs.router})",
             "",
-            "each fleet at its fewest GPUs meeting worst-adapter p95 TTFT < 1 s; "
+            f"each fleet at its fewest GPUs from which every larger count meets, on each of "
+            f"{args.seeds} seeds from {inputs.seed}: hot adapter p95 TTFT < 1 s and long-tail "
+            "worst p95 (the worst replica's p95 over the other adapters' requests) < 1 s; "
             f"merged replicas decode at {rp.decode_s_merged * 1000:g} ms/step vs "
             f"{rp.decode_s * 1000:g} ms, one adapter, no loads; GPUs = replica-hours / hour",
             "",

@@ -26,7 +26,7 @@ from lorafleet_core.replica_state import AdapterActivity, ReplicaState
 from tests.gateway import manifests as m
 from tests.operator.factories import T0
 
-PARAMS = FleetParams(replica_capacity_tps=10.0)  # threshold 2 x 10 = 20 tokens/s
+PARAMS = FleetParams(replica_capacity_tps=10.0)  # threshold MERGE_THRESHOLD_SHARE x 10 tokens/s
 
 
 def folder(tmp_path: Path, **auto: Any) -> Path:

@@ -3,12 +3,16 @@ merged replicas decode at decode_s_merged with no loads, and the comparison size
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lorafleet_cli.sim.engine import OUTCOMES, Engine
-from lorafleet_cli.sim.merged import Row, Sized, fewest, threshold
+from lorafleet_cli.sim.merged import Row, Sized, compare, meets, threshold
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.report import Summary
+from lorafleet_cli.sim.report import Summary, summarize
+from lorafleet_cli.sim.scenarios import Inputs
+from lorafleet_cli.sim.search import fewest_stable
 from lorafleet_cli.sim.workload import Workload
 
 RP = ReplicaParams()
@@ -50,21 +54,35 @@ def test_merged_replica_serves_only_its_adapter_without_loads_at_merged_speed():
         assert eng.finish_time[i] - eng.first_token[i] == pytest.approx(4 * RP.decode_s_merged)
 
 
-def test_fewest_is_a_binary_search_for_the_smallest_passing_count():
+def test_fewest_stable_on_a_monotone_test_is_the_smallest_passing_count():
     tried: list[int] = []
 
     def ok(n: int) -> bool:
         tried.append(n)
         return n >= 7
 
-    assert fewest(ok, 1, 32) == 7
-    assert len(tried) <= 7
-    assert fewest(lambda n: False, 1, 8) is None
+    assert fewest_stable(ok, 1, 12) == 7
+    assert tried == [12, 11, 10, 9, 8, 7, 6]  # down from the top, stops at the first failure
+    assert fewest_stable(lambda n: False, 1, 8) is None
+    assert fewest_stable(lambda n: True, 3, 8) == 3
+
+
+def test_fewest_stable_skips_a_count_that_meets_below_one_that_fails():
+    # Meets from 7 except at 12: a binary search over [1, 32] tries 16, 8, 4, 6, 7 and answers
+    # 7, a fleet that breaks the SLO when scaled to 12. From 13 on every count meets.
+    def ok(n: int) -> bool:
+        return n >= 7 and n != 12
+
+    assert fewest_stable(ok, 1, 32) == 13
+    with pytest.raises(ValueError, match="empty range"):
+        fewest_stable(ok, 5, 4)
 
 
 def _sized(gpus: float, hot_p95: float, merged: int = 0) -> Sized:
     return Sized(
-        int(gpus), merged, Summary("x", {"replicas_mean": gpus, "busiest_adapter_p95_ms": hot_p95})
+        int(gpus),
+        merged,
+        [Summary("x", {"replicas_mean": gpus, "hot_adapter_p95_ms": hot_p95})],
     )
 
 
@@ -77,3 +95,59 @@ def test_threshold_is_the_lowest_rate_from_which_merged_always_wins():
     ]
     assert threshold(rows) is None
     assert threshold(rows[:3]) == 640
+
+
+def test_long_tail_worst_p95_is_per_replica_and_leaves_the_hot_adapter_out():
+    # One replica, requests 2 s apart: each alone, TTFT = its prefill (prompt / 8,000 tok/s).
+    n_hot, n_cold = 150, 120
+    w = Workload(names=("hot", "cold"), label="hand-made")
+    for i in range(n_hot + n_cold):
+        cold = i % 2 == 1 and i < 2 * n_cold  # interleaved, then the rest of the hot ones
+        w.at.append(i * 2.0)
+        w.prompt.append(800 if cold else 1600)  # both one prefill step
+        w.output.append(2)
+        w.adapter.append(1 if cold else 0)
+    assert sum(w.adapter) == n_cold
+    fp = FleetParams(replicas=1, owners_per_adapter=1, gateways=1, prewarm=False)
+    s = summarize("x", Engine(w, RP, fp).run())
+    assert s["busiest_adapter"] == "hot"
+    assert s["hot_adapter_p95_ms"] == pytest.approx(1600 / RP.prefill_tps * 1000)
+    # The cold requests' first one pays a remote load; the p95 is the plain prefill.
+    assert s["tail_worst_replica_p95_ms"] == pytest.approx(800 / RP.prefill_tps * 1000)
+    # A named hot adapter need not be the busiest (the Zipf head outnumbers a slow hot tenant).
+    named = summarize("x", Engine(w, RP, fp).run(), hot="cold")
+    assert named["hot_adapter_p95_ms"] == pytest.approx(800 / RP.prefill_tps * 1000)
+    assert named["tail_worst_replica_p95_ms"] == pytest.approx(1600 / RP.prefill_tps * 1000)
+
+
+def test_meets_needs_the_hot_and_the_long_tail_p95_under_the_slo_on_every_seed():
+    def run(hot: float, tail: float) -> Summary:
+        return Summary("x", {"hot_adapter_p95_ms": hot, "tail_worst_replica_p95_ms": tail})
+
+    assert meets([run(900, 950), run(990, 800)], 1000)
+    assert not meets([run(900, 950), run(1010, 800)], 1000)  # one seed's hot tenant misses
+    assert not meets([run(900, 1000)], 1000)  # the long tail at the SLO is not under it
+
+
+TINY = Inputs(rate=3.0, duration_s=120.0, warmup_s=30.0, adapters=100)
+
+
+def _figures(rows: list[Row]) -> str:
+    # JSON, so that a NaN figure (a tier no request used) compares equal to itself.
+    return json.dumps(
+        [
+            (r.tokens_per_s, s.shared, s.merged, [run.figures for run in s.runs])
+            for r in rows
+            for s in (r.owners, r.merged)
+        ],
+        sort_keys=True,
+    )
+
+
+def test_comparison_is_deterministic_and_the_same_in_parallel():
+    first = compare(TINY, [150.0], low=1, high=4, seeds=2)
+    again = compare(TINY, [150.0], low=1, high=4, seeds=2)
+    parallel = compare(TINY, [150.0], low=1, high=4, seeds=2, jobs=2)
+    assert first[0].owners.shared is not None
+    assert len(first[0].owners.runs) == 2
+    assert _figures(first) == _figures(again) == _figures(parallel)

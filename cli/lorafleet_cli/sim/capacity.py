@@ -1,8 +1,11 @@
 """Capacity search: the fewest replicas that meet the SLO on a workload.
 
 Meets = worst-adapter p95 TTFT (adapters with >= 20 requests) under the SLO and GPU hits at
-or above 95%. Fewer replicas only load each one more and shrink the fleet's slot count, so a
-count that fails makes every smaller one fail too: a binary search over [low, high] finds it.
+or above 95%. Fewer replicas load each one more and shrink the fleet's slot count, so in
+expectation a count that fails makes every smaller one fail too, and a binary search over
+[low, high] is used. Draw by draw that is not so: the worst adapter's p95 moves by ±150 ms
+between neighbouring counts (`search.fewest_stable` explains why and is the sound search the
+hot-tenant comparison uses); treat a count found here as ±a few replicas.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Hot tenant: more owners in the shared pool, or a merged pool? (`--scenario hot-tenant-merged`)
 
 For each hot-tenant rate (generated tokens/s of one adapter on top of the steady workload) two
-fleets are sized on the same requests and seed, each to the fewest GPUs that meet the SLO
-(worst-adapter p95 TTFT under 1 s; the capacity search's second test, GPU hits >= 95%, is
-left out: it measures the shared pool's slot warmth, which a merged pool's requests, always
-"gpu", would flatter):
+fleets are sized on the same requests and seeds, each to the fewest GPUs that meet the SLO:
 
 - more owners: one shared pool; the operator's planner grows the hot adapter's owners from
   its measured tokens/s (what lorafleet does without a merged pool);
@@ -14,46 +11,87 @@ left out: it measures the shared pool's slot warmth, which a merged pool's reque
   M is the fewest that meet the SLO with the shared pool at the first fleet's size, then N
   the fewest that still meet it with those M.
 
+Meets (`meets`), on every one of `seeds` seeds: the hot adapter's p95 TTFT under the SLO and
+the long tail's worst p95 (`tail_worst_replica_p95_ms`: the worst replica's p95 over every
+other adapter's requests, which bounds each long-tail adapter's p95) under the SLO. The
+per-adapter worst p95 the first version used is shown but not tested: for most of the ~200
+adapters it counts it is the second largest of ~20 samples, decided by whether two of them
+queued behind a pile-up of ~4,000-token prompts, and it went up and down by ±150 ms from one
+fleet size to the next (docs/performance.md). The search is `search.fewest_stable`: the
+smallest count from which every larger count meets, not a binary search. The capacity
+search's second test, GPU hits >= 95%, is left out: it measures the shared pool's slot
+warmth, which a merged pool's requests, always "gpu", would flatter.
+
 GPUs used are replica-hours over the measured period; cost per million tokens at the
-FleetParams price. The merged pool "wins" at a rate when it needs fewer GPUs (cost per token
-follows), or as many with a lower hot-adapter p95. The smallest rate from which it wins at
-every higher rate tried is the operator's recommendation threshold
+FleetParams price (both the mean over seeds). The merged pool "wins" at a rate when it needs
+fewer GPUs (cost per token follows), or as many with a lower hot-adapter p95. The smallest
+rate from which it wins at every higher rate tried is the operator's recommendation threshold
 (lorafleet_core.planning.merge_advice.MERGE_THRESHOLD_SHARE, as a share of one replica's
 capacity, max_seqs / decode_s).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
 
 from lorafleet_cli.sim import workload as wl
 from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.params import FleetParams
 from lorafleet_cli.sim.report import Summary, summarize
 from lorafleet_cli.sim.scenarios import Inputs
+from lorafleet_cli.sim.search import fewest_stable
 
 HOT = "hot-tenant"
-
-
-def meets(s: Summary, slo_ms: float) -> bool:
-    return bool(s["worst_adapter_p95_ms"] < slo_ms)
-
-
 SCENARIO = "hot-tenant-merged"
+SEEDS = 3  # the SLO must hold on each; seeds 0-2 agreed within ~1 replica in the runs shown
+
+
+def meets(runs: Sequence[Summary], slo_ms: float) -> bool:
+    """The SLO on every seed: hot adapter p95 and the long tail's worst p95 under `slo_ms`."""
+    return all(
+        s["hot_adapter_p95_ms"] < slo_ms and s["tail_worst_replica_p95_ms"] < slo_ms for s in runs
+    )
 
 
 @dataclass
 class Sized:
-    """One fleet at its fewest GPUs meeting the SLO (None: not met within the bounds)."""
+    """One fleet at its fewest GPUs meeting the SLO (no runs: not met within the bounds)."""
 
     shared: int | None
     merged: int = 0
-    summary: Summary | None = None
+    runs: list[Summary] = field(default_factory=list)  # one per seed
+
+    def _mean(self, key: str) -> float | None:
+        return statistics.fmean(s[key] for s in self.runs) if self.runs else None
+
+    def _max(self, key: str) -> float | None:
+        return max(s[key] for s in self.runs) if self.runs else None
 
     @property
     def gpus(self) -> float | None:
-        return self.summary["replicas_mean"] if self.summary is not None else None
+        return self._mean("replicas_mean")
+
+    @property
+    def hot_p95_ms(self) -> float | None:
+        return self._max("hot_adapter_p95_ms")
+
+    def figures(self) -> dict[str, float]:
+        """Mean over seeds, except the tested p95s: the worst seed's."""
+        if not self.runs:
+            return {}
+        return {
+            "gpus": statistics.fmean(s["replicas_mean"] for s in self.runs),
+            "ttft_p95_ms": statistics.fmean(s["ttft_p95_ms"] for s in self.runs),
+            "hot_p95_ms": max(s["hot_adapter_p95_ms"] for s in self.runs),
+            "tail_p95_ms": max(s["tail_worst_replica_p95_ms"] for s in self.runs),
+            "worst_adapter_p95_ms": statistics.median(s["worst_adapter_p95_ms"] for s in self.runs),
+            "usd_per_million_tokens": statistics.fmean(
+                s["usd_per_million_tokens"] for s in self.runs
+            ),
+        }
 
 
 @dataclass
@@ -71,23 +109,31 @@ class Row:
             return True
         if round(b.gpus, 1) != round(a.gpus, 1):
             return b.gpus < a.gpus
-        assert a.summary is not None
-        assert b.summary is not None
-        return bool(b.summary["busiest_adapter_p95_ms"] < a.summary["busiest_adapter_p95_ms"])
+        assert a.hot_p95_ms is not None
+        assert b.hot_p95_ms is not None
+        return b.hot_p95_ms < a.hot_p95_ms
 
 
-def fewest(ok: Callable[[int], bool], low: int, high: int) -> int | None:
-    """The smallest n in [low, high] with ok(n), for ok monotone in n (None if not even high)."""
-    if not ok(high):
-        return None
-    lo, hi = low, high
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return hi
+def default_merged_high(tps: float, capacity_tps: float) -> int:
+    """Enough merged replicas to be sure: twice the hot tenant's share of a replica, + 2 (its
+    requests are prefill-heavy; the runs shown needed ~1.5x)."""
+    return math.ceil(2 * tps / capacity_tps) + 2
+
+
+def hot_workload(inputs: Inputs, tps: float) -> wl.Workload:
+    mean = wl.mean_output_tokens(inputs.trace or wl.default_trace())
+    # The hot tenant's requests come on top of the steady workload's rate.
+    total = replace(inputs, rate=inputs.rate + tps / mean)
+    return total.workload(mix=total.mix().with_hot(HOT, tps, total.rate, mean))
+
+
+def simulate(inputs: Inputs, tps: float, shared: int, merged: int) -> Summary:
+    """One run at `inputs.seed` (a module-level function: the process pool calls it)."""
+    fp = replace(inputs.fleet, replicas=shared, merged_replicas=merged, merged_adapter=HOT)
+    w = hot_workload(inputs, tps)
+    eng = Engine(w, inputs.replica, fp, router=inputs.router, seed=inputs.seed)
+    name = f"{tps:g} tok/s: {shared} shared + {merged} merged, seed {inputs.seed}"
+    return summarize(name, eng.run(), inputs.warmup_s, hot=HOT)
 
 
 def compare(
@@ -96,10 +142,20 @@ def compare(
     *,
     low: int,
     high: int,
-    merged_high: int = 32,
+    merged_high: int | None = None,
+    seeds: int = SEEDS,
+    jobs: int = 1,
     on_run: Callable[[str], None] = lambda _m: None,
 ) -> list[Row]:
-    return [_compare_at(inputs, tps, low, high, merged_high, on_run) for tps in rates]
+    """Both fleets sized at each rate; runs of one fleet size go to `jobs` processes by seed
+    (each run is deterministic for its seed, so `jobs` changes only the wall time)."""
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            return [
+                _compare_at(inputs, tps, low, high, merged_high, seeds, pool, on_run)
+                for tps in rates
+            ]
+    return [_compare_at(inputs, tps, low, high, merged_high, seeds, None, on_run) for tps in rates]
 
 
 def _compare_at(
@@ -107,38 +163,46 @@ def _compare_at(
     tps: float,
     low: int,
     high: int,
-    merged_high: int,
+    merged_high: int | None,
+    seeds: int,
+    pool: ProcessPoolExecutor | None,
     on_run: Callable[[str], None],
 ) -> Row:
     slo_ms = inputs.fleet.slo_ttft_s * 1000
-    mean = wl.mean_output_tokens(inputs.trace or wl.default_trace())
-    # The hot tenant's requests come on top of the steady workload's rate.
-    total = replace(inputs, rate=inputs.rate + tps / mean)
-    workload = total.workload(mix=total.mix().with_hot(HOT, tps, total.rate, mean))
-    runs: dict[tuple[int, int], Summary] = {}
+    capacity = (
+        inputs.fleet.replica_capacity_tps or inputs.replica.max_seqs / inputs.replica.decode_s
+    )
+    seeded = [replace(inputs, seed=inputs.seed + i) for i in range(seeds)]
+    runs: dict[tuple[int, int], list[Summary]] = {}
 
-    def run(shared: int, merged: int) -> Summary:
+    def run(shared: int, merged: int) -> list[Summary]:
         if (shared, merged) not in runs:
-            fp: FleetParams = replace(
-                inputs.fleet, replicas=shared, merged_replicas=merged, merged_adapter=HOT
-            )
-            eng = Engine(workload, inputs.replica, fp, router=inputs.router, seed=inputs.seed)
-            name = f"{tps:g} tok/s: {shared} shared + {merged} merged"
-            s = summarize(name, eng.run(), inputs.warmup_s)
-            runs[(shared, merged)] = s
+            args = [(i, tps, shared, merged) for i in seeded]
+            if pool is None:
+                got = [simulate(*a) for a in args]
+            else:
+                got = list(pool.map(simulate, *zip(*args, strict=True)))
+            runs[(shared, merged)] = got
             on_run(
-                f"  {name}: worst p95 {s['worst_adapter_p95_ms']:.0f} ms, hot p95 "
-                f"{s['busiest_adapter_p95_ms']:.0f} ms, gpu {s['gpu_hit_pct']:.1f}%"
+                f"  {tps:g} tok/s, {shared} shared + {merged} merged: "
+                + "; ".join(
+                    f"hot p95 {s['hot_adapter_p95_ms']:.0f} / tail "
+                    f"{s['tail_worst_replica_p95_ms']:.0f} / worst adapter "
+                    f"{s['worst_adapter_p95_ms']:.0f} ms"
+                    for s in got
+                )
+                + (" meets" if meets(got, slo_ms) else "")
             )
         return runs[(shared, merged)]
 
-    n_a = fewest(lambda n: meets(run(n, 0), slo_ms), low, high)
-    owners = Sized(n_a, 0, runs[(n_a, 0)] if n_a is not None else None)
+    n_a = fewest_stable(lambda n: meets(run(n, 0), slo_ms), low, high)
+    owners = Sized(n_a, 0, runs[(n_a, 0)] if n_a is not None else [])
     base = n_a if n_a is not None else high
-    m = fewest(lambda k: meets(run(base, k), slo_ms), 1, merged_high)
+    top = merged_high if merged_high is not None else default_merged_high(tps, capacity)
+    m = fewest_stable(lambda k: meets(run(base, k), slo_ms), 1, top)
     if m is None:
         return Row(tps, owners, Sized(None))
-    n_b = fewest(lambda n: meets(run(n, m), slo_ms), low, base)
+    n_b = fewest_stable(lambda n: meets(run(n, m), slo_ms), low, base)
     merged = Sized(n_b, m, runs[(n_b, m)]) if n_b is not None else Sized(None)
     return Row(tps, owners, merged)
 
@@ -155,19 +219,21 @@ def threshold(rows: list[Row]) -> float | None:
 
 def table(rows: list[Row], capacity_tps: float) -> str:
     def cells(s: Sized) -> str:
-        if s.summary is None:
-            return "not met | | |"
-        f = s.summary.figures
+        if not s.runs:
+            return "not met | | | | | "
+        f = s.figures()
         count = f"{s.shared}" if not s.merged else f"{s.shared} + {s.merged} merged"
         return (
-            f"{count} ({f['replicas_mean']:.1f}) | {f['ttft_p95_ms']:.0f} ms | "
-            f"{f['busiest_adapter_p95_ms']:.0f} ms | {f['usd_per_million_tokens']:.3f}"
+            f"{count} ({f['gpus']:.1f}) | {f['ttft_p95_ms']:.0f} ms | {f['hot_p95_ms']:.0f} ms | "
+            f"{f['tail_p95_ms']:.0f} ms | {f['worst_adapter_p95_ms']:.0f} ms | "
+            f"{f['usd_per_million_tokens']:.3f}"
         )
 
+    side = "GPUs | p95 TTFT | hot p95 | long-tail worst p95 | worst adapter p95 | $/M tok"
     out = [
-        "| hot tenant tokens/s (share of a replica) | more owners: GPUs | p95 TTFT | hot p95 "
-        "| $/M tok | merged pool: GPUs | p95 TTFT | hot p95 | $/M tok | merged wins |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| hot tenant tokens/s (share of a replica) | more owners: {side} | merged pool: "
+        f"{side} | merged wins |",
+        "|---|" + "---|" * 12 + "---|",
     ]
     for r in rows:
         share = r.tokens_per_s / capacity_tps
