@@ -101,7 +101,7 @@ def test_auto_merge_creates_the_merged_pool_owned_by_the_adapter():
     assert created.spec.merged.adapter == "hot"
     assert created.spec.auto_merge.enabled is False
     assert created.spec.base_model == shared.spec.base_model
-    assert created.spec.replicas.min == 4  # ceil(2000 / 640)
+    assert created.spec.replicas.min == 5  # ceil(2000 / (640 x 2/3))
     assert created.spec.replicas.max == 6
     assert created.metadata.labels[LABEL_MERGED_FROM] == "pool"
     assert created.metadata.labels[LABEL_MERGED_ADAPTER] == "hot"

@@ -58,14 +58,14 @@ def changes(plan: FleetPlan) -> list[tuple[str, str]]:
 
 def test_merged_pool_follows_traffic_then_drains_after_the_cool_down_then_is_deleted():
     s, plan, pools = created_world()
-    # more traffic: min follows ceil(3,000 / 640) = 5 at once
+    # more traffic: min follows ceil(3,000 / (640 x 2/3)) = 8 at once
     t1 = T0 + timedelta(minutes=2)
     s = step(s, plan, 1500.0, pools)
     plan = plan_fleet(s, t1, PARAMS)
     [scaled] = plan.pool_changes
     assert (scaled.reason, scaled.patch) == (
         R.MERGED_POOL_SCALED,
-        {"spec": {"replicas": {"min": 5}}},
+        {"spec": {"replicas": {"min": 8}}},
     )
     assert "3000 tokens/s" in scaled.message
     pools = apply_changes(pools, plan)
@@ -151,9 +151,11 @@ def test_a_merged_pool_a_person_created_is_never_scaled_drained_or_deleted():
 
 
 def test_replica_floor_moves_up_at_once_and_down_with_hysteresis():
-    assert replicas_for(2000, 1, 640, 8) == 4  # ceil(2000 / 640)
-    assert replicas_for(1900, 4, 640, 8) == 4  # 3 would run at 99%: keep 4
-    assert replicas_for(1500, 4, 640, 8) == 3  # fits 3 at 80% (3 x 512 = 1,536)
+    # Each merged replica is planned at 2/3 of 640 = 426.7 tokens/s.
+    assert replicas_for(2000, 1, 640, 8) == 5  # ceil(2000 / 426.7)
+    assert replicas_for(1900, 5, 640, 8) == 5  # 4 would run at 111%: keep 5
+    assert replicas_for(1500, 5, 640, 8) == 5  # 4 at 80% of the target carry 1,365: keep 5
+    assert replicas_for(1300, 5, 640, 8) == 4  # fits 4 at 80% of the target
     assert replicas_for(9000, 4, 640, 8) == 8  # never above max
     assert replicas_for(0, 4, 640, 8) == 1  # never below one replica
 

@@ -5,10 +5,10 @@ this module follows the adapter's sustained tokens/s (`status.stats.tokensPerSec
 minute's traffic summed over every replica, the merged ones included, rewritten only when it
 moves by 25%):
 
-- Scale: `spec.replicas.min` follows ceil(tokens/s / replica capacity), up at once, down only
-  once the traffic would fit in fewer replicas at 80% load each (the recommendation's
-  hysteresis), never above `replicas.max`. The pool's own autoscaler still scales by load
-  between min and max.
+- Scale: `spec.replicas.min` follows `merged_replicas_needed` (replicas at 2/3 of
+  capacity), up at once, down only once the traffic would fit in fewer replicas at 80% of
+  that each (the recommendation's hysteresis), never above `replicas.max`. The pool's own
+  autoscaler still scales by load between min and max.
 - Drain: when `MergedPoolRecommended` has been False (below 80% of the threshold) for the
   shared pool's `autoMerge.coolDownSeconds`, the pool gets the annotation
   `lorafleet.dev/draining-since`. Gateways stop routing to a draining pool at once (the
@@ -26,7 +26,6 @@ pool a person created has none of that and is never scaled or deleted here.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,7 +43,7 @@ from lorafleet_core.names import (
     LABEL_MERGED_FROM,
     MANAGED_BY_OPERATOR,
 )
-from lorafleet_core.planning.merge_advice import HYSTERESIS
+from lorafleet_core.planning.merge_advice import HYSTERESIS, merged_replicas_needed
 from lorafleet_core.planning.pool import controller_refs
 from lorafleet_core.planning.replica_config import (
     AGENT_TOKEN_SECRET_KEY,
@@ -110,11 +109,10 @@ def settings_for(pool: ReplicaPool, pools: Mapping[str, ReplicaPool]) -> AutoMer
 
 
 def replicas_for(tps: float, current: int, capacity_tps: float, most: int) -> int:
-    """`replicas.min` for `tps` sustained: up to ceil(tps / capacity) at once, down only to
-    what serves it at HYSTERESIS of capacity, so a figure near a boundary does not flap."""
-    capacity = max(capacity_tps, 1e-9)
-    up = math.ceil(tps / capacity)
-    down = math.ceil(tps / (capacity * HYSTERESIS))
+    """`replicas.min` for `tps` sustained: up to `merged_replicas_needed` at once, down only
+    to what serves it at HYSTERESIS of that target, so a figure near a boundary does not flap."""
+    up = merged_replicas_needed(tps, capacity_tps)
+    down = merged_replicas_needed(tps, capacity_tps, HYSTERESIS)
     want = up if up > current else min(current, down)
     return max(1, min(want, most))
 
