@@ -3,10 +3,10 @@
 
 The demo's shared pool sets `spec.autoMerge` (cool-down 0, drain 3 s) and `up` runs with a
 replica capacity of 1 token/s, so the merge threshold (MERGE_THRESHOLD_SHARE x capacity) is a
-handful of zebra requests a minute. Traffic makes `up` create `demo-zebra-v1-merged` in the folder, merge it
-and start its replica; the gateway then routes zebra there. When the traffic stops, the pool
-drains (annotation in its manifest: the gateway routes zebra to the shared pool again) and is
-deleted; requests sent all along are all answered.
+handful of zebra requests a minute. Traffic makes `up` create `demo-zebra-v1-merged` in the
+folder, merge it and start its replica; the gateway then routes zebra there. When the traffic
+stops, the pool drains (annotation in its manifest: the gateway routes zebra to the shared
+pool again) and is deleted; requests sent all along are all answered.
 """
 
 from __future__ import annotations

@@ -70,6 +70,8 @@ def merged_replicas_needed(tps: float, capacity_tps: float, utilisation: float =
     `capacity_tps` each (at least one)."""
     per_replica = max(capacity_tps, 1e-9) * MERGED_TARGET_UTILISATION * utilisation
     return max(1, math.ceil(tps / per_replica - 1e-9))
+
+
 HYSTERESIS = 0.8  # the recommendation is withdrawn only below this share of the threshold
 MAX_POOL_NAME = 52  # StatefulSet names above 52 characters break its pods' revision label
 
