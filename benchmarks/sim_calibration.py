@@ -11,7 +11,10 @@
 2. A throwaway `lorafleet up` as the load test starts it (`e2e.standalone_fleet`: 1 replica,
    gpuSlots 2, hostRamSlots 4, the 3 demo canaries + 3 copies each = 12 aliases), then the
    probes of `benchmarks.calibration_probes` (prefill rate and request path, time per output
-   token at batch 1/2/4/8/16), then for each of `--rates` the probes again and a trace replay
+   token at batch 1/2/4/8/16) and `benchmarks.calibration_host_probe` (CPU seconds of the
+   request path's processes per request and per streamed token, the engine's CPU while it
+   steps: the host CPU model's inputs), then for each of `--rates` the probes again and a
+   trace replay
    (the load test's plan, `lorafleet_cli.loadtest.plan`: Zipf(`--zipf`) over the 12 aliases,
    lengths scaled to the demo's 256-token context), recording TTFT and `x-adapter-tier` per request.
 3. Every planned prompt is tokenized with the demo model's tokenizer and chat template (what
@@ -69,6 +72,7 @@ def _tiers(rounds: int) -> dict[str, Any]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
 
+    from benchmarks.calibration_host_probe import probe_host
     from benchmarks.calibration_probes import (
         TOKENS_PER_WORD,
         load_average,
@@ -100,12 +104,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         doc["loadavg_probes"] = load_average()
         doc["prefill"] = probe_prefill(target, vllm_url)
         doc["decode"] = probe_decode(target, vllm_url)
+        doc["host"] = probe_host(target, vllm_url, fleet.proc.pid)
         doc["replays"] = []
         for rate in args.rates:
             # Probed again right before each replay: on a machine shared with other jobs the
             # engine's and the path's speed drift within minutes (load average in the JSON).
-            probes = {"loadavg": load_average(), "prefill": probe_prefill(target, vllm_url, reps=4),
-                      "decode": probe_decode(target, vllm_url, reps=2)}  # fmt: skip
+            probes = {
+                "loadavg": load_average(),
+                "prefill": probe_prefill(target, vllm_url, reps=4),
+                "decode": probe_decode(target, vllm_url, reps=2),
+                "host": probe_host(target, vllm_url, fleet.proc.pid, requests=16),
+            }
             # The trace's first rate x duration requests, compressed to offer exactly `rate`
             # (the same requests and aliases as the seed's Zipf draw always gives).
             spec = ReplaySpec(args.trace, rate, args.duration, args.max_requests, args.zipf,
@@ -166,6 +175,10 @@ def main() -> int:
     ap.add_argument("--measure-from", type=float, default=10.0, help="s left out on both sides")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a derived simulator parameter")  # fmt: skip
+    ap.add_argument("--host-probe", type=Path, default=None,
+                    help="a host probe JSON for a file without one")  # fmt: skip
+    ap.add_argument("--no-host", action="store_true",
+                    help="leave the host CPU model out (path_s constant, as before)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.trace is None:
@@ -182,6 +195,13 @@ def main() -> int:
         doc = json.loads(args.from_.read_text())
     else:
         ap.error("pass --measure or --from FILE")
+    if args.host_probe is not None:
+        doc["host"] = json.loads(args.host_probe.read_text())
+        doc["host_probe_from"] = str(args.host_probe)
+    if args.no_host:
+        doc.pop("host", None)
+        for rep in doc["replays"]:
+            rep.get("probes", {}).pop("host", None)
     from benchmarks.sim_calibration_report import report
 
     return report(doc, args)

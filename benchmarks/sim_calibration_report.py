@@ -47,7 +47,9 @@ def measured_params(doc: dict[str, Any]) -> dict[str, float]:
         return max(0.0, med[t] - gpu) if t in med else default
 
     a, b = doc["decode"]["fit_s"]  # vLLM's time per output token = a + b * batch
+    host = doc.get("host")  # benchmarks/calibration_host_probe.py: the host CPU model's inputs
     return {
+        **(host["fit"] if host else {}),
         "prefill_tps": float(doc["prefill"]["prefill_tps"]),
         "prefill_step_s": max(0.0, float(doc["prefill"]["prefill_fit_s"][0])),
         "decode_s": max(0.0, float(a)),
@@ -85,6 +87,27 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
         )
         + " |"
     )
+    host = doc.get("host")
+    if host:
+        fit = host["fit"]
+        groups = ", ".join(
+            f"max_tokens {g['max_tokens']} x{g['concurrency']}: "
+            f"{1000 * g['path_cpu_per_request_s']:.1f} ms ({g['tokens_per_request']:.1f} tokens)"
+            for g in host["groups"]
+        )
+        lines += [
+            f"| host_cores | {fit['host_cores']:.0f} | CPUs the path's processes may run on |",
+            f"| host_ttft_cpu_s | {1000 * fit['host_ttft_cpu_s']:.1f} ms | CPU of gateway, "
+            "agent, vLLM API server and client from sending to the client's first token "
+            "(concurrency 1) |",
+            f"| host_token_cpu_s | {1000 * fit['host_token_cpu_s']:.2f} ms | slope of path CPU "
+            f"per request vs tokens; per request: {groups} |",
+            f"| host_end_cpu_s | {1000 * fit['host_end_cpu_s']:.1f} ms | one-token request's "
+            "CPU after its first token |",
+            f"| host_background | {fit['host_background']:.2f} | cores the idle fleet uses |",
+            f"| host_engine_busy | {fit['host_engine_busy']:.2f} | cores vLLM's engine "
+            "processes use above idle while stepping |",
+        ]
     for t in ("ram", "disk", "remote"):
         lines.append(
             f"| {t}_s | {1000 * m[f'{t}_s']:.1f} ms | agent_tier_ttft median {t} - median gpu |"
@@ -153,7 +176,9 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
         in_engine = e.get("request_queue_time_mean_s", 0.0) + e.get(
             "request_prefill_time_mean_s", 0.0
         )
-        rows += cal.inside_outside(reqs, eng.first_token, eng.tier, rp, in_engine)
+        rows += cal.inside_outside(
+            reqs, eng.first_token, eng.engine_in, eng.engine_first, in_engine
+        )
         tok = [r["engine_prompt_tokens"] / r["planned_prompt_tokens"] for r in rep["requests"]]
         got = [r["prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]
         eng_tok = [r["engine_prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]
