@@ -13,8 +13,9 @@
    probes of `benchmarks.calibration_probes` (prefill rate and request path, time per output
    token at batch 1/2/4/8/16) and `benchmarks.calibration_host_probe` (CPU seconds of the
    request path's processes per request and per streamed token, the engine's CPU while it
-   steps: the host CPU model's inputs), then for each of `--rates` the probes again and a
-   trace replay
+   steps: the host CPU model's inputs) and `benchmarks.calibration_stall_probe` (how often
+   and how long a hop stops, under a paced load of its own), then for each of `--rates` the
+   probes again and a trace replay
    (the load test's plan, `lorafleet_cli.loadtest.plan`: Zipf(`--zipf`) over the 12 aliases,
    lengths scaled to the demo's 256-token context), recording TTFT and `x-adapter-tier` per request.
 3. Every planned prompt is tokenized with the demo model's tokenizer and chat template (what
@@ -80,6 +81,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         probe_prefill,
         replay,
     )
+    from benchmarks.calibration_stall_probe import GcRecorder, fleet_endpoints, probe_stalls
     from e2e.standalone_fleet import FleetOptions, started_fleet
     from lorafleet_cli.loadtest.driver import Target
     from lorafleet_cli.loadtest.plan import LengthLimits, ReplaySpec, plan_replay, prompt_text
@@ -105,7 +107,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         doc["prefill"] = probe_prefill(target, vllm_url)
         doc["decode"] = probe_decode(target, vllm_url)
         doc["host"] = probe_host(target, vllm_url, fleet.proc.pid)
+        doc["stalls"] = probe_stalls(target, fleet_endpoints(up), duration_s=args.stall_s)
         doc["replays"] = []
+        pending: list[tuple[list[dict[str, Any]], list[Any], list[str]]] = []
         for rate in args.rates:
             # Probed again right before each replay: on a machine shared with other jobs the
             # engine's and the path's speed drift within minutes (load average in the JSON).
@@ -124,16 +128,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[calibration] replay {len(plan)} requests at {rate:g} req/s",
                   file=sys.stderr, flush=True)  # fmt: skip
             load_before = load_average()
-            rows, elapsed, engine = replay(target, plan, vllm_url)
-            engine_tokens = _tokenizer_counts(base_model, prompts)
-            for row, p, n, text in zip(rows, plan, engine_tokens, prompts, strict=True):
-                row.update(
-                    planned_prompt_tokens=p.prompt_tokens,
-                    max_tokens=p.max_tokens,
-                    engine_prompt_tokens=n,
-                    char4_tokens=max(1, len(text) // 4),
-                    adapter=doc["alias_adapter"][p.alias],
-                )
+            with GcRecorder() as client_gc:  # diagnostics: the load client's own stops
+                rows, elapsed, engine = replay(target, plan, vllm_url)
+            pending.append((rows, plan, prompts))
             doc["replays"].append(
                 {
                     "rate": rate,
@@ -144,9 +141,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     "loadavg_after": load_average(),
                     "engine": engine,
                     "probes": probes,
+                    "client_gc": [[t, g, d] for t, g, d in client_gc.events if d >= 0.005],
                     "requests": rows,
                 }
             )
+        # Tokenized after every replay: importing transformers grows the client's heap
+        # several-fold, and its full collections then stop the load client for 100+ ms
+        # (the 5 req/s replay of the earlier quiet run was sent that way).
+        for rows, plan, prompts in pending:
+            engine_tokens = _tokenizer_counts(base_model, prompts)
+            for row, p, n, text in zip(rows, plan, engine_tokens, prompts, strict=True):
+                row.update(
+                    planned_prompt_tokens=p.prompt_tokens,
+                    max_tokens=p.max_tokens,
+                    engine_prompt_tokens=n,
+                    char4_tokens=max(1, len(text) // 4),
+                    adapter=doc["alias_adapter"][p.alias],
+                )
         doc["vllm_log_head"] = (
             [
                 line
@@ -177,6 +188,7 @@ def main() -> int:
                     help="override a derived simulator parameter")  # fmt: skip
     ap.add_argument("--host-probe", type=Path, default=None,
                     help="a host probe JSON for a file without one")  # fmt: skip
+    ap.add_argument("--stall-s", type=float, default=20.0, help="seconds of the stall probe")
     ap.add_argument("--no-host", action="store_true",
                     help="leave the host CPU model out (path_s constant, as before)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=OUT)
@@ -200,6 +212,7 @@ def main() -> int:
         doc["host_probe_from"] = str(args.host_probe)
     if args.no_host:
         doc.pop("host", None)
+        doc.pop("stalls", None)
         for rep in doc["replays"]:
             rep.get("probes", {}).pop("host", None)
     from benchmarks.sim_calibration_report import report

@@ -48,8 +48,10 @@ def measured_params(doc: dict[str, Any]) -> dict[str, float]:
 
     a, b = doc["decode"]["fit_s"]  # vLLM's time per output token = a + b * batch
     host = doc.get("host")  # benchmarks/calibration_host_probe.py: the host CPU model's inputs
+    stalls = doc.get("stalls")  # benchmarks/calibration_stall_probe.py: the hops' stops
     return {
         **(host["fit"] if host else {}),
+        **(stalls["fit"] if stalls and host else {}),
         "prefill_tps": float(doc["prefill"]["prefill_tps"]),
         "prefill_step_s": max(0.0, float(doc["prefill"]["prefill_fit_s"][0])),
         "decode_s": max(0.0, float(a)),
@@ -108,6 +110,19 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
             f"| host_engine_busy | {fit['host_engine_busy']:.2f} | cores vLLM's engine "
             "processes use above idle while stepping |",
         ]
+    stalls = doc.get("stalls")
+    if stalls and host:
+        fit = stalls["fit"]
+        seen = ", ".join(
+            f"{hop} {len(v)} ({1000 * sum(d for _, d in v) / max(1, len(v)):.0f} ms)"
+            for hop, v in stalls["stops"].items()
+        )
+        lines.append(
+            f"| host_pause_per_request, host_pause_s | {fit['host_pause_per_request']:.3f}, "
+            f"{1000 * fit['host_pause_s']:.0f} ms | stops per request under "
+            f"{stalls['rate']:g} req/s for {stalls['duration_s']:.0f} s "
+            f"({stalls['requests']} requests): {seen} |"
+        )
     for t in ("ram", "disk", "remote"):
         lines.append(
             f"| {t}_s | {1000 * m[f'{t}_s']:.1f} ms | agent_tier_ttft median {t} - median gpu |"

@@ -142,6 +142,35 @@ def test_competing_threads_take_their_share_of_the_cores():
     assert two.first_token[0] - two.engine_first[0] > 0.010
 
 
+def test_a_pause_holds_every_job_until_it_ends():
+    clock = Clock()
+    host = HostCpu(1.0, clock.schedule)
+    done: list[float] = []
+    host.submit(0.0, 0.010, lambda t, _: done.append(t))
+    clock.schedule(0.004, lambda t, _: host.pause(t, 0.100), None)
+    clock.schedule(0.050, lambda t, _: host.submit(t, 0.002, lambda t2, _: done.append(t2)), None)
+    clock.run()
+    # A: 4 ms, stopped 4-104 ms, then its 6 ms shared with B's 2 ms: B at 108 ms, A at 112 ms.
+    assert done == pytest.approx([0.108, 0.112])
+
+
+def test_every_nth_arrival_pauses_the_path():
+    rp = replace(
+        ReplicaParams(), ram_s=0.0, host_cores=1.0, host_ttft_cpu_s=0.001,
+        host_pause_per_request=0.5, host_pause_s=0.2,
+    )  # fmt: skip
+    w = Workload(names=("a",), label="hand-made")
+    for at in (0.0, 5.0, 10.0, 15.0):
+        w.at.append(at)
+        w.prompt.append(10)
+        w.output.append(1)
+        w.adapter.append(0)
+    eng = Engine(w, rp, ONE).run()
+    quiet = Engine(w, replace(rp, host_pause_per_request=0.0), ONE).run()
+    extra = [a - b for a, b in zip(eng.first_token, quiet.first_token, strict=True)]
+    assert extra == pytest.approx([0.0, 0.2, 0.0, 0.2])  # the 2nd and 4th arrivals
+
+
 def test_set_competing_changes_the_rate_from_then_on():
     clock = Clock()
     host = HostCpu(1.0, clock.schedule)

@@ -35,6 +35,8 @@ HOST_PARAMS = (
     "host_ttft_cpu_s",
     "host_token_cpu_s",
     "host_end_cpu_s",
+    "host_pause_per_request",
+    "host_pause_s",
 )
 
 

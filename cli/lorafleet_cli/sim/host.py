@@ -12,6 +12,10 @@ approximates for runnable threads), and a job's callback runs when its work is d
 `HostCpu` at all) when `ReplicaParams.host_cores` is 0: the design's GPU nodes have many
 cores beside the engine, so the path is then the constant `path_s`.
 
+A process on the path can also stop for a while (a full garbage collection of a large heap,
+a blocking call on its event loop): `pause` serves nothing until it ends, so every stream
+through the host waits, while the engine keeps generating.
+
 Deterministic: jobs finish in order of remaining work, ties in submission order.
 """
 
@@ -36,6 +40,7 @@ class HostCpu:
         self._jobs: dict[int, list[Any]] = {}  # id -> [work left, callback, argument]
         self._next_id = 0
         self._last = 0.0  # time the jobs' work left was last brought up to date
+        self._paused_until = 0.0
         self._wake = 0  # id of the one completion event that counts; others are stale
         self.busy_s = 0.0  # CPU-seconds served so far (utilisation = busy_s / (cores * t))
 
@@ -72,8 +77,17 @@ class HostCpu:
             self._next_id += 1
         self._reschedule(now)
 
+    def pause(self, now: float, duration_s: float) -> None:
+        """Serve nothing from `now` for `duration_s` (a stop that overlaps one extends it)."""
+        if duration_s <= 0:
+            return
+        self._advance(now)
+        self._paused_until = max(self._paused_until, now) + duration_s
+        if self._jobs:
+            self._reschedule(now)
+
     def _advance(self, now: float) -> None:
-        dt = now - self._last
+        dt = now - max(self._last, self._paused_until)
         self._last = now
         if dt <= 0 or not self._jobs:
             return
@@ -87,7 +101,8 @@ class HostCpu:
         if not self._jobs:
             return
         least = min(job[0] for job in self._jobs.values())
-        self._schedule(now + max(0.0, least) / self.rate(), self._complete, self._wake)
+        start = max(now, self._paused_until)
+        self._schedule(start + max(0.0, least) / self.rate(), self._complete, self._wake)
 
     def _complete(self, now: float, wake: int) -> None:
         if wake != self._wake:

@@ -92,6 +92,13 @@ class ReplicaParams:
     # CPU-seconds of a request after its last token (usage records, closing the stream in
     # every hop): a one-token request's CPU minus host_ttft_cpu_s.
     host_end_cpu_s: float = 0.0
+    # Stops of a process on the path (a full garbage collection of a heap holding torch,
+    # a blocking call on an event loop): every 1 / host_pause_per_request arrivals the host
+    # serves nothing for host_pause_s (0 = never). Measured by
+    # benchmarks/calibration_stall_probe.py: pings to each hop's health endpoint under a
+    # paced load of its own; a ping held longer than the hop's median is a stop.
+    host_pause_per_request: float = 0.0
+    host_pause_s: float = 0.0
 
     @property
     def remote_bandwidth(self) -> float:

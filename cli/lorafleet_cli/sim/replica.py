@@ -22,7 +22,8 @@ With `host_cores` > 0 the path's CPU work also runs on the replica's host CPU
 first token (the way in before the request reaches the agent's cache, the first chunk's way
 back after the engine's first token), `host_token_cpu_s` for every later token each stream
 carries, `host_end_cpu_s` after its last, beside `host_engine_busy` threads of the engine's
-while it steps; busy streams then delay other first tokens.
+while it steps; busy streams then delay other first tokens. Every 1 / `host_pause_per_request`
+arrivals the host stops for `host_pause_s` (a process's garbage collection).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Replica:
         self.busy_seq_s = 0.0  # integral of running sequences over time
         self.merged: str | None = None  # a merged pool's replica: the one adapter it serves
         self.host: HostCpu | None = None
+        self._pause_credit = 0.0
         if p.host_cores > 0:
             self.host = HostCpu(p.host_cores, eng.schedule, p.host_background)
             # Every step's streamed tokens cost host CPU: step by step (same answers).
@@ -133,6 +135,11 @@ class Replica:
         self.inflight.add(req)
         host = self.host
         if host is not None:  # the hops' work before vLLM sees the request (see _path_cpu)
+            # Stops come with allocation, so with requests: one every 1/rate arrivals.
+            self._pause_credit += self.p.host_pause_per_request
+            if self._pause_credit >= 1.0:
+                self._pause_credit -= 1.0
+                host.pause(now, self.p.host_pause_s)
             host.submit(now, self._path_cpu()[0], self._reached_agent, (self.epoch, req))
             return
         self._admit(req, now)
