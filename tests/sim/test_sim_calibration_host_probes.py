@@ -49,5 +49,6 @@ def test_a_held_ping_is_one_stop_and_client_collections_are_not_the_hops():
     pings += [("agent", 2.0, 0.150), ("agent", 2.05, 0.100)]  # one stop, seen twice
     pings += [("agent", 3.0, 0.080)]  # the client was collecting then
     found = stops(pings, client_gc=[(2.99, 2, 0.09)], threshold_s=0.025)
-    assert found["agent"] == [(2.0, pytest.approx(0.148))]
+    ((start, length),) = found["agent"]
+    assert (start, length) == pytest.approx((2.0, 0.148))
     assert found["client"] == [(2.99, 0.09)]
