@@ -70,6 +70,16 @@ def _tiers(rounds: int) -> dict[str, Any]:
     return doc
 
 
+def _optional(probe: Any, *args: Any, **kw: Any) -> dict[str, Any] | None:
+    """A probe whose failure leaves its model out (reported) rather than losing the run."""
+    try:
+        out: dict[str, Any] = probe(*args, **kw)
+    except Exception as exc:
+        print(f"[calibration] {probe.__name__} failed: {exc!r}", file=sys.stderr, flush=True)
+        return None
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
 
@@ -106,8 +116,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         doc["loadavg_probes"] = load_average()
         doc["prefill"] = probe_prefill(target, vllm_url)
         doc["decode"] = probe_decode(target, vllm_url)
-        doc["host"] = probe_host(target, vllm_url, fleet.proc.pid)
-        doc["stalls"] = probe_stalls(target, fleet_endpoints(up), duration_s=args.stall_s)
+        doc["host"] = _optional(probe_host, target, vllm_url, fleet.proc.pid)
+        doc["stalls"] = _optional(
+            probe_stalls, target, fleet_endpoints(up), duration_s=args.stall_s
+        )
         doc["replays"] = []
         pending: list[tuple[list[dict[str, Any]], list[Any], list[str]]] = []
         for rate in args.rates:
@@ -117,7 +129,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 "loadavg": load_average(),
                 "prefill": probe_prefill(target, vllm_url, reps=4),
                 "decode": probe_decode(target, vllm_url, reps=2),
-                "host": probe_host(target, vllm_url, fleet.proc.pid, requests=16),
+                "host": _optional(probe_host, target, vllm_url, fleet.proc.pid, requests=16),
             }
             # The trace's first rate x duration requests, compressed to offer exactly `rate`
             # (the same requests and aliases as the seed's Zipf draw always gives).

@@ -173,7 +173,7 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
     worst = 0.0
     for rep in doc["replays"]:
         if "probes" in rep:  # probed just before this replay: its own parameters
-            local = {**doc, **rep["probes"]}
+            local = {**doc, **{k: v for k, v in rep["probes"].items() if v is not None}}
             m = measured_params(local)
             rp, fp = cal.sim_params(m, FLEET)
             rp = params.with_overrides(rp, args.set)
