@@ -153,6 +153,27 @@ def _plot(path: Path, curves: list[tuple[str, list[float], list[float]]]) -> Non
     plt.close(fig)
 
 
+def _variant_rows(
+    label: str,
+    m: dict[str, float],
+    w: Any,
+    meas: dict[str, float],
+    args: argparse.Namespace,
+) -> list[cal.Row]:
+    """TTFT p50/p95 predicted with other measured parameters (a model term left out)."""
+    rp, fp = cal.sim_params(m, FLEET)
+    rp = params.with_overrides(rp, [s for s in args.set if not s.startswith("host_")])
+    fp = params.with_overrides(fp, args.set)
+    eng = Engine(w, rp, fp, router="shipped", seed=args.seed).run()
+    pred = cal.predicted_figures(w.at, eng.first_token, eng.tier, args.measure_from)
+    rows = []
+    for q in (50, 95):
+        key = f"ttft_p{q}_ms"
+        mv, pv = meas[key], pred[key]
+        rows.append(cal.Row(f"TTFT p{q}, {label}", mv, pv, pv / mv - 1 if mv else math.nan, "ms"))
+    return rows
+
+
 def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
     m = measured_params(doc)
     rp, fp = cal.sim_params(m, FLEET)
@@ -194,6 +215,11 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
         rows += cal.inside_outside(
             reqs, eng.first_token, eng.engine_in, eng.engine_first, in_engine
         )
+        if rp.host_cores > 0:  # the same requests without the host's stops, and without it
+            no_stops = {**m, "host_pause_per_request": 0.0}
+            const = {k: v for k, v in m.items() if k not in cal.HOST_PARAMS}
+            for label, variant in (("host CPU, no stops", no_stops), ("path constant", const)):
+                rows += _variant_rows(label, variant, w, meas, args)
         tok = [r["engine_prompt_tokens"] / r["planned_prompt_tokens"] for r in rep["requests"]]
         got = [r["prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]
         eng_tok = [r["engine_prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]
