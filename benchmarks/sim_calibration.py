@@ -200,7 +200,7 @@ def main() -> int:
                     help="override a derived simulator parameter")  # fmt: skip
     ap.add_argument("--host-probe", type=Path, default=None,
                     help="a host probe JSON for a file without one")  # fmt: skip
-    ap.add_argument("--stall-s", type=float, default=20.0, help="seconds of the stall probe")
+    ap.add_argument("--stall-s", type=float, default=30.0, help="seconds of the stall probe")
     ap.add_argument("--no-host", action="store_true",
                     help="leave the host CPU model out (path_s constant, as before)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=OUT)

@@ -114,8 +114,10 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
     if stalls and host:
         fit = stalls["fit"]
         seen = ", ".join(
-            f"{hop} {len(v)} ({1000 * sum(d for _, d in v) / max(1, len(v)):.0f} ms)"
-            for hop, v in stalls["stops"].items()
+            f"{hop} {100 * h['share']:.1f}% of pings held, stops {1000 * h['stop_s']:.0f} ms"
+            if "share" in h
+            else f"{hop} {h['stops']} collections, {1000 * h['stop_s']:.0f} ms"
+            for hop, h in stalls.get("hops", {}).items()
         )
         lines.append(
             f"| host_pause_per_request, host_pause_s | {fit['host_pause_per_request']:.3f}, "

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from benchmarks.calibration_host_probe import fit
-from benchmarks.calibration_stall_probe import stops
+from benchmarks.calibration_stall_probe import stop_fit, stops
 
 
 def group(mt: int, k: int, tokens: float, path: float, first: float | None) -> dict[str, Any]:
@@ -52,3 +52,18 @@ def test_a_held_ping_is_one_stop_and_client_collections_are_not_the_hops():
     ((start, length),) = found["agent"]
     assert (start, length) == pytest.approx((2.0, 0.148))
     assert found["client"] == [(2.99, 0.09)]
+
+
+def test_stop_fit_reads_rate_and_length_from_the_share_of_held_pings():
+    # One hop pinged every 10 ms for 100 s; a 200 ms stop every 10 s (2% of the time): a ping
+    # inside a stop waits for the rest of it.
+    pings = []
+    for i in range(10_000):
+        t = i * 0.01
+        into = t % 10.0
+        pings.append(("api_server", t, 0.002 + (0.2 - into if into < 0.2 else 0.0)))
+    fit = stop_fit(pings, [(50.5, 2, 0.1)], threshold_s=0.02, duration_s=100.0, requests=500)
+    # api_server: 10 stops of ~0.2 s; the client's one 0.1 s collection: 11 stops in 500 requests
+    assert fit["hops"]["api_server"]["stop_s"] == pytest.approx(0.2, rel=0.06)
+    assert fit["host_pause_per_request"] == pytest.approx(11 / 500, rel=0.06)
+    assert fit["host_pause_s"] == pytest.approx((10 * 0.2 + 0.1) / 11, rel=0.06)
