@@ -11,7 +11,11 @@
 2. A throwaway `lorafleet up` as the load test starts it (`e2e.standalone_fleet`: 1 replica,
    gpuSlots 2, hostRamSlots 4, the 3 demo canaries + 3 copies each = 12 aliases), then the
    probes of `benchmarks.calibration_probes` (prefill rate and request path, time per output
-   token at batch 1/2/4/8/16), then for each of `--rates` the probes again and a trace replay
+   token at batch 1/2/4/8/16) and `benchmarks.calibration_host_probe` (CPU seconds of the
+   request path's processes per request and per streamed token, the engine's CPU while it
+   steps: the host CPU model's inputs) and `benchmarks.calibration_stall_probe` (how often
+   and how long a hop stops, under a paced load of its own), then for each of `--rates` the
+   probes again and a trace replay
    (the load test's plan, `lorafleet_cli.loadtest.plan`: Zipf(`--zipf`) over the 12 aliases,
    lengths scaled to the demo's 256-token context), recording TTFT and `x-adapter-tier` per request.
 3. Every planned prompt is tokenized with the demo model's tokenizer and chat template (what
@@ -66,9 +70,20 @@ def _tiers(rounds: int) -> dict[str, Any]:
     return doc
 
 
+def _optional(probe: Any, *args: Any, **kw: Any) -> dict[str, Any] | None:
+    """A probe whose failure leaves its model out (reported) rather than losing the run."""
+    try:
+        out: dict[str, Any] = probe(*args, **kw)
+    except Exception as exc:
+        print(f"[calibration] {probe.__name__} failed: {exc!r}", file=sys.stderr, flush=True)
+        return None
+    return out
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
 
+    from benchmarks.calibration_host_probe import probe_host
     from benchmarks.calibration_probes import (
         TOKENS_PER_WORD,
         load_average,
@@ -76,6 +91,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         probe_prefill,
         replay,
     )
+    from benchmarks.calibration_stall_probe import GcRecorder, fleet_endpoints, probe_stalls
     from e2e.standalone_fleet import FleetOptions, started_fleet
     from lorafleet_cli.loadtest.driver import Target
     from lorafleet_cli.loadtest.plan import LengthLimits, ReplaySpec, plan_replay, prompt_text
@@ -100,12 +116,21 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         doc["loadavg_probes"] = load_average()
         doc["prefill"] = probe_prefill(target, vllm_url)
         doc["decode"] = probe_decode(target, vllm_url)
+        doc["host"] = _optional(probe_host, target, vllm_url, fleet.proc.pid)
+        doc["stalls"] = _optional(
+            probe_stalls, target, fleet_endpoints(up), duration_s=args.stall_s
+        )
         doc["replays"] = []
+        pending: list[tuple[list[dict[str, Any]], list[Any], list[str]]] = []
         for rate in args.rates:
             # Probed again right before each replay: on a machine shared with other jobs the
             # engine's and the path's speed drift within minutes (load average in the JSON).
-            probes = {"loadavg": load_average(), "prefill": probe_prefill(target, vllm_url, reps=4),
-                      "decode": probe_decode(target, vllm_url, reps=2)}  # fmt: skip
+            probes = {
+                "loadavg": load_average(),
+                "prefill": probe_prefill(target, vllm_url, reps=4),
+                "decode": probe_decode(target, vllm_url, reps=2),
+                "host": _optional(probe_host, target, vllm_url, fleet.proc.pid, requests=16),
+            }
             # The trace's first rate x duration requests, compressed to offer exactly `rate`
             # (the same requests and aliases as the seed's Zipf draw always gives).
             spec = ReplaySpec(args.trace, rate, args.duration, args.max_requests, args.zipf,
@@ -115,16 +140,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[calibration] replay {len(plan)} requests at {rate:g} req/s",
                   file=sys.stderr, flush=True)  # fmt: skip
             load_before = load_average()
-            rows, elapsed, engine = replay(target, plan, vllm_url)
-            engine_tokens = _tokenizer_counts(base_model, prompts)
-            for row, p, n, text in zip(rows, plan, engine_tokens, prompts, strict=True):
-                row.update(
-                    planned_prompt_tokens=p.prompt_tokens,
-                    max_tokens=p.max_tokens,
-                    engine_prompt_tokens=n,
-                    char4_tokens=max(1, len(text) // 4),
-                    adapter=doc["alias_adapter"][p.alias],
-                )
+            with GcRecorder() as client_gc:  # diagnostics: the load client's own stops
+                rows, elapsed, engine = replay(target, plan, vllm_url)
+            pending.append((rows, plan, prompts))
             doc["replays"].append(
                 {
                     "rate": rate,
@@ -135,9 +153,23 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     "loadavg_after": load_average(),
                     "engine": engine,
                     "probes": probes,
+                    "client_gc": [[t, g, d] for t, g, d in client_gc.events if d >= 0.005],
                     "requests": rows,
                 }
             )
+        # Tokenized after every replay: importing transformers grows the client's heap
+        # several-fold, and its full collections then stop the load client for 100+ ms
+        # (the 5 req/s replay of the earlier quiet run was sent that way).
+        for rows, plan, prompts in pending:
+            engine_tokens = _tokenizer_counts(base_model, prompts)
+            for row, p, n, text in zip(rows, plan, engine_tokens, prompts, strict=True):
+                row.update(
+                    planned_prompt_tokens=p.prompt_tokens,
+                    max_tokens=p.max_tokens,
+                    engine_prompt_tokens=n,
+                    char4_tokens=max(1, len(text) // 4),
+                    adapter=doc["alias_adapter"][p.alias],
+                )
         doc["vllm_log_head"] = (
             [
                 line
@@ -166,6 +198,11 @@ def main() -> int:
     ap.add_argument("--measure-from", type=float, default=10.0, help="s left out on both sides")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a derived simulator parameter")  # fmt: skip
+    ap.add_argument("--host-probe", type=Path, default=None,
+                    help="a host probe JSON for a file without one")  # fmt: skip
+    ap.add_argument("--stall-s", type=float, default=30.0, help="seconds of the stall probe")
+    ap.add_argument("--no-host", action="store_true",
+                    help="leave the host CPU model out (path_s constant, as before)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.trace is None:
@@ -182,6 +219,14 @@ def main() -> int:
         doc = json.loads(args.from_.read_text())
     else:
         ap.error("pass --measure or --from FILE")
+    if args.host_probe is not None:
+        doc["host"] = json.loads(args.host_probe.read_text())
+        doc["host_probe_from"] = str(args.host_probe)
+    if args.no_host:
+        doc.pop("host", None)
+        doc.pop("stalls", None)
+        for rep in doc["replays"]:
+            rep.get("probes", {}).pop("host", None)
     from benchmarks.sim_calibration_report import report
 
     return report(doc, args)

@@ -47,7 +47,11 @@ def measured_params(doc: dict[str, Any]) -> dict[str, float]:
         return max(0.0, med[t] - gpu) if t in med else default
 
     a, b = doc["decode"]["fit_s"]  # vLLM's time per output token = a + b * batch
+    host = doc.get("host")  # benchmarks/calibration_host_probe.py: the host CPU model's inputs
+    stalls = doc.get("stalls")  # benchmarks/calibration_stall_probe.py: the hops' stops
     return {
+        **(host["fit"] if host else {}),
+        **(stalls["fit"] if stalls and host else {}),
         "prefill_tps": float(doc["prefill"]["prefill_tps"]),
         "prefill_step_s": max(0.0, float(doc["prefill"]["prefill_fit_s"][0])),
         "decode_s": max(0.0, float(a)),
@@ -85,6 +89,42 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
         )
         + " |"
     )
+    host = doc.get("host")
+    if host:
+        fit = host["fit"]
+        groups = ", ".join(
+            f"max_tokens {g['max_tokens']} x{g['concurrency']}: "
+            f"{1000 * g['path_cpu_per_request_s']:.1f} ms ({g['tokens_per_request']:.1f} tokens)"
+            for g in host["groups"]
+        )
+        lines += [
+            f"| host_cores | {fit['host_cores']:.0f} | CPUs the path's processes may run on |",
+            f"| host_ttft_cpu_s | {1000 * fit['host_ttft_cpu_s']:.1f} ms | CPU of gateway, "
+            "agent, vLLM API server and client from sending to the client's first token "
+            "(concurrency 1) |",
+            f"| host_token_cpu_s | {1000 * fit['host_token_cpu_s']:.2f} ms | slope of path CPU "
+            f"per request vs tokens; per request: {groups} |",
+            f"| host_end_cpu_s | {1000 * fit['host_end_cpu_s']:.1f} ms | one-token request's "
+            "CPU after its first token |",
+            f"| host_background | {fit['host_background']:.2f} | cores the idle fleet uses |",
+            f"| host_engine_busy | {fit['host_engine_busy']:.2f} | cores vLLM's engine "
+            "processes use above idle while stepping |",
+        ]
+    stalls = doc.get("stalls")
+    if stalls and host:
+        fit = stalls["fit"]
+        seen = ", ".join(
+            f"{hop} {100 * h['share']:.1f}% of pings held, stops {1000 * h['stop_s']:.0f} ms"
+            if "share" in h
+            else f"{hop} {h['stops']} collections, {1000 * h['stop_s']:.0f} ms"
+            for hop, h in stalls.get("hops", {}).items()
+        )
+        lines.append(
+            f"| host_pause_per_request, host_pause_s | {fit['host_pause_per_request']:.3f}, "
+            f"{1000 * fit['host_pause_s']:.0f} ms | stops per request under "
+            f"{stalls['rate']:g} req/s for {stalls['duration_s']:.0f} s "
+            f"({stalls['requests']} requests): {seen} |"
+        )
     for t in ("ram", "disk", "remote"):
         lines.append(
             f"| {t}_s | {1000 * m[f'{t}_s']:.1f} ms | agent_tier_ttft median {t} - median gpu |"
@@ -115,6 +155,27 @@ def _plot(path: Path, curves: list[tuple[str, list[float], list[float]]]) -> Non
     plt.close(fig)
 
 
+def _variant_rows(
+    label: str,
+    m: dict[str, float],
+    w: Any,
+    meas: dict[str, float],
+    args: argparse.Namespace,
+) -> list[cal.Row]:
+    """TTFT p50/p95 predicted with other measured parameters (a model term left out)."""
+    rp, fp = cal.sim_params(m, FLEET)
+    rp = params.with_overrides(rp, [s for s in args.set if not s.startswith("host_")])
+    fp = params.with_overrides(fp, args.set)
+    eng = Engine(w, rp, fp, router="shipped", seed=args.seed).run()
+    pred = cal.predicted_figures(w.at, eng.first_token, eng.tier, args.measure_from)
+    rows = []
+    for q in (50, 95):
+        key = f"ttft_p{q}_ms"
+        mv, pv = meas[key], pred[key]
+        rows.append(cal.Row(f"TTFT p{q}, {label}", mv, pv, pv / mv - 1 if mv else math.nan, "ms"))
+    return rows
+
+
 def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
     m = measured_params(doc)
     rp, fp = cal.sim_params(m, FLEET)
@@ -135,7 +196,7 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
     worst = 0.0
     for rep in doc["replays"]:
         if "probes" in rep:  # probed just before this replay: its own parameters
-            local = {**doc, **rep["probes"]}
+            local = {**doc, **{k: v for k, v in rep["probes"].items() if v is not None}}
             m = measured_params(local)
             rp, fp = cal.sim_params(m, FLEET)
             rp = params.with_overrides(rp, args.set)
@@ -153,7 +214,14 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
         in_engine = e.get("request_queue_time_mean_s", 0.0) + e.get(
             "request_prefill_time_mean_s", 0.0
         )
-        rows += cal.inside_outside(reqs, eng.first_token, eng.tier, rp, in_engine)
+        rows += cal.inside_outside(
+            reqs, eng.first_token, eng.engine_in, eng.engine_first, in_engine
+        )
+        if rp.host_cores > 0:  # the same requests without the host's stops, and without it
+            no_stops = {**m, "host_pause_per_request": 0.0}
+            const = {k: v for k, v in m.items() if k not in cal.HOST_PARAMS}
+            for label, variant in (("host CPU, no stops", no_stops), ("path constant", const)):
+                rows += _variant_rows(label, variant, w, meas, args)
         tok = [r["engine_prompt_tokens"] / r["planned_prompt_tokens"] for r in rep["requests"]]
         got = [r["prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]
         eng_tok = [r["engine_prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]

@@ -160,10 +160,11 @@ def test_a_cpu_decode_step_grows_with_the_running_batch():
 
 
 def test_mean_ttft_splits_at_vllms_door():
-    rp = replace(ReplicaParams(), path_s=0.030, disk_s=0.010)
     reqs = [cal.Replayed(0.0, "a", 8, 2, "gpu", 0.080), cal.Replayed(1.0, "a", 8, 2, "disk", 0.100)]
-    # predicted TTFTs 60 ms (gpu) and 1.07 - 1.0 = 70 ms (disk: 10 ms of load)
-    rows = cal.inside_outside(reqs, [0.060, 1.070], [0, 2], rp, engine_mean_s=0.040)
+    # predicted TTFTs 60 ms (gpu) and 1.07 - 1.0 = 70 ms (disk: handed to vLLM after 10 ms of
+    # load), vLLM's first tokens 30 ms before the client's
+    first, engine_in, engine_first = [0.060, 1.070], [0.0, 1.010], [0.030, 1.040]
+    rows = cal.inside_outside(reqs, first, engine_in, engine_first, engine_mean_s=0.040)
     inside, outside = rows
     assert (inside.measured, inside.predicted) == pytest.approx((40.0, 30.0))
     assert (outside.measured, outside.predicted) == pytest.approx((50.0, 35.0))

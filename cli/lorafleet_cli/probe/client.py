@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import openai
@@ -57,7 +58,10 @@ async def stream_chat(
     run_t0: float,
     temperature: float = 0.0,
     extra_body: dict[str, object] | None = None,
+    on_first_token: Callable[[], None] | None = None,
 ) -> RequestResult:
+    """`on_first_token` runs when the first text arrives (the calibration's CPU probe reads
+    the processes' CPU times there)."""
     started = time.perf_counter()
     res = RequestResult(index, alias, scheduled_at, started - run_t0, status="?")
     parts: list[str] = []
@@ -81,6 +85,8 @@ async def stream_chat(
             if chunk.choices and chunk.choices[0].delta.content:
                 if res.ttft_s is None:
                     res.ttft_s = time.perf_counter() - started
+                    if on_first_token is not None:
+                        on_first_token()
                 parts.append(chunk.choices[0].delta.content)
             if chunk.usage is not None:
                 res.prompt_tokens = chunk.usage.prompt_tokens

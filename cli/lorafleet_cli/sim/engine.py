@@ -79,7 +79,9 @@ class Engine:
         self.arrival = workload.at
         self.duration = duration_s if duration_s is not None else (workload.at[-1] if n else 0.0)
         self.tier = [-1] * n
-        self.first_token = [math.nan] * n
+        self.first_token = [math.nan] * n  # the client's first token
+        self.engine_in = [math.nan] * n  # handed to vLLM (after the path in and the load)
+        self.engine_first = [math.nan] * n  # vLLM's (first_token - path outside the engine)
         self.finish_time = [math.nan] * n
         self.outcome = [0] * n
         self.replica_of = [-1] * n

@@ -64,6 +64,41 @@ class ReplicaParams:
     # to the client. Left out of the design's figures (0: a few ms beside a 50 ms step); on the
     # CPU stack it is measured (client TTFT minus vLLM's own, benchmarks/sim_calibration.py).
     path_s: float = 0.0
+    # The host CPU the path outside the engine runs on (lorafleet_cli.sim.host), per replica:
+    # its node's cores beside the engine (in standalone mode on one machine also the gateway's
+    # and the client's). 0 = unlimited, off: the design's GPU nodes have many cores, and the
+    # design's figures are unchanged. When > 0, the path's CPU work is processor-shared on
+    # host_cores with the competing threads below, and path_s is only its non-CPU part
+    # (loopback, IPC waits). Measured by benchmarks/calibration_host_probe.py from the
+    # processes' CPU times (gateway, agent, vLLM's API server, client): host_cores = CPUs
+    # those processes may run on (2 on the calibration machine).
+    host_cores: float = 0.0
+    # Threads always competing for those cores: the fleet's idle CPU rate (the gateway's
+    # state poll, the agent's pre-warm poll, the supervisor, vLLM idle), over an idle window.
+    host_background: float = 0.0
+    # More competing threads while the engine steps: vLLM's engine processes (the worker's
+    # OMP threads, the EngineCore's scheduler loop) may run on the same cores; their CPU
+    # above the idle rate per second of engine busy time (vLLM's inference time).
+    host_engine_busy: float = 0.0
+    # CPU-seconds of a request before its first token reaches the client (the hops' request
+    # handling, tokenizing, the first chunk back through every hop), read from the processes'
+    # CPU counters when the client sees the first token (concurrency 1, background subtracted).
+    # The first chunk's way back costs host_token_cpu_s like any later token's and runs after
+    # the engine's first token; the rest runs on the way in, before the engine sees it.
+    host_ttft_cpu_s: float = 0.0
+    # CPU-seconds per output token after the first, summed over the hops it streams through:
+    # the slope of CPU per request against tokens per request (max_tokens 1 vs 8).
+    host_token_cpu_s: float = 0.0
+    # CPU-seconds of a request after its last token (usage records, closing the stream in
+    # every hop): a one-token request's CPU minus host_ttft_cpu_s.
+    host_end_cpu_s: float = 0.0
+    # Stops of a process on the path (a full garbage collection of a heap holding torch,
+    # a blocking call on an event loop): every 1 / host_pause_per_request arrivals the host
+    # serves nothing for host_pause_s (0 = never). Measured by
+    # benchmarks/calibration_stall_probe.py: pings to each hop's health endpoint under a
+    # paced load of its own; a ping held longer than the hop's median is a stop.
+    host_pause_per_request: float = 0.0
+    host_pause_s: float = 0.0
 
     @property
     def remote_bandwidth(self) -> float:

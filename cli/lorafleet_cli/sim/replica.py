@@ -16,6 +16,14 @@ the batch, of at most `gpu_slots` distinct adapters (vLLM's --max-loras check); 
 vLLM's queue. The first token comes at the end of the step that finishes the prompt, so
 TTFT = queueing + adapter load + prefill (chunked, sharing steps with decodes) + `path_s`
 (the hops outside vLLM, 0 by default).
+
+With `host_cores` > 0 the path's CPU work also runs on the replica's host CPU
+(`lorafleet_cli.sim.host.HostCpu`, processor sharing): `host_ttft_cpu_s` before the client's
+first token (the way in before the request reaches the agent's cache, the first chunk's way
+back after the engine's first token), `host_token_cpu_s` for every later token each stream
+carries, `host_end_cpu_s` after its last, beside `host_engine_busy` threads of the engine's
+while it steps; busy streams then delay other first tokens. Every 1 / `host_pause_per_request`
+arrivals the host stops for `host_pause_s` (a process's garbage collection).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from lorafleet_cli.sim.host import HostCpu
 from lorafleet_cli.sim.params import ReplicaParams
 from lorafleet_core.cache_policy import CachePolicy, LruBytes, SlotTracker
 from lorafleet_core.tiers import Tier
@@ -61,6 +70,12 @@ class Replica:
         self.tokens_served: Counter[str] = Counter()  # adapter -> output tokens since last read
         self.busy_seq_s = 0.0  # integral of running sequences over time
         self.merged: str | None = None  # a merged pool's replica: the one adapter it serves
+        self.host: HostCpu | None = None
+        self._pause_credit = 0.0
+        if p.host_cores > 0:
+            self.host = HostCpu(p.host_cores, eng.schedule, p.host_background)
+            # Every step's streamed tokens cost host CPU: step by step (same answers).
+            self.batch_decode_steps = False
         self._reset()
 
     def _reset(self) -> None:
@@ -114,11 +129,35 @@ class Replica:
 
     def arrive(self, req: int, now: float) -> None:
         eng = self.eng
-        name = eng.names[eng.adapter_of[req]]
         tokens = eng.prompt[req] + eng.output[req]
         self.tokens_in_flight += tokens
         self.queue_depth += 1
         self.inflight.add(req)
+        host = self.host
+        if host is not None:  # the hops' work before vLLM sees the request (see _path_cpu)
+            # Stops come with allocation, so with requests: one every 1/rate arrivals.
+            self._pause_credit += self.p.host_pause_per_request
+            if self._pause_credit >= 1.0:
+                self._pause_credit -= 1.0
+                host.pause(now, self.p.host_pause_s)
+            host.submit(now, self._path_cpu()[0], self._reached_agent, (self.epoch, req))
+            return
+        self._admit(req, now)
+
+    def _path_cpu(self) -> tuple[float, float]:
+        """host_ttft_cpu_s split at the engine: the first chunk's way back costs what any
+        later token's does (host_token_cpu_s); the rest is the request's way in."""
+        p = self.p
+        back = min(p.host_token_cpu_s, p.host_ttft_cpu_s)
+        return p.host_ttft_cpu_s - back, back
+
+    def _reached_agent(self, now: float, arg: tuple[int, int]) -> None:
+        if arg[0] == self.epoch:
+            self._admit(arg[1], now)
+
+    def _admit(self, req: int, now: float) -> None:
+        eng = self.eng
+        name = eng.names[eng.adapter_of[req]]
         if self.merged is not None:  # the weights are the adapter: nothing to load
             eng.tier[req] = 0
             self._enqueue(req, now)
@@ -146,6 +185,7 @@ class Replica:
             self._enqueue(arg[1], now)
 
     def _enqueue(self, req: int, now: float) -> None:
+        self.eng.engine_in[req] = now
         self.waiting.append(req)
         if not self.stepping:
             self._next_step(now)
@@ -270,7 +310,11 @@ class Replica:
                 waiting.extendleft(reversed(skipped))
         if not self.running:
             self.stepping = False
+            if self.host is not None:  # the engine idles: its threads stop competing
+                self.host.set_competing(now, self.p.host_background)
             return
+        if self.host is not None:
+            self.host.set_competing(now, self.p.host_background + self.p.host_engine_busy)
         n_dec = len(self.decoding)
         if not self.prefill:
             # Decode only: every step is alike until the next sequence finishes, so schedule
@@ -344,8 +388,15 @@ class Replica:
         output = eng.output
         first = eng.first_token
         path_s = self.p.path_s
+        host = self.host
+        if host is not None and decoding:  # every decoding sequence streamed a token
+            host.submit(now, self.p.host_token_cpu_s, count=len(decoding))
         for req in self.done_prefill:
-            first[req] = now + path_s
+            eng.engine_first[req] = now
+            if host is None:
+                first[req] = now + path_s
+            else:
+                host.submit(now, self._path_cpu()[1], self._delivered, (self.epoch, req))
             self.queue_depth -= 1
             out = output[req]
             if out <= 1:
@@ -355,6 +406,11 @@ class Replica:
         while decoding and decoding[0][0] <= step:
             finish(heapq.heappop(decoding)[1], now)
         self._next_step(now)
+
+    def _delivered(self, now: float, arg: tuple[int, int]) -> None:
+        """The first token's path work is done on the host: the client sees it `path_s` on."""
+        if arg[0] == self.epoch:
+            self.eng.first_token[arg[1]] = now + self.p.path_s
 
     def _finish(self, req: int, now: float) -> None:
         eng = self.eng
@@ -370,6 +426,8 @@ class Replica:
         self.tokens_served[name] += eng.output[req]  # the agent counts generated tokens
         self.inflight.discard(req)
         eng.finish_time[req] = now
+        if self.host is not None:
+            self.host.submit(now, self.p.host_end_cpu_s)
         eng.on_finish(self, req, tokens)
         if self.merged is None and self.cache.release(name) and self.ram_waiters:
             self._retry_waiters(now)

@@ -1,0 +1,263 @@
+"""The stall probe of the calibration: how often, and for how long, a hop of the request path
+stops serving (I/O; the model is `lorafleet_cli.sim.host.HostCpu.pause`).
+
+The quiet calibration's slowest requests received all their tokens at once (total time = TTFT
++ ~1 ms) and several of them at the same instant: the engine had generated the tokens, and
+some process on the way back held them. A processor-sharing CPU cannot do that at 15% load;
+a process that stops (a full garbage collection of a heap holding torch and transformers, a
+blocking call on an event loop) can. This probe measures such stops directly, under a paced
+load of the probe's own (never the replay's):
+
+- a heartbeat thread GETs each hop's cheapest endpoint in turn (the gateway's and the agent's
+  `/healthz`, vLLM's `/health`), one every `interval_s`; a ping that takes `threshold_s`
+  longer than that hop's median was held by a stop of that process. The share of pings held
+  is the share of time stopped, and a held ping waits half a stop on average (`stop_fit`);
+  the stops themselves (overlapping slow pings as one) are listed for diagnosis;
+- `gc.callbacks` time the client's own collections (its heartbeat thread stops with it: a
+  client stop shows on every hop at once and is counted once, from the callbacks).
+
+Result: stops per request served and their mean length, per hop and in all (`fit`).
+
+    /work/wt/with-vllm-slot python benchmarks/calibration_stall_probe.py   # alone, prints JSON
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.calibration_probes import TOKENS_PER_WORD
+from lorafleet_cli.loadtest.driver import Target
+from lorafleet_cli.loadtest.plan import prompt_text
+from lorafleet_cli.probe.client import make_client, stream_chat
+
+
+class GcRecorder:
+    """The client's garbage collections: [(start s, generation, seconds)]."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[float, int, float]] = []
+        self._start = 0.0
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._start = now
+        else:
+            self.events.append((self._start, int(info.get("generation", -1)), now - self._start))
+
+    def __enter__(self) -> GcRecorder:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+class Heartbeat(threading.Thread):
+    """Pings each endpoint in turn every `interval_s`: [(hop, sent at, seconds)]."""
+
+    def __init__(self, endpoints: dict[str, str], interval_s: float) -> None:
+        super().__init__(daemon=True)
+        self.endpoints = endpoints
+        self.interval_s = interval_s
+        self.pings: list[tuple[str, float, float]] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=10.0) as client:
+            hops = list(self.endpoints.items())
+            i = 0
+            while not self._stop_event.is_set():
+                hop, url = hops[i % len(hops)]
+                i += 1
+                sent = time.perf_counter()
+                try:
+                    client.get(url)
+                except httpx.HTTPError:
+                    continue
+                self.pings.append((hop, sent, time.perf_counter() - sent))
+                self._stop_event.wait(max(0.0, self.interval_s - (time.perf_counter() - sent)))
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=15)
+
+
+def stops(
+    pings: list[tuple[str, float, float]],
+    client_gc: list[tuple[float, int, float]],
+    threshold_s: float,
+) -> dict[str, list[tuple[float, float]]]:
+    """Per hop, the stops seen: [(start, seconds)]. A ping slower than the hop's median by
+    `threshold_s` was held by a stop, unless the client itself was collecting then."""
+    gc_windows = [(t, t + d) for t, _, d in client_gc if d >= threshold_s / 2]
+    out: dict[str, list[tuple[float, float]]] = {}
+    for hop in sorted({p[0] for p in pings}):
+        mine = sorted((t, d) for h, t, d in pings if h == hop)
+        base = statistics.median(d for _, d in mine)
+        found: list[tuple[float, float]] = []
+        for t, d in mine:
+            extra = d - base
+            if extra < threshold_s or any(a <= t + d and t <= b for a, b in gc_windows):
+                continue
+            if found and t <= found[-1][0] + found[-1][1]:  # the same stop, seen again
+                start, length = found[-1]
+                found[-1] = (start, max(length, t + extra - start))
+            else:
+                found.append((t, extra))
+        out[hop] = found
+    out["client"] = [(t, d) for t, _, d in client_gc if d >= threshold_s]
+    return out
+
+
+async def _paced_load(target: Target, rate: float, duration_s: float, max_tokens: int) -> int:
+    """One 8-token request every 1/rate s over the hottest aliases, for `duration_s`."""
+    client = make_client(target.base_url, target.api_key, 120.0)
+    t0 = time.perf_counter()
+    tasks = []
+    try:
+        n = int(rate * duration_s)
+        for i in range(n):
+            await asyncio.sleep(max(0.0, t0 + i / rate - time.perf_counter()))
+            tasks.append(
+                asyncio.create_task(
+                    stream_chat(
+                        client,
+                        index=200_000 + i,
+                        alias=target.aliases[i % 3],
+                        prompt=prompt_text(20, 200_000 + i, TOKENS_PER_WORD),
+                        max_tokens=max_tokens,
+                        marker=None,
+                        scheduled_at=i / rate,
+                        run_t0=t0,
+                    )
+                )
+            )
+        results = await asyncio.gather(*tasks)
+    finally:
+        await client.close()
+    return sum(1 for r in results if r.ok)
+
+
+def stop_fit(
+    pings: list[tuple[str, float, float]],
+    client_gc: list[tuple[float, int, float]],
+    threshold_s: float,
+    duration_s: float,
+    requests: int,
+) -> dict[str, Any]:
+    """Stops per request and their length, from the share of pings held (not by counting
+    stops: a ping every 90 ms per hop misses a 40 ms stop more often than not).
+
+    Pings go out on a clock that knows nothing of the stops, so the share of a hop's pings
+    held (slower than its median by `threshold_s`) is the share of time it is stopped, f, and
+    a held ping waits on average half a stop: length D = 2 x its mean extra wait, and stops
+    per second = f / D. The client's own collections are timed exactly (gc.callbacks); pings
+    during one are left out (the client held them, not the hop).
+    """
+    gc_windows = [(t, t + d) for t, _, d in client_gc if d >= threshold_s / 2]
+    hops: dict[str, dict[str, float]] = {}
+    rate = 0.0  # stops per second, all hops
+    stopped = 0.0  # seconds stopped per second, all hops
+    for hop in sorted({p[0] for p in pings}):
+        mine = [
+            (t, d)
+            for h, t, d in pings
+            if h == hop and not any(a <= t + d and t <= b for a, b in gc_windows)
+        ]
+        base = statistics.median(d for _, d in mine)
+        held = [d - base for _, d in mine if d - base >= threshold_s]
+        share = len(held) / len(mine)
+        # The last `threshold_s` of every stop holds no ping long enough to count: a counted
+        # ping waits (D + threshold) / 2 on average, and only D - threshold of D is seen.
+        length = max(threshold_s, 2 * statistics.mean(held) - threshold_s) if held else 0.0
+        if length > threshold_s:
+            share *= length / (length - threshold_s)
+        per_s = share / length if length else 0.0
+        hops[hop] = {"pings": len(mine), "held": len(held), "share": share, "stop_s": length}
+        rate += per_s
+        stopped += share
+    own = [d for _, _, d in client_gc if d >= threshold_s]
+    hops["client"] = {"stops": len(own), "stop_s": statistics.mean(own) if own else 0.0}
+    rate += len(own) / duration_s
+    stopped += sum(own) / duration_s
+    return {
+        "hops": hops,
+        "host_pause_per_request": rate * duration_s / requests if requests else 0.0,
+        "host_pause_s": stopped / rate if rate else 0.0,
+    }
+
+
+def probe_stalls(
+    target: Target,
+    endpoints: dict[str, str],
+    rate: float = 5.0,
+    duration_s: float = 30.0,
+    interval_s: float = 0.03,
+    threshold_s: float = 0.010,
+    max_tokens: int = 8,
+) -> dict[str, Any]:
+    beat = Heartbeat(endpoints, interval_s)
+    with GcRecorder() as rec:
+        beat.start()
+        t0 = time.perf_counter()
+        served = asyncio.run(_paced_load(target, rate, duration_s, max_tokens))
+        wall = time.perf_counter() - t0
+        beat.stop()
+    found = stops(beat.pings, rec.events, 0.025)
+    fit = stop_fit(beat.pings, rec.events, threshold_s, wall, served)
+    return {
+        "rate": rate,
+        "duration_s": wall,
+        "requests": served,
+        "interval_s": interval_s,
+        "threshold_s": threshold_s,
+        "pings": len(beat.pings),
+        "ping_median_s": {
+            hop: statistics.median(d for h, _, d in beat.pings if h == hop) for hop in endpoints
+        },
+        # diagnostics: stops seen (>= 25 ms), per hop, [start s, length s]
+        "stops": {hop: [[round(t - t0, 4), d] for t, d in v] for hop, v in found.items()},
+        "client_gc": [[round(t - t0, 4), g, d] for t, g, d in rec.events if d >= 0.001],
+        "hops": fit.pop("hops"),
+        # host_pause_per_request: stops of any hop per request served; host_pause_s: their
+        # mean length (a stop of any hop holds every stream through it).
+        "fit": fit,
+    }
+
+
+def fleet_endpoints(up: dict[str, Any]) -> dict[str, str]:
+    """Each hop's cheapest GET from `lorafleet up`'s up.json."""
+    replica = up["replicas"][0]
+    return {
+        "gateway": up["gateway"]["url"].rstrip("/") + "/healthz",
+        "agent": replica["dataUrl"].rstrip("/") + "/healthz",
+        "api_server": replica["vllmUrl"].rstrip("/") + "/health",
+    }
+
+
+def main() -> int:
+    from e2e.standalone_fleet import FleetOptions, started_fleet
+
+    with started_fleet(FleetOptions(replicas=1, gpu_slots=2, host_ram_slots=4, copies=3)) as f:
+        up = json.loads((f.state_dir / "up.json").read_text())
+        target = Target(f.base_url, f.api_key, {}, aliases=tuple(f.aliases))
+        doc = probe_stalls(target, fleet_endpoints(up))
+    print(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

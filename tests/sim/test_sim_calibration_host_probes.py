@@ -1,0 +1,69 @@
+"""The pure parts of the host-CPU and stall probes: what their measurements turn into."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.calibration_host_probe import fit
+from benchmarks.calibration_stall_probe import stop_fit, stops
+
+
+def group(mt: int, k: int, tokens: float, path: float, first: float | None) -> dict[str, Any]:
+    share = {"gateway": 0.2, "agent": 0.2, "api_server": 0.3, "client": 0.3}
+    return {
+        "max_tokens": mt,
+        "concurrency": k,
+        "requests": 10,
+        "tokens_per_request": tokens,
+        "cpu_per_request_s": {**{r: path * s for r, s in share.items()}, "worker": 0.02},
+        "path_cpu_per_request_s": path,
+        "vllm": {"request_inference_time_seconds_sum": 0.1},
+        "first_token_cpu_s": None if first is None else {r: first * s for r, s in share.items()},
+    }
+
+
+def test_host_fit_reads_per_token_cost_from_the_slope_and_the_rest_from_first_tokens():
+    doc = {
+        "groups": [
+            group(1, 1, 1.0, 0.016, 0.015),
+            group(8, 1, 8.0, 0.023, 0.015),
+            group(8, 4, 8.0, 0.017, None),  # concurrency 4 is a check, not an input
+        ],
+        "background_cores": {"gateway": 0.01, "worker": 0.2},
+        "affinity": {"gateway": {"1/1": [0, 1]}, "worker": {"2/2": [0]}},
+    }
+    m = fit(doc)
+    assert m["host_token_cpu_s"] == pytest.approx(0.001)  # (23 - 16) ms / 7 tokens
+    assert m["host_ttft_cpu_s"] == pytest.approx(0.015)
+    assert m["host_end_cpu_s"] == pytest.approx(0.001)  # 16 - 15 ms
+    assert m["host_cores"] == 2.0  # the path may run on CPUs 0 and 1
+    assert m["host_background"] == pytest.approx(0.21)
+    # the worker's 20 ms a request above idle, over 10 ms of engine time a request
+    assert m["host_engine_busy"] == pytest.approx(2.0)
+
+
+def test_a_held_ping_is_one_stop_and_client_collections_are_not_the_hops():
+    pings = [("agent", t / 10, 0.002) for t in range(20)]
+    pings += [("agent", 2.0, 0.150), ("agent", 2.05, 0.100)]  # one stop, seen twice
+    pings += [("agent", 3.0, 0.080)]  # the client was collecting then
+    found = stops(pings, client_gc=[(2.99, 2, 0.09)], threshold_s=0.025)
+    ((start, length),) = found["agent"]
+    assert (start, length) == pytest.approx((2.0, 0.148))
+    assert found["client"] == [(2.99, 0.09)]
+
+
+def test_stop_fit_reads_rate_and_length_from_the_share_of_held_pings():
+    # One hop pinged every 10 ms for 100 s; a 200 ms stop every 10 s (2% of the time): a ping
+    # inside a stop waits for the rest of it.
+    pings = []
+    for i in range(10_000):
+        t = i * 0.01
+        into = t % 10.0
+        pings.append(("api_server", t, 0.002 + (0.2 - into if into < 0.2 else 0.0)))
+    fit = stop_fit(pings, [(50.5, 2, 0.1)], threshold_s=0.02, duration_s=100.0, requests=500)
+    # api_server: 10 stops of ~0.2 s; the client's one 0.1 s collection: 11 stops in 500 requests
+    assert fit["hops"]["api_server"]["stop_s"] == pytest.approx(0.2, rel=0.06)
+    assert fit["host_pause_per_request"] == pytest.approx(11 / 500, rel=0.06)
+    assert fit["host_pause_s"] == pytest.approx((10 * 0.2 + 0.1) / 11, rel=0.06)
