@@ -18,7 +18,12 @@ from lorafleet_core.names import (
     HEADER_LOADED_FROM,
     HEADER_TOKENS_ESTIMATE,
 )
-from lorafleet_core.records import encode_owned, format_downward_annotations
+from lorafleet_core.records import (
+    encode_owned,
+    encode_owned_row,
+    format_downward_annotations,
+    join_owned_rows,
+)
 from tests.agent.conftest import load, metric, state, unload
 from tests.conftest import INTERNAL_HEADERS, copy_adapter, unique_id
 from tests.waiting import eventually
@@ -316,6 +321,30 @@ def test_prewarm_pulls_owned_adapters_from_the_downward_api_file(run_agent, make
         publish([*recs, extra])
         wait_ram(agent, {extra.id})
         assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 3
+
+
+def test_prewarm_fills_host_ram_in_the_annotations_order_not_by_id(
+    run_agent, make_record, tmp_path, vllm_server
+):
+    # The operator lists owned adapters hottest first (planning.prewarm.prewarm_order); the agent
+    # must take them in that order, so with one more than its RAM slots the last listed, here
+    # the smallest id, is the one left on disk.
+    prefix = unique_id("order")
+    n = vllm_server.cpu_slots + 1
+    recs = [make_record("falcon", f"{prefix}-{i}") for i in reversed(range(n))]
+    annotations = tmp_path / "annotations"
+    value = join_owned_rows(encode_owned_row(r) for r in recs)
+    annotations.write_text(format_downward_annotations({ANNOTATION_OWNED_ADAPTERS: value}))
+    with run_agent(owned_adapters_file=annotations, prewarm_poll_s=0.2) as agent:
+        eventually(
+            lambda: recs[-1].id in state(agent)["disk_adapters"],
+            within_s=120,
+            interval_s=0.2,
+            what="the pre-warm pass reached the adapter past the RAM slots",
+        )
+        ram = set(state(agent)["ram_adapters"])
+        assert {r.id for r in recs[:-1]} <= ram
+        assert recs[-1].id not in ram
 
 
 def _publish_owned(path, records) -> None:

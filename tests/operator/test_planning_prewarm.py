@@ -6,7 +6,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lorafleet_core.planning.prewarm import plan_owned_annotations
+from lorafleet_core.planning.prewarm import plan_owned_annotations, prewarm_order
 from lorafleet_core.records import AdapterRecord, decode_owned, encode_owned
 from tests.operator.factories import adapter
 
@@ -53,6 +53,40 @@ def test_size_bound_keeps_hottest_first_and_reports_the_rest():
     assert dropped
     assert kept | dropped == {r.id for r in recs}
     assert min(traffic[i] for i in kept) > max(traffic[i] for i in dropped)
+
+
+def test_prewarm_order_is_hottest_first_ties_by_id_and_unmeasured_last():
+    traffic = {"d": 900.0, "c": 40.0, "a": 41.0, "b": 0.0, "e": 3.0}
+    # c and a share the 32-64 tokens/s band, so id decides; f and g have no figure at all.
+    assert prewarm_order(["g", "e", "a", "f", "b", "c", "d"], traffic) == [
+        "d",
+        "a",
+        "c",
+        "e",
+        "b",
+        "f",
+        "g",
+    ]
+    assert prewarm_order(["b", "a"], {}) == ["a", "b"]
+
+
+def test_annotation_lists_owned_adapters_in_prewarm_order():
+    recs = records(30)
+    traffic = {r.id: float(2**i) for i, r in enumerate(recs[:20])}  # ad-00019 hottest
+    plan = plan_owned_annotations(recs, ["only-0"], 1, 200_000, traffic)
+    listed = [r.id for r in decode_owned(plan.annotations["only-0"])]
+    assert listed == prewarm_order([r.id for r in recs], traffic)
+    assert listed[:2] == ["ad-00019", "ad-00018"]
+    assert listed[-10:] == [r.id for r in recs[20:]]  # no figure: last, by id
+
+
+def test_traffic_moving_within_its_band_leaves_the_annotation_unchanged():
+    recs = records(30)
+    traffic = {r.id: float(2**i) + 0.1 for i, r in enumerate(recs)}
+    nudged = {aid: tps * 1.5 for aid, tps in traffic.items()}  # still inside [2^i, 2^(i+1))
+    a = plan_owned_annotations(recs, REPLICAS[:3], 2, 200_000, traffic)
+    b = plan_owned_annotations(recs, REPLICAS[:3], 2, 200_000, nudged)
+    assert a.annotations == b.annotations
 
 
 def test_empty_replicas_get_an_empty_list():

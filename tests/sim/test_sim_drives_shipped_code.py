@@ -11,6 +11,7 @@ import lorafleet_core.cache_policy as cache_policy
 import lorafleet_core.placement as placement
 import lorafleet_core.planning.adapters as planning_adapters
 import lorafleet_core.planning.autoscale as autoscale
+import lorafleet_core.planning.prewarm as planning_prewarm
 import lorafleet_gateway.router as router
 from lorafleet_agent import manager as agent_manager
 from lorafleet_cli.sim import engine, gateway, replica
@@ -31,6 +32,7 @@ def test_engine_calls_the_gateway_router_and_the_operator_planners():
     assert used(engine, "plan_owner_count") is planning_adapters.plan_owner_count
     assert used(engine, "recommend") is autoscale.recommend
     assert used(engine, "stabilize") is autoscale.stabilize
+    assert used(engine, "prewarm_order") is planning_prewarm.prewarm_order
     assert used(gateway, "blended_tokens") is router.blended_tokens
     assert used(gateway, "ReplicaView") is router.ReplicaView
 
@@ -75,6 +77,7 @@ def test_replicas_hold_the_agents_cache_policy_object():
 def test_no_second_copy_of_routing_placement_or_cache_logic_in_the_simulator():
     # Shipped names may be imported, never defined again; no private LRU either.
     shipped = {"plan_route", "owners", "ranked", "plan_owner_count", "recommend", "stabilize"}
+    shipped |= {"prewarm_order"}
     shipped |= {"SlotTracker", "LruBytes", "CachePolicy", "Thresholds", "ReplicaView"}
     for info in pkgutil.iter_modules(sim_pkg.__path__):
         module = __import__(f"lorafleet_cli.sim.{info.name}", fromlist=["_"])

@@ -24,6 +24,7 @@ from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
 from lorafleet_core.placement import owners as rendezvous_owners
 from lorafleet_core.planning.adapters import plan_owner_count
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
+from lorafleet_core.planning.prewarm import prewarm_order
 from lorafleet_core.replica_state import MergedServing, ReplicaState
 from lorafleet_gateway.pool_router import (
     MERGED,
@@ -102,6 +103,7 @@ class Engine:
         self.now = 0.0
         self.progress = progress
         self.k: dict[str, int] = {}  # adapters with more owners than the default
+        self.tps: dict[str, float] = {}  # the operator's last measured tokens/s per adapter
         self.capacity_tps = fp.replica_capacity_tps or rp.max_seqs / rp.decode_s
         self.replicas: list[Replica] = []
         # The merged pool (fp.merged_replicas > 0): its replicas, their pool and the weights
@@ -319,7 +321,10 @@ class Engine:
                     owned[rid].append(name)
         for rid, names in owned.items():
             replica = self._by_id[rid]
-            names.sort()  # the annotation lists records by id; the agent takes them in order
+            # The annotation lists records in the operator's pre-warm order (hottest first,
+            # from the last measured tokens/s); the agent takes them in that order.
+            # (`prewarm_by_traffic=false`: no figures, i.e. id order, as before Build 7.)
+            names = prewarm_order(names, self.tps if self.fp.prewarm_by_traffic else {})
             if initial and self.fp.prewarm:
                 self._instant_prewarm(replica, names)
             elif not initial:
@@ -345,6 +350,7 @@ class Engine:
             r.tokens_served.clear()
         members = self._members
         base = self.fp.owners_per_adapter
+        self.tps = {name: tokens / interval for name, tokens in measured.items()}
         for name in set(measured) | set(self.k):
             current = self.k.get(name, base)
             k = plan_owner_count(
