@@ -68,10 +68,17 @@ def plan_owned_annotations(
     k_by_adapter: Mapping[str, int] | int,
     max_bytes: int,
     traffic: Mapping[str, float] | None = None,
+    order_by: Mapping[str, float] | None = None,
 ) -> PrewarmPlan:
-    """Owners of every adapter and the annotation value of every replica (even empty ones)."""
+    """Owners of every adapter and the annotation value of every replica (even empty ones).
+
+    `traffic` (live tokens/s) decides what a full annotation keeps; `order_by` (tokens/s,
+    the operator passes `status.stats`, rewritten at a bounded rate; default `traffic`)
+    decides the listed pre-warm order, and an adapter absent from it is listed last.
+    """
     replica_key = tuple(sorted(set(replicas)))
     traffic = traffic or {}
+    order_by = traffic if order_by is None else order_by
     owned: dict[str, list[tuple[float, int, str]]] = {r: [] for r in replica_key}
     owners: dict[str, list[str]] = {}
     rows: dict[str, str] = {}
@@ -96,6 +103,6 @@ def plan_owned_annotations(
                 break
             kept.append(aid)
             size += extra
-        kept = prewarm_order(kept, traffic)
+        kept = prewarm_order(kept, order_by)
         annotations[replica] = join_owned_rows(rows[a] for a in kept)
     return PrewarmPlan(annotations=annotations, owners=owners, dropped=dropped)
