@@ -8,9 +8,8 @@ A replica only ever loads an adapter whose record it holds. Records come from th
 - on demand: the gateway (which watches LoRAAdapter objects) posts the record to the agent's
   internal load endpoint before routing a request for an adapter the replica does not hold.
 
-Annotation format: a JSON array of compact records (keys below), in pre-warm order (the
-operator's `planning.prewarm.prewarm_order`: hottest first; the agent pre-warms in that order),
-deterministic so the same plan produces the same bytes and the operator can skip no-op patches.
+Annotation format: a JSON array of compact records (keys below), sorted by id, so the same set
+always produces the same bytes and the operator can skip no-op patches.
 """
 
 from __future__ import annotations

@@ -70,25 +70,6 @@ def test_prewarm_order_is_hottest_first_ties_by_id_and_unmeasured_last():
     assert prewarm_order(["b", "a"], {}) == ["a", "b"]
 
 
-def test_annotation_lists_owned_adapters_in_prewarm_order():
-    recs = records(30)
-    traffic = {r.id: float(2**i) for i, r in enumerate(recs[:20])}  # ad-00019 hottest
-    plan = plan_owned_annotations(recs, ["only-0"], 1, 200_000, traffic)
-    listed = [r.id for r in decode_owned(plan.annotations["only-0"])]
-    assert listed == prewarm_order([r.id for r in recs], traffic)
-    assert listed[:2] == ["ad-00019", "ad-00018"]
-    assert listed[-10:] == [r.id for r in recs[20:]]  # no figure: last, by id
-
-
-def test_traffic_moving_within_its_band_leaves_the_annotation_unchanged():
-    recs = records(30)
-    traffic = {r.id: float(2**i) + 0.1 for i, r in enumerate(recs)}
-    nudged = {aid: tps * 1.5 for aid, tps in traffic.items()}  # still inside [2^i, 2^(i+1))
-    a = plan_owned_annotations(recs, REPLICAS[:3], 2, 200_000, traffic)
-    b = plan_owned_annotations(recs, REPLICAS[:3], 2, 200_000, nudged)
-    assert a.annotations == b.annotations
-
-
 def test_empty_replicas_get_an_empty_list():
     plan = plan_owned_annotations(records(1), REPLICAS[:5], 2, 10_000)
     assert sorted(v for v in plan.annotations.values()).count("[]") == 3

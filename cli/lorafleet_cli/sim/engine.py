@@ -321,9 +321,8 @@ class Engine:
                     owned[rid].append(name)
         for rid, names in owned.items():
             replica = self._by_id[rid]
-            # The annotation lists records in the operator's pre-warm order (hottest first,
-            # from the last measured tokens/s); the agent takes them in that order.
-            # (`prewarm_by_traffic=false`: no figures, i.e. id order, as before Build 7.)
+            # The annotation lists records by id and the agent takes them in that order;
+            # `prewarm_by_traffic` (experiment): hottest first by the last measured tokens/s.
             names = prewarm_order(names, self.tps if self.fp.prewarm_by_traffic else {})
             if initial and self.fp.prewarm:
                 self._instant_prewarm(replica, names)

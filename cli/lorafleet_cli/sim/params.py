@@ -144,10 +144,10 @@ class FleetParams:
     # first pre-warm pass ends, at most this long (the agent's prewarm_ready_timeout_s;
     # 0 = it serves at once, the behaviour before the agent reported `warming`).
     prewarm_gate_s: float = 180.0
-    # Pre-warm a replica's owned adapters hottest first by the last operator interval's tokens/s
-    # (lorafleet_core.planning.prewarm.prewarm_order, as the operator orders the annotation);
-    # false = id order, the behaviour before Build 7's pre-warm order.
-    prewarm_by_traffic: bool = True
+    # Experiment (not in the operator): pre-warm a replica's newly owned adapters hottest first
+    # by the last operator interval's tokens/s (lorafleet_core.planning.prewarm.prewarm_order);
+    # false = id order, as the operator's annotation lists them.
+    prewarm_by_traffic: bool = False
     # Experiment (not in the operator): the N hottest adapters by tokens/s of the last operator
     # interval are also pre-warmed on their next rendezvous replica, where spills land.
     prewarm_next_hot: int = 0

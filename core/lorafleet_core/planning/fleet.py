@@ -177,15 +177,8 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
                 params.hot_share,
             )
             records.append(AdapterRecord.from_spec(e.name, e.adapter.spec))
-        # Pre-warm order from the stored stats, not the live scrape: they change at a bounded
-        # rate, so the order (and the pod patches it causes) does too.
-        stats_tps = {
-            e.name: e.status.stats.tokens_per_second
-            for e in entries
-            if e.status is not None and e.status.stats is not None
-        }
         pre = plan_owned_annotations(
-            records, replicas, k_by, pool.spec.cache.owned_annotation_max_bytes, tps, stats_tps
+            records, replicas, k_by, pool.spec.cache.owned_annotation_max_bytes, tps
         )
         plan.pod_annotations.update(pre.annotations)
         plan.dropped.update(pre.dropped)

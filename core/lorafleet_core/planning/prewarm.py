@@ -2,11 +2,12 @@
 
 Each adapter's owners come from rendezvous hashing (`lorafleet_core.placement.owners`); a pod's
 annotation lists the records of the adapters it owns, encoded by `lorafleet_core.records`
-(compact JSON) in pre-warm order (`prewarm_order`): hottest first, so the agent, which
-pre-warms only as many as its RAM slots hold and takes them in the order given, covers the
-owned adapters that get the traffic. The order uses traffic rounded down to a power of two
-(ties by id), so the same set with traffic within the same factor-of-two bands gives the
-same bytes and unchanged pods are not patched on every operator pass.
+(sorted by id, compact JSON) so the same set always gives the same bytes and unchanged pods
+are never patched. The agent pre-warms in the listed order, as many as its RAM slots hold.
+
+`prewarm_order` (hottest first) is an experiment the simulator runs
+(`--set prewarm_by_traffic=true`); measured, not shipped (docs/performance.md, "Pre-warm
+order by traffic"): the annotation stays in id order.
 
 Size bound: a value never exceeds `max_bytes` (the pool's `cache.ownedAnnotationMaxBytes`;
 Kubernetes caps all of a pod's annotations at 256 KiB together). Past it, a pod keeps the
@@ -44,8 +45,8 @@ def prewarm_order(adapter_ids: Iterable[str], traffic: Mapping[str, float]) -> l
     """Pre-warm order of a replica's owned adapters: hottest first (tokens/s, by power-of-two
     band), ties by id; adapters with no traffic figure last, by id.
 
-    One home for the order: the operator's annotation (`plan_owned_annotations`) and the
-    simulator's pre-warm pass both use it.
+    One home for the order, so an operator that ships it and the simulator that measured it
+    (`FleetParams.prewarm_by_traffic`) use the same one.
     """
 
     def key(aid: str) -> tuple[bool, int, str]:
@@ -68,17 +69,10 @@ def plan_owned_annotations(
     k_by_adapter: Mapping[str, int] | int,
     max_bytes: int,
     traffic: Mapping[str, float] | None = None,
-    order_by: Mapping[str, float] | None = None,
 ) -> PrewarmPlan:
-    """Owners of every adapter and the annotation value of every replica (even empty ones).
-
-    `traffic` (live tokens/s) decides what a full annotation keeps; `order_by` (tokens/s,
-    the operator passes `status.stats`, rewritten at a bounded rate; default `traffic`)
-    decides the listed pre-warm order, and an adapter absent from it is listed last.
-    """
+    """Owners of every adapter and the annotation value of every replica (even empty ones)."""
     replica_key = tuple(sorted(set(replicas)))
     traffic = traffic or {}
-    order_by = traffic if order_by is None else order_by
     owned: dict[str, list[tuple[float, int, str]]] = {r: [] for r in replica_key}
     owners: dict[str, list[str]] = {}
     rows: dict[str, str] = {}
@@ -103,6 +97,6 @@ def plan_owned_annotations(
                 break
             kept.append(aid)
             size += extra
-        kept = prewarm_order(kept, order_by)
+        kept.sort()
         annotations[replica] = join_owned_rows(rows[a] for a in kept)
     return PrewarmPlan(annotations=annotations, owners=owners, dropped=dropped)
