@@ -162,7 +162,7 @@ def test_a_joining_replica_prewarms_its_hottest_owned_adapters_first():
     from lorafleet_core.placement import owners
 
     # RAM for 5 of the ~70 adapters the newcomer owns: which 5 decides its owner fetches.
-    # Zipf names rank 0 `adapter-00000`, so id order would be hottest first by accident:
+    # Zipf names rank r `adapter-r`, so id order would be hottest first by accident:
     # reversed names make it the coldest first, as arbitrary real ids can be.
     w = build(mix=Mix.zipf(200, 1.0), rate=10, duration_s=300, seed=1)
     w.names = tuple(reversed(w.names))
