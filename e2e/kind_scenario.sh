@@ -146,6 +146,42 @@ spec: {tenant: acme, version: v1, baseModelHash: "$HASH", rank: 4, alpha: 16,
 YAML
 then echo "ok: the API server refuses a spec change (CEL self == oldSelf)"; else fail "spec change accepted"; fi
 
+step "merged pool: merge Job, status.merge, garbage collection"
+kubectl -n "$NS" create secret generic acme-merged-internal \
+  --from-literal=vllm-api-key="$(openssl rand -hex 24)" \
+  --from-literal=agent-token="$(openssl rand -hex 24)" --dry-run=client -o yaml | kubectl apply -f -
+kubectl -n "$NS" apply -f - <<YAML
+apiVersion: lorafleet.dev/v1alpha1
+kind: ReplicaPool
+metadata: {name: acme-merged}
+spec:
+  baseModel: {name: tiny-llama, hash: "$HASH", uri: /models/tiny}
+  engine: {image: "${REPLICA_IMAGE:-ghcr.io/lorafleet/replica:0.1.0}", gpus: 0,
+           resources: {requests: {cpu: 500m, memory: 2Gi}, limits: {memory: 4Gi}}}
+  replicas: {min: 1, max: 1}
+  merged: {adapter: acme-support-v1}
+YAML
+# The operator runs the merge as a Job owned by the pool (`planning/merge_job.py`); the pool is
+# not Ready until the merge is (its weights are not in any store here, so with an image the Job
+# fails and the pool says MergeFailed; without one it stays Merging).
+owned_job() {
+  kubectl -n "$NS" get jobs -o \
+    'jsonpath={range .items[?(@.metadata.ownerReferences[0].name=="acme-merged")]}{.metadata.name}{end}'
+}
+JOB=""
+for _ in $(seq 60); do JOB=$(owned_job); [[ -n "$JOB" ]] && break; sleep 1; done
+[[ "$JOB" == acme-merged-merge-* ]] || fail "no merge Job owned by the merged pool (got '$JOB')"
+wait_jsonpath job "$JOB" '{.metadata.ownerReferences[0].kind}' ReplicaPool
+wait_jsonpath replicapool acme-merged '{.status.conditions[?(@.type=="Ready")].status}' False
+reason=$(kubectl -n "$NS" get replicapool acme-merged \
+  -o 'jsonpath={.status.conditions[?(@.type=="Ready")].reason}')
+[[ "$reason" =~ ^(MergePending|Merging|MergeFailed)$ ]] || fail "merged pool Ready reason: $reason"
+kubectl -n "$NS" get replicapool acme-merged -o wide   # the Merge and Merged Adapter columns
+kubectl -n "$NS" delete replicapool acme-merged --wait=true
+for _ in $(seq 60); do kubectl -n "$NS" get job "$JOB" >/dev/null 2>&1 || break; sleep 1; done
+kubectl -n "$NS" get job "$JOB" >/dev/null 2>&1 && fail "merge Job not garbage collected"
+echo "ok: the merge Job went with its pool (ownerReference garbage collection)"
+
 if [[ -z "${REPLICA_IMAGE:-}" ]]; then
   wait_jsonpath lora acme-support-v1 '{.status.conditions[?(@.type=="Placed")].reason}' NoReadyReplicas
   echo "no REPLICA_IMAGE: replicas never become Ready; skipping pre-warm, alias and scaling checks"
