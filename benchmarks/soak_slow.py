@@ -4,8 +4,9 @@ Three kinds, each client repeating its kind until the phase ends:
 
   headers  a request line, then one header byte every `trickle_s`, never the blank line: the
            gateway's protocol must answer 408 after `header_timeout_s` (default 10 s);
-  body     complete headers declaring a 1,000-byte body, then one body byte every `trickle_s`:
-           the edge must answer 408 after `body_timeout_s` (default 30 s);
+  body     complete headers with the tenant's key declaring a 1,000-byte body, then one body
+           byte every `trickle_s`: the edge must answer 408 after `body_timeout_s` (default
+           30 s) (without a key the gateway answers 401 before it reads any body);
   reader   a valid streaming chat completion with the tenant's key, read `read_bytes` every
            `trickle_s` through a small receive buffer, so the gateway's writes back up: it is
            a paying client on a bad link, never cut (no edge timeout applies once the answer
@@ -165,7 +166,12 @@ async def one_slow_request(
             reader, writer = await _connect(target, client)
             opening = head + ("x-slow: " if mode == "headers" else "")
             if mode == "body":
-                opening += "content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+                # With a valid key: the gateway answers a keyless request 401 before reading
+                # its body, so only an authenticated trickle reaches the body timeout.
+                opening += (
+                    f"authorization: Bearer {target.api_key}\r\n"
+                    "content-type: application/json\r\ncontent-length: 1000\r\n\r\n{"
+                )
             writer.write(opening.encode())
             await writer.drain()
             res.bytes_sent = len(opening)

@@ -373,8 +373,14 @@ def test_scraped_adapter_stats_reach_the_status_and_raise_a_hot_adapters_owners(
         hot = {"requests": 300, "gpu_hits": 240, "tokens_per_second": each}
         for s in servers[:2]:
             s.set_load(adapters={"stats-hot": hot}, tokens_per_second={"stats-hot": each})
+        # A scrape between the two set_load calls sees one replica's figures first; the
+        # status follows once both are seen (a 100% move passes the 25% write threshold).
         st = eventually(
-            lambda: (s := status(cluster, "loraadapters", "stats-hot")).get("stats") and s
+            lambda: (
+                (s := status(cluster, "loraadapters", "stats-hot")).get("stats", {}).get("replicas")
+                == 2
+                and s
+            )
         )
         assert st["stats"]["requestsPerMinute"] == 600
         assert st["stats"]["tokensPerSecond"] == 2 * each
