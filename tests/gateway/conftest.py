@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
@@ -131,3 +132,13 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
         yield server
     finally:
         server.stop()
+
+
+def openai_error(resp: httpx.Response, status: int) -> dict[str, object]:
+    """The response's OpenAI error body, checked: the status, JSON, exactly the four fields
+    (plus the request id)."""
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    error: dict[str, object] = resp.json()["error"]
+    assert set(error) - {"request_id"} == {"message", "type", "param", "code"}
+    return error

@@ -13,7 +13,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+from tests.gateway.conftest import (
+    KEYS,
+    MSG_DEFAULT,
+    GatewayEnv,
+    start_env,
+    stop_env,
+)
+from tests.gateway.conftest import openai_error as _error
 
 CHAT = json.dumps({"model": "acme/support:prod", "messages": MSG_DEFAULT}).encode()
 BEARER = f"Bearer {KEYS['acme']}"
@@ -31,14 +38,6 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayEnv]:
 
 def _sent(env: GatewayEnv) -> int:
     return len(env.replicas["replica-0"].requests)
-
-
-def _error(resp: httpx.Response, status: int) -> dict[str, object]:
-    assert resp.status_code == status, resp.text
-    assert resp.headers["content-type"].startswith("application/json")
-    error: dict[str, object] = resp.json()["error"]
-    assert set(error) - {"request_id"} == {"message", "type", "param", "code"}
-    return error
 
 
 def _post(env: GatewayEnv, content: bytes, headers: dict[str, str]) -> httpx.Response:

@@ -11,7 +11,14 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+from tests.gateway.conftest import (
+    KEYS,
+    MSG_DEFAULT,
+    GatewayEnv,
+    start_env,
+    stop_env,
+)
+from tests.gateway.conftest import openai_error as _error
 
 CHAT = '{"model":"acme/support:prod","messages":[{"role":"user","content":"hi"}]'
 AUTH = {"authorization": f"Bearer {KEYS['acme']}", "content-type": "application/json"}
@@ -35,14 +42,6 @@ def _sent(env: GatewayEnv) -> int:
 
 def _post(env: GatewayEnv, content: bytes | str, path: str = "/chat/completions") -> httpx.Response:
     return httpx.post(env.base_url + path, content=content, headers=AUTH, timeout=10)
-
-
-def _error(resp: httpx.Response, status: int) -> dict[str, object]:
-    assert resp.status_code == status, resp.text
-    assert resp.headers["content-type"].startswith("application/json")
-    error: dict[str, object] = resp.json()["error"]
-    assert set(error) - {"request_id"} == {"message", "type", "param", "code"}
-    return error
 
 
 @pytest.mark.parametrize(
