@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,16 +46,25 @@ def _log_refusal(status: int | str, code: str) -> None:
 
 
 class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signals to `serve`.
+    """A uvicorn server that leaves signals to `serve` and says when it listens.
 
     Each uvicorn server takes SIGTERM for itself; with two in one process the internal one
     (installed last) would stop first, so probes and metrics would vanish while the public
     port still drains, and the public one would only hear of the signal afterwards.
     """
 
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[], None] | None = None):
+        super().__init__(config)
+        self._on_listening = on_listening
+
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)  # runs the lifespan, then binds
+        if self.started and self._on_listening is not None:
+            self._on_listening()
 
 
 async def serve(settings: GatewaySettings) -> None:
@@ -63,6 +73,11 @@ async def serve(settings: GatewaySettings) -> None:
     ports meanwhile; the internal port (metrics, probes) closes last. A second signal quits
     at once."""
     gw = Gateway(settings)
+    gw.public_port_open = False  # until the public socket is bound (see Gateway.ready)
+
+    def listening() -> None:
+        gw.public_port_open = True
+
     public = _Server(
         uvicorn.Config(
             create_public_app(gw),
@@ -73,7 +88,8 @@ async def serve(settings: GatewaySettings) -> None:
             log_config=None,  # uvicorn's dictConfig would close the gateway's log handler
             timeout_graceful_shutdown=settings.drain_timeout_s,
             **public_protocol_options(settings),
-        )
+        ),
+        on_listening=listening,
     )
     internal = _Server(
         uvicorn.Config(

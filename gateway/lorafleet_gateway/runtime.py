@@ -130,6 +130,10 @@ class Gateway:
         self._tasks: list[asyncio.Task[None]] = []
         # Set on SIGTERM (lorafleet_gateway.__main__): running streams finish, /readyz says 503.
         self.draining = False
+        # Cleared by `serve` until the public socket is bound: the catalog and the first replica
+        # poll finish before uvicorn binds, and the internal port is already up, so /readyz
+        # would say ready while the public port still refuses connections.
+        self.public_port_open = True
 
     def limits_for(self, tenant: TenantKeys) -> Limits:
         return Limits(
@@ -139,7 +143,12 @@ class Gateway:
 
     @property
     def ready(self) -> bool:
-        return self.holder.loaded and not self.draining and bool(self.tracker.healthy_ids())
+        return (
+            self.public_port_open
+            and self.holder.loaded
+            and not self.draining
+            and bool(self.tracker.healthy_ids())
+        )
 
     async def start(self) -> None:
         await self.source.load_once()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -14,9 +16,13 @@ from types import FrameType
 
 import httpx
 import openai
+import uvicorn
 
+from lorafleet_gateway.__main__ import _Server
 from lorafleet_gateway.metrics import TENANT_OVER_TARGET, TENANT_REQUESTS, TenantSLO
 from lorafleet_gateway.reqlog import BatchingHandler
+from lorafleet_gateway.runtime import Gateway
+from lorafleet_gateway.settings import GatewaySettings
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, default_aliases
 from tests.gateway.fake_replica import FakeReplica
@@ -153,3 +159,45 @@ def test_tenant_slo_counters_are_bounded_to_tenants_active_in_the_window():
     assert len(slo) == 2
     now[0] = 30.0
     assert slo.counts() == {}
+
+
+def test_the_public_server_reports_listening_only_once_its_port_accepts_connections():
+    """/readyz waits for this: the catalog and the first replica poll finish in the lifespan,
+    before uvicorn binds, while the internal port already answers (a CI run once saw ready
+    and then a refused connection on the public port)."""
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        if scope["type"] == "lifespan":  # a lifespan that takes a moment, as the gateway's
+            message = await receive()  # type: ignore[operator]
+            assert message["type"] == "lifespan.startup"
+            await asyncio.sleep(0.2)
+            await send({"type": "lifespan.startup.complete"})  # type: ignore[operator]
+            await receive()  # type: ignore[operator]
+            await send({"type": "lifespan.shutdown.complete"})  # type: ignore[operator]
+
+    port = free_port()
+    accepted: list[bool] = []
+
+    def on_listening() -> None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            accepted.append(True)
+        except OSError:
+            accepted.append(False)
+        server.should_exit = True
+
+    server = _Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None),
+        on_listening=on_listening,
+    )
+    asyncio.run(asyncio.wait_for(server.serve(), timeout=20))
+    assert accepted == [True]
+
+
+def test_the_gateway_is_not_ready_while_its_public_port_is_closed(tmp_path: Path):
+    gw = Gateway(GatewaySettings(manifests_dir=tmp_path))
+    gw.holder.loaded = True
+    gw.tracker.healthy_ids = lambda: ["replica-0"]  # type: ignore[method-assign]
+    assert gw.ready
+    gw.public_port_open = False
+    assert not gw.ready
