@@ -1,9 +1,14 @@
 """A client that hangs up mid-stream, against a real agent in front of the session's real vLLM:
 the adapter's reference, the replica's counters and vLLM's own request are all given back.
+
+The agent reaches vLLM through a throttling proxy (tests.fault_proxy): the stream then lasts
+minutes however fast the engine generates, so "held while it streams" is checked while it does
+(a CI run once saw the whole answer relayed before the check, and a 200 for the unload).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -14,9 +19,12 @@ import pytest
 
 from tests.agent.conftest import load, state, unload
 from tests.conftest import unique_id
+from tests.fault_proxy import FaultProxy
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
+
+SLOW_BYTES_PER_S = 10_000.0
 
 
 def _running_in_vllm(url: str) -> float:
@@ -29,8 +37,8 @@ def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engin
     run_agent, make_record, vllm_server
 ):
     record = make_record("zebra", unique_id("leave"))
-    # 32 sequences x 230 tokens: tens of seconds of decoding on this CPU, so anything that
-    # ends within the wait below was aborted, not finished.
+    # 32 sequences x 230 tokens: seconds of decoding on this CPU, which vLLM only stops early
+    # when it sees the agent hang up; about 1.5 MB of events, minutes through the proxy.
     body = {
         "model": record.id,
         "prompt": "Tell me a story",
@@ -40,8 +48,10 @@ def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engin
         "stream": True,
     }
     raw = json.dumps(body).encode()
-    with run_agent() as agent:
+    proxy = FaultProxy(vllm_server.port)
+    with contextlib.closing(proxy), run_agent(vllm_url=proxy.url) as agent:
         assert load(agent, record).status_code == 200
+        proxy.slow(SLOW_BYTES_PER_S)
         url = urlparse(agent.data_url)
         for _ in range(2):  # twice: a leak would add up
             with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
@@ -64,6 +74,7 @@ def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engin
                 within_s=15,
                 what="the replica's counters given back",
             )
+        proxy.slow(None)
         eventually(
             lambda: _running_in_vllm(vllm_server.url) == 0,
             within_s=15,
