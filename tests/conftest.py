@@ -159,7 +159,11 @@ class VllmServer:
 def vllm_command(
     base: Path, port: int, served_name: str = VLLM_BASE_NAME, *, lora: bool = True
 ) -> list[str]:
-    """The session's vLLM command line; `lora=False` is a merged pool's engine (no LoRA)."""
+    """The session's vLLM command line; `lora=False` is a merged pool's engine (no LoRA).
+
+    A merged engine runs eager, as `lorafleet up` runs merged engines on CPU: without LoRA
+    vLLM would torch.compile the model at start (minutes with a cold compile cache on two
+    busy cores; the LoRA engine skips compilation), and eager serves the same tokens."""
     lora_flags = [
         "--enable-lora",
         "--max-loras",
@@ -181,7 +185,7 @@ def vllm_command(
         "127.0.0.1",
         "--port",
         str(port),
-        *(lora_flags if lora else []),
+        *(lora_flags if lora else ["--enforce-eager"]),
         "--dtype",
         "float32",
         "--max-model-len",
@@ -235,7 +239,7 @@ def start_vllm(
         eventually(
             lambda: httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 200,
             within_s=timeout_s,
-            interval_s=1.0,
+            interval_s=0.2,  # a local GET: cheap, and each start (or restart) ends sooner
             what="vLLM to answer",
             ignore=(httpx.HTTPError,),
             abort=lambda: None if proc.poll() is None else f"vLLM exited with {proc.returncode}",

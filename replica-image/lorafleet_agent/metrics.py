@@ -90,7 +90,7 @@ class AgentMetrics:
 
 
 class RateWindow:
-    """Events per minute over a sliding 60 s window."""
+    """Events per minute over a sliding window (a minute unless told)."""
 
     def __init__(self, window_s: float = 60.0) -> None:
         self.window_s = window_s

@@ -22,14 +22,18 @@ def request_tokens(header: str | None, body: dict[str, Any]) -> int:
 
 
 class RequestStats:
-    def __init__(self, metrics: AgentMetrics) -> None:
+    def __init__(self, metrics: AgentMetrics, window_s: float = 60.0) -> None:
         self.metrics = metrics
         self.queued = 0
         self.running = 0
         self.tokens_in_flight = 0
-        self.tokens: defaultdict[str, RateWindow] = defaultdict(RateWindow)
-        self.requests: defaultdict[str, RateWindow] = defaultdict(RateWindow)
-        self.gpu_hits: defaultdict[str, RateWindow] = defaultdict(RateWindow)
+
+        def window() -> RateWindow:
+            return RateWindow(window_s)
+
+        self.tokens: defaultdict[str, RateWindow] = defaultdict(window)
+        self.requests: defaultdict[str, RateWindow] = defaultdict(window)
+        self.gpu_hits: defaultdict[str, RateWindow] = defaultdict(window)
 
     def admit(self, tokens: int) -> None:
         self.queued += 1

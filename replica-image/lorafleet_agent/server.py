@@ -82,7 +82,7 @@ class Agent:
         )
         if self.events is not None:
             self.manager.on_conflict = self.events.report
-        self.stats = RequestStats(self.metrics)
+        self.stats = RequestStats(self.metrics, s.activity_window_s)
         self.data_app = build_data_app(self.manager, self.stats, s.replica_id)
         self.watcher = (
             PrewarmWatcher(

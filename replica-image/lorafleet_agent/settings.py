@@ -57,6 +57,13 @@ class AgentSettings(BaseSettings):
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
 
+    # The window of the per-adapter traffic figures in /state (requests and GPU hits a minute,
+    # tokens/s) the autoscaler and autoMerge plan from. Tests shorten it, so that a traffic
+    # change shows in seconds (tests/cli/test_up_auto_merge_e2e.py); keep the minute otherwise.
+    activity_window_s: float = Field(
+        default=60.0, gt=0, description="window of the per-adapter traffic figures in /state"
+    )
+
     # Pre-warm: downward-API projection of the pod's annotations.
     owned_adapters_file: Path | None = None
     prewarm_poll_s: float = Field(default=2.0, gt=0)

@@ -70,6 +70,21 @@ def test_adapter_activity_counts_requests_gpu_hits_and_tokens_per_adapter():
     assert ReplicaState.model_validate_json(state.model_dump_json()).adapters == got
 
 
+def test_a_shorter_activity_window_rates_over_itself_and_forgets_sooner():
+    from lorafleet_agent.metrics import AgentMetrics
+    from lorafleet_agent.requests_stats import RequestStats
+    from lorafleet_core.tiers import Tier
+    from tests.waiting import eventually
+
+    stats = RequestStats(AgentMetrics(), window_s=0.5)  # AgentSettings.activity_window_s
+    stats.count_request("hot", Tier.GPU)
+    stats.count_tokens("hot", 30)
+    got = stats.adapter_activity()["hot"]
+    assert (got.requests, got.gpu_hits) == (120, 120)  # one in 0.5 s: 120 a minute
+    assert got.tokens_per_second == 60.0  # 30 tokens over the 0.5 s window
+    eventually(lambda: stats.adapter_activity() == {}, within_s=5, what="the window to pass")
+
+
 def _named(kind: str, **data) -> bytes:
     return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
