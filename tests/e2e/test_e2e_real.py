@@ -143,7 +143,7 @@ def test_lorafleet_loadtest_overhead_rows_against_the_base_model(
     gateway = fleet.base_url.removesuffix("/v1")
     out = tmp_path / "oh"
     common = ["loadtest", "--gateway", gateway, "--key-file", str(key_file), "--overhead",
-              "--overhead-duration", "2", "--overhead-rounds", "2", "--overhead-concurrency", "4",
+              "--overhead-duration", "1", "--overhead-rounds", "2", "--overhead-concurrency", "4",
               "--overhead-max-tokens", "8", "--out", str(out), "--no-progress"]  # fmt: skip
     # Two aliases cannot make a batch of three distinct adapters: said clearly, exit 1.
     assert cli([*common, "--adapter-counts", "1,3"]) == 1
