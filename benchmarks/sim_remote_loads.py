@@ -9,9 +9,9 @@ splits the measured requests that loaded their adapter from the object store by
 - how long the routing gateway pod had been routing to the chosen replica
   (`ReplicaView.serving_s`: < 60 s, < 300 s, older), the signal of the join-aware cap
   (docs/performance.md, "Join-aware bounded load");
-- for owner fetches: whether that replica had been asked to pre-warm the adapter (the owned
-  set it pre-warmed, at most its RAM slots in id order, as the agent's pre-warm pass takes
-  them) or never was.
+- for owner fetches: whether that replica had been asked to pre-warm the adapter (its
+  owned-adapters annotation listed it: the agent's pass registers the first RAM slots' worth
+  and pulls the rest to disk) or never was (the annotation's size bound left it out).
 It also counts spills by the same age buckets, cached or fetched. Figures are deterministic
 for a seed; the command is printed with them.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,6 +29,7 @@ from lorafleet_cli.sim.engine import OUTCOMES, Engine
 from lorafleet_cli.sim.params import with_overrides
 from lorafleet_cli.sim.replica import Replica
 from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs
+from lorafleet_core.planning.prewarm import PrewarmPass
 
 REMOTE = 3  # lorafleet_cli.sim.replica.TIER_CODE[Tier.REMOTE]
 
@@ -49,18 +51,23 @@ class RecordingEngine(Engine):
 
     def _new_replica(self, now: float, ready_at: float | None) -> Replica:
         replica = super()._new_replica(now, ready_at)
-        prewarm = replica.prewarm
+        start_pass, prewarm = replica.start_pass, replica.prewarm
 
-        def asked(names: list[str]) -> None:
+        def asked_pass(plan: PrewarmPass[str]) -> None:
+            self.asked[replica.id].update([*plan.register, *plan.to_disk])
+            start_pass(plan)
+
+        def asked(names: Sequence[str]) -> None:
             self.asked[replica.id].update(names)
             prewarm(names)
 
+        replica.start_pass = asked_pass  # type: ignore[method-assign]
         replica.prewarm = asked  # type: ignore[method-assign]
         return replica
 
-    def _instant_prewarm(self, replica: Replica, names: list[str]) -> None:
-        super()._instant_prewarm(replica, names)
-        self.asked[replica.id].update(replica.cache.disk.order())
+    def _instant_prewarm(self, replica: Replica, plan: PrewarmPass[str]) -> None:
+        super()._instant_prewarm(replica, plan)
+        self.asked[replica.id].update([*plan.register, *plan.to_disk])
 
 
 def _age(seconds: float) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from lorafleet_agent.manager import AdapterManager
 from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.planning.prewarm import prewarm_pass
 from lorafleet_core.records import AdapterRecord, decode_owned, parse_downward_annotations
 
 log = logging.getLogger(__name__)
@@ -98,15 +99,17 @@ class PrewarmWatcher:
             )
 
     async def _pass(self, records: list[AdapterRecord]) -> None:
-        # Only as many as vLLM's RAM cache holds: pre-warming more would evict each other.
-        for record in records[: self.manager.slots.cpu_slots]:
+        # One home for the split (lorafleet_core.planning.prewarm.prewarm_pass, which the
+        # simulator drives too); one fetch at a time, so the pass takes a single share of the
+        # object store link beside the requests' own loads.
+        plan = prewarm_pass(records, self.manager.slots.cpu_slots)
+        for record in plan.register:
             try:
                 self.manager.add_record(record)
                 await self.manager.ensure_registered(record.id)
             except Exception as exc:  # one bad adapter must not stop the others
                 log.warning("pre-warm of %s failed: %s", record.id, exc)
-        # The rest go to disk only.
-        for record in records[self.manager.slots.cpu_slots :]:
+        for record in plan.to_disk:
             try:
                 self.manager.add_record(record)
                 await self.manager.ensure_on_disk(record.id)

@@ -6,7 +6,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lorafleet_core.planning.prewarm import plan_owned_annotations, prewarm_order
+from lorafleet_core.planning.prewarm import plan_owned_annotations, prewarm_order, prewarm_pass
 from lorafleet_core.records import AdapterRecord, decode_owned, encode_owned
 from tests.operator.factories import adapter
 
@@ -113,3 +113,14 @@ def test_churn_moves_only_what_it_must(n, k, seed):
             assert left[aid] == old
         else:
             assert set(old) - {gone} <= set(left[aid])
+
+
+def test_prewarm_pass_registers_the_first_ram_slots_in_list_order_and_pulls_the_rest_to_disk():
+    owned = ["c", "a", "b", "e", "d"]  # the annotation's order is kept, not re-sorted
+    plan = prewarm_pass(owned, 2)
+    assert (list(plan.register), list(plan.to_disk)) == (["c", "a"], ["b", "e", "d"])
+    assert list(prewarm_pass(owned, 9).register) == owned
+    assert list(prewarm_pass(owned, 0).to_disk) == owned
+    # A later pass of the experiment: only what the previous list lacked, where it stands.
+    later = prewarm_pass(owned, 2, listed_before={"c", "e"})
+    assert (list(later.register), list(later.to_disk)) == (["a"], ["b", "d"])

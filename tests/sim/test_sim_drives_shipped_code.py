@@ -14,7 +14,9 @@ import lorafleet_core.planning.autoscale as autoscale
 import lorafleet_core.planning.prewarm as planning_prewarm
 import lorafleet_gateway.router as router
 from lorafleet_agent import manager as agent_manager
+from lorafleet_agent import prewarm as agent_prewarm
 from lorafleet_cli.sim import engine, gateway, replica
+from lorafleet_cli.sim import prewarm as sim_prewarm
 from lorafleet_cli.sim.engine import Engine
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
 from lorafleet_cli.sim.workload import Mix, build
@@ -33,6 +35,10 @@ def test_engine_calls_the_gateway_router_and_the_operator_planners():
     assert used(engine, "recommend") is autoscale.recommend
     assert used(engine, "stabilize") is autoscale.stabilize
     assert used(engine, "prewarm_order") is planning_prewarm.prewarm_order
+    # The pre-warm pass: the operator's annotations and the agent's split of its pass.
+    assert used(engine, "prewarm_pass") is planning_prewarm.prewarm_pass
+    assert used(agent_prewarm, "prewarm_pass") is planning_prewarm.prewarm_pass
+    assert used(sim_prewarm, "plan_owned_annotations") is planning_prewarm.plan_owned_annotations
     assert used(gateway, "blended_tokens") is router.blended_tokens
     assert used(gateway, "ReplicaView") is router.ReplicaView
 
@@ -77,7 +83,7 @@ def test_replicas_hold_the_agents_cache_policy_object():
 def test_no_second_copy_of_routing_placement_or_cache_logic_in_the_simulator():
     # Shipped names may be imported, never defined again; no private LRU either.
     shipped = {"plan_route", "owners", "ranked", "plan_owner_count", "recommend", "stabilize"}
-    shipped |= {"prewarm_order"}
+    shipped |= {"prewarm_order", "prewarm_pass", "plan_owned_annotations", "PrewarmPass"}
     shipped |= {"SlotTracker", "LruBytes", "CachePolicy", "Thresholds", "ReplicaView"}
     for info in pkgutil.iter_modules(sim_pkg.__path__):
         module = __import__(f"lorafleet_cli.sim.{info.name}", fromlist=["_"])

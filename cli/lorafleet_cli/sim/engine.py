@@ -1,7 +1,8 @@
 """The event loop: arrivals, the gateway's routing, replica steps, the operator's planners.
 
 Shipped decision code called here: `plan_route` (per request, per gateway pod),
-`placement.owners` (pre-warm sets), `plan_owner_count` (owner counts from measured tokens/s,
+`plan_owned_annotations` + `prewarm_pass` (each pod's owned set and its agent's pre-warm pass,
+`lorafleet_cli.sim.prewarm`), `plan_owner_count` (owner counts from measured tokens/s,
 every `operator_interval_s`), `autoscale.recommend` + `stabilize` (when autoscaling is on).
 Everything is deterministic for a seed: one random generator, events ordered by (time, seq).
 """
@@ -18,13 +19,14 @@ from typing import Any
 
 from lorafleet_cli.sim.gateway import GatewayView
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
+from lorafleet_cli.sim.prewarm import OwnedAnnotations, apply_pass_instantly
 from lorafleet_cli.sim.replica import Replica
 from lorafleet_cli.sim.workload import Workload
 from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
 from lorafleet_core.placement import owners as rendezvous_owners
 from lorafleet_core.planning.adapters import plan_owner_count
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
-from lorafleet_core.planning.prewarm import prewarm_order
+from lorafleet_core.planning.prewarm import PrewarmPass, prewarm_order, prewarm_pass
 from lorafleet_core.replica_state import MergedServing, ReplicaState
 from lorafleet_gateway.pool_router import (
     MERGED,
@@ -121,6 +123,9 @@ class Engine:
         self.timeline: list[dict[str, Any]] = []
         self.scale_events: list[tuple[float, int, str]] = []
         self._members: tuple[str, ...] = ()
+        self.annotations = OwnedAnnotations(
+            self.names, rp.adapter_bytes, fp.owned_annotation_max_bytes
+        )
         for _ in range(fp.replicas):
             self._new_replica(0.0, ready_at=None)
         merged_rp = replace(rp, decode_s=rp.decode_s_merged)
@@ -228,7 +233,7 @@ class Engine:
                     else empty
                 )
                 states.append((r.id, r.tokens_in_flight, r.queue_depth, gpu, held))
-                if now >= r.warm_gate_until or (r.prewarming is None and not r.prewarm_queue):
+                if r.passed or now >= r.warm_gate_until:
                     warm_ids.add(r.id)
         # As the gateway's tracker does: a replica still in its first pre-warm pass (state
         # `warming`) is left out while another one can serve.
@@ -283,6 +288,7 @@ class Engine:
                     replica.id, self.prompt[req] + self.output[req]
                 )
             self._membership_changed(now)
+            self.annotations.forget(replica.id)
             # The StatefulSet recreates the pod under the same id, cold.
             self.schedule(now + self._start_delay(), self._ready, (replica, replica.epoch))
             self.scale_events.append((now, self.desired, f"fail {replica.id}"))
@@ -304,40 +310,33 @@ class Engine:
         return tuple(r.id for r in self.replicas if r.alive and not r.draining and r.merged is None)
 
     def _membership_changed(self, now: float, initial: bool = False) -> None:
-        """The operator re-plans owners over the live replicas and pre-warms what moved."""
-        members = self.live_ids()
-        old = self._members
-        self._members = members
-        if not members:
-            return
-        base = self.fp.owners_per_adapter
-        owned: dict[str, list[str]] = {rid: [] for rid in members}
-        for name in self.names:
-            k = self.k.get(name, base)
-            new = rendezvous_owners(name, members, k)
-            before = set(rendezvous_owners(name, old, k)) if old and not initial else set()
-            for rid in new:
-                if rid not in before:
-                    owned[rid].append(name)
-        for rid, names in owned.items():
-            replica = self._by_id[rid]
-            # The annotation lists records by id and the agent takes them in that order;
-            # `prewarm_by_traffic` (experiment): hottest first by the last measured tokens/s.
-            names = prewarm_order(names, self.tps if self.fp.prewarm_by_traffic else {})
-            if initial and self.fp.prewarm:
-                self._instant_prewarm(replica, names)
-            elif not initial:
-                replica.prewarm(names[: self.rp.ram_slots])
+        """The operator re-plans owners over the live replicas; agents whose owned-adapters
+        annotation changed run a pre-warm pass over it."""
+        self._members = self.live_ids()
+        if self._members:
+            self._replan(initial)
 
-    def _instant_prewarm(self, replica: Replica, names: list[str]) -> None:
-        cache = replica.cache
-        size = self.rp.adapter_bytes
-        for i, name in enumerate(names):
-            if cache.disk.used + size > cache.disk.budget:
-                break
-            cache.disk.put(name, size)
-            if i < self.rp.ram_slots:
-                cache.slots.register(name)
+    def _replan(self, initial: bool = False) -> None:
+        base = self.fp.owners_per_adapter
+        k_by: dict[str, int] | int = (
+            {**dict.fromkeys(self.names, base), **self.k} if self.k or base != 2 else base
+        )
+        changed = self.annotations.plan(self._members, k_by, self.tps)
+        for rid, (names, before) in changed.items():
+            replica = self._by_id[rid]
+            # The agent takes the annotation's order (by id); `prewarm_by_traffic`
+            # (experiment): an operator writing it hottest first by the last tokens/s.
+            if self.fp.prewarm_by_traffic:
+                names = prewarm_order(names, self.tps)
+            listed = before if self.fp.prewarm_changes_only else frozenset()
+            plan = prewarm_pass(names, self.rp.ram_slots, listed)
+            if not initial:
+                replica.start_pass(plan)
+            elif self.fp.prewarm:
+                self._instant_prewarm(replica, plan)
+
+    def _instant_prewarm(self, replica: Replica, plan: PrewarmPass[str]) -> None:
+        apply_pass_instantly(replica.cache, plan, self.rp.adapter_bytes)
 
     # ------------------------------------------------------------------ operator
 
@@ -350,6 +349,7 @@ class Engine:
         members = self._members
         base = self.fp.owners_per_adapter
         self.tps = {name: tokens / interval for name, tokens in measured.items()}
+        replan = self.annotations.dropped_any  # the kept adapters follow traffic
         for name in set(measured) | set(self.k):
             current = self.k.get(name, base)
             k = plan_owner_count(
@@ -365,11 +365,9 @@ class Engine:
                 del self.k[name]
             else:
                 self.k[name] = k
-            if k > current and members:
-                had = set(rendezvous_owners(name, members, current))
-                for rid in rendezvous_owners(name, members, k):
-                    if rid not in had:
-                        self._by_id[rid].prewarm([name])
+            replan = True
+        if replan and members:
+            self._replan()
         if self.fp.prewarm_next_hot and members:
             self._prewarm_next_replica(measured, members)
         if now < self.duration:

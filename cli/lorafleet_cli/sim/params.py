@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from lorafleet_core.models.pool import DEFAULT_TARGET_TOKENS_IN_FLIGHT
+from lorafleet_core.models.pool import DEFAULT_TARGET_TOKENS_IN_FLIGHT, CacheSpec
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 
 MB = 1_000_000
+DEFAULT_OWNED_ANNOTATION_MAX_BYTES = CacheSpec().owned_annotation_max_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +145,18 @@ class FleetParams:
     # first pre-warm pass ends, at most this long (the agent's prewarm_ready_timeout_s;
     # 0 = it serves at once, the behaviour before the agent reported `warming`).
     prewarm_gate_s: float = 180.0
+    # The operator's owned-adapters annotation bound (ReplicaPool
+    # spec.cache.ownedAnnotationMaxBytes): a pod owning more keeps its hottest adapters, then
+    # those it owns first, ~470 simulated rows; the rest load on first request.
+    owned_annotation_max_bytes: int = DEFAULT_OWNED_ANNOTATION_MAX_BYTES
     # Experiment (not in the operator): pre-warm a replica's newly owned adapters hottest first
     # by the last operator interval's tokens/s (lorafleet_core.planning.prewarm.prewarm_order);
     # false = id order, as the operator's annotation lists them.
     prewarm_by_traffic: bool = False
+    # Experiment (not in the agent): a pass after the first pre-warms only the adapters the
+    # previous annotation did not list (false = the agent's whole owned list on every change,
+    # re-registering its first RAM slots' worth over what traffic put in RAM).
+    prewarm_changes_only: bool = False
     # Experiment (not in the operator): the N hottest adapters by tokens/s of the last operator
     # interval are also pre-warmed on their next rendezvous replica, where spills land.
     prewarm_next_hot: int = 0

@@ -3,7 +3,8 @@
 Each adapter's owners come from rendezvous hashing (`lorafleet_core.placement.owners`); a pod's
 annotation lists the records of the adapters it owns, encoded by `lorafleet_core.records`
 (sorted by id, compact JSON) so the same set always gives the same bytes and unchanged pods
-are never patched. The agent pre-warms in the listed order, as many as its RAM slots hold.
+are never patched. The agent pre-warms in the listed order (`prewarm_pass`): the first RAM
+slots' worth registered with vLLM, then the rest pulled to its disk cache only.
 
 `prewarm_order` (hottest first) is an experiment the simulator runs
 (`--set prewarm_by_traffic=true`); measured, not shipped (docs/performance.md, "Pre-warm
@@ -19,13 +20,48 @@ because the gateway posts the record to the agent's load endpoint.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import floor, log2
+from typing import Generic, TypeVar
 
 from lorafleet_core.placement import owners as rendezvous_owners
 from lorafleet_core.records import AdapterRecord, encode_owned_row, join_owned_rows
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PrewarmPass(Generic[T]):
+    """One pre-warm pass of an agent over its owned list, in the order it runs: `register`
+    first (into vLLM's host RAM cache), then `to_disk` (fetched into the disk tier only)."""
+
+    register: Sequence[T]
+    to_disk: Sequence[T]
+
+
+def prewarm_pass(
+    owned: Sequence[T], ram_slots: int, listed_before: Container[T] = ()
+) -> PrewarmPass[T]:
+    """The agent's pass over its owned list (the annotation's order, not re-sorted).
+
+    Only as many as vLLM's RAM cache holds are registered: registering more would evict each
+    other. The rest are pulled to disk, so a first request loads them from disk, not from the
+    object store. The agent (`lorafleet_agent.prewarm`) runs it one adapter at a time, and the
+    simulator (`lorafleet_cli.sim`) drives the same split.
+
+    `listed_before` (experiment, `FleetParams.prewarm_changes_only` in the simulator): entries
+    the previous annotation already listed are left out, so a later pass touches only what
+    the operator newly assigned, each where its position puts it.
+    """
+    cut = max(0, ram_slots)
+    if not listed_before:
+        return PrewarmPass(register=owned[:cut], to_disk=owned[cut:])
+    return PrewarmPass(
+        register=[x for x in owned[:cut] if x not in listed_before],
+        to_disk=[x for x in owned[cut:] if x not in listed_before],
+    )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,115 @@
+"""The operator's owned-adapters annotations and the agent's pre-warm pass, in the simulator.
+
+Shipped code driven here: `lorafleet_core.planning.prewarm.plan_owned_annotations` (owners by
+rendezvous hashing, each pod's annotation in id order, bounded by
+`cache.ownedAnnotationMaxBytes` so a pod owning more keeps its hottest adapters, then those it
+owns first) and `prewarm_pass` (the agent's split of a pass: the first RAM slots' worth
+registered with vLLM, the rest pulled to disk only). The replica runs the pass one adapter at
+a time (`lorafleet_cli.sim.replica.Replica.start_pass`), as the agent's `PrewarmWatcher` does.
+
+The operator writes an annotation only when its value changes, and the agent starts a pass
+only when the value it reads changes (a fresh agent, after a failure, always does): this
+module keeps the last value per pod so the simulator starts passes exactly then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+
+from lorafleet_core.cache_policy import CachePolicy
+from lorafleet_core.planning.prewarm import PrewarmPass, plan_owned_annotations
+from lorafleet_core.records import AdapterRecord
+
+# A record as the operator builds it from a LoRAAdapter (rank 16 on the seven projections):
+# the annotation's size bound counts its bytes (~416 per row with the default names), so the
+# simulated rows are as long as real ones.
+_MODULES = ("down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj")
+_BASE_HASH = "sha256:" + "0" * 64
+
+
+def sim_record(name: str, size_bytes: int) -> AdapterRecord:
+    """The registry record of a simulated adapter (not validated: trace and mix names need
+    not be DNS names, and the planner only reads ids and encodes rows)."""
+    return AdapterRecord.model_construct(
+        id=name,
+        tenant=name,
+        base_model_hash=_BASE_HASH,
+        rank=16,
+        alpha=32.0,
+        target_modules=_MODULES,
+        weights_uri=f"s3://lorafleet-adapters/{name}/v1/",
+        checksum="sha256:" + hashlib.sha256(name.encode()).hexdigest(),
+        size_bytes=size_bytes,
+    )
+
+
+def owned_ids(annotation: str) -> list[str]:
+    """The ids of an annotation value, in its order: what the agent's `decode_owned` yields
+    (without validating each record again; the simulator wrote them)."""
+    return [row["id"] for row in json.loads(annotation)] if annotation.strip() else []
+
+
+class OwnedAnnotations:
+    """The annotation the operator last wrote on each pod; which pods a re-plan changes."""
+
+    def __init__(self, names: Iterable[str], size_bytes: int, max_bytes: int) -> None:
+        self.records = [sim_record(n, size_bytes) for n in names]
+        self.max_bytes = max_bytes
+        self.written: dict[str, str] = {}
+        self.listed: dict[str, frozenset[str]] = {}  # the ids of each written value
+        # Whether the last plan left adapters out of some annotation: only then does the
+        # operator's traffic figure change an annotation (which adapters are kept); otherwise
+        # a re-plan with the same owners writes the same values, and is skipped.
+        self.dropped_any = False
+
+    def plan(
+        self, members: Sequence[str], k_by: Mapping[str, int] | int, traffic: Mapping[str, float]
+    ) -> dict[str, tuple[list[str], frozenset[str]]]:
+        """Re-plan over the live replicas: for each replica whose annotation changed, its
+        owned ids (annotation order), which its agent now pre-warms, and the ids its agent
+        read before (empty for a fresh agent)."""
+        plan = plan_owned_annotations(self.records, members, k_by, self.max_bytes, traffic)
+        self.dropped_any = bool(plan.dropped)
+        changed: dict[str, tuple[list[str], frozenset[str]]] = {}
+        for rid, value in plan.annotations.items():
+            if self.written.get(rid) != value:
+                self.written[rid] = value
+                ids = owned_ids(value)
+                changed[rid] = (ids, self.listed.get(rid, frozenset()))
+                self.listed[rid] = frozenset(ids)
+        return changed
+
+    def forget(self, rid: str) -> None:
+        """The pod's agent restarts: its first read of the annotation is a change."""
+        self.written.pop(rid, None)
+        self.listed.pop(rid, None)
+
+
+def apply_pass_instantly(cache: CachePolicy, plan: PrewarmPass[str], size: int) -> None:
+    """The end state of a finished pass, for a fleet already running when the run starts:
+    the same cache decisions the agent's pass makes (disk room by the policy's LRU victims,
+    registered adapters pinned), without the time it takes."""
+    for name in plan.register:
+        if _put_on_disk(cache, name, size):
+            if cache.needs_ram_room():
+                victim = cache.ram_victim(name)
+                if victim is None:
+                    continue
+                cache.slots.unregister(victim)
+            cache.slots.register(name)
+    for name in plan.to_disk:
+        _put_on_disk(cache, name, size)
+
+
+def _put_on_disk(cache: CachePolicy, name: str, size: int) -> bool:
+    if name in cache.disk:
+        return True
+    victims = cache.disk_victims(size)
+    if victims is None:
+        return False  # the agent's CacheFull: logged, the pass goes on
+    for victim in victims:
+        cache.disk.remove(victim)
+    cache.disk.put(name, size)
+    return True

@@ -1,0 +1,130 @@
+"""A joining replica pre-warms as the agent does: its annotation's first RAM slots' worth
+registered, the rest pulled to disk, one fetch at a time; later requests load from disk."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from lorafleet_cli.sim.engine import Engine, FleetEvent
+from lorafleet_cli.sim.params import FleetParams, ReplicaParams
+from lorafleet_cli.sim.replica import Replica
+from lorafleet_cli.sim.workload import Workload
+from lorafleet_core.placement import owners
+from lorafleet_core.planning.prewarm import PrewarmPass, prewarm_pass
+from lorafleet_core.records import decode_owned
+from lorafleet_core.tiers import Tier
+
+NAMES = tuple(f"adapter-{i:03d}" for i in range(1, 121))
+RP = replace(ReplicaParams(), ram_slots=5)
+# One owner per adapter, so a request for the newcomer's adapter can only go to it.
+FP = FleetParams(replicas=3, owners_per_adapter=1, gateways=1)
+ADD_AT = 5.0
+JOINED = ADD_AT + RP.base_start_s + RP.warmup_s
+MEMBERS = ("replica-0", "replica-1", "replica-2", "replica-3")
+OWNED = sorted(n for n in NAMES if owners(n, MEMBERS, 1) == ["replica-3"])  # the annotation's
+
+
+def workload(*rows: tuple[float, str]) -> Workload:
+    """One small request (10 prompt tokens, 2 output) per (arrival, adapter) row."""
+    w = Workload(names=NAMES, label="hand-made")
+    for at, name in rows:
+        w.at.append(at)
+        w.prompt.append(10)
+        w.output.append(2)
+        w.adapter.append(NAMES.index(name))
+    return w
+
+
+def joined(eng: Engine) -> Replica:
+    return eng._by_id["replica-3"]
+
+
+def test_the_joined_replica_registers_its_first_ram_slots_and_pulls_the_rest_to_disk():
+    assert len(OWNED) > 2 * RP.ram_slots  # enough beyond RAM to matter
+    eng = Engine(workload((0.0, NAMES[0])), RP, FP, events=[FleetEvent(ADD_AT, "add")]).run()
+    replica = joined(eng)
+    plan = prewarm_pass(OWNED, RP.ram_slots)
+    assert replica.passed
+    assert replica.prewarming is None
+    assert replica.cache.slots.registered() == list(plan.register)
+    assert set(replica.cache.disk.order()) == set(OWNED)
+    # One fetch at a time from the object store: the pass takes a remote load per adapter.
+    assert eng.now == pytest.approx(JOINED + len(OWNED) * RP.remote_s)
+
+
+def test_a_request_after_the_pass_loads_from_disk_and_one_during_its_pull_is_remote():
+    last = prewarm_pass(OWNED, RP.ram_slots).to_disk[-1]
+    pass_ends = JOINED + len(OWNED) * RP.remote_s
+    gate = replace(FP, prewarm_gate_s=1.0)  # serve during the pass, as after the timeout
+    during, after = pass_ends - 0.5 * RP.remote_s, pass_ends + 10.0
+    eng = Engine(
+        workload((0.0, NAMES[0]), (during, last)), RP, gate, events=[FleetEvent(ADD_AT, "add")]
+    ).run()
+    # Arrived while the pass fetched it: waits for that fetch (remote), then loads from disk.
+    assert eng.replica_of[1] == 3
+    assert eng.tier[1] == 3
+    assert eng.first_token[1] - eng.arrival[1] == pytest.approx(
+        0.5 * RP.remote_s + RP.disk_s + 10 / RP.prefill_tps, abs=0.06
+    )
+    eng = Engine(
+        workload((0.0, NAMES[0]), (after, last)), RP, gate, events=[FleetEvent(ADD_AT, "add")]
+    ).run()
+    assert eng.replica_of[1] == 3
+    assert eng.tier[1] == 2
+
+
+def test_the_pass_loads_in_the_order_the_agents_planner_gives_for_its_annotation(monkeypatch):
+    started: list[str] = []
+    start_load = Replica._start_load
+
+    def record(self: Replica, name: str, tier: Tier, now: float, reqs: list[int]) -> None:
+        if self.id == "replica-3":
+            started.append(name)
+        start_load(self, name, tier, now, reqs)
+
+    monkeypatch.setattr(Replica, "_start_load", record)
+    eng = Engine(workload((0.0, NAMES[0])), RP, FP, events=[FleetEvent(ADD_AT, "add")]).run()
+    # What the agent would read from the pod's annotation, split by the agent's own planner.
+    records = decode_owned(eng.annotations.written["replica-3"])
+    plan = prewarm_pass(records, RP.ram_slots)
+    assert started == [r.id for r in (*plan.register, *plan.to_disk)]
+    assert [r.id for r in records] == OWNED  # by id, as the operator writes it
+
+
+def test_a_pod_owning_more_than_its_annotation_holds_prewarms_only_what_the_annotation_lists():
+    small = replace(FP, owned_annotation_max_bytes=4096)  # ~9 rows of ~416 bytes
+    eng = Engine(workload((0.0, NAMES[0])), RP, small, events=[FleetEvent(ADD_AT, "add")]).run()
+    listed = [r.id for r in decode_owned(eng.annotations.written["replica-3"])]
+    assert RP.ram_slots < len(listed) < len(OWNED)
+    assert set(joined(eng).cache.disk.order()) == set(listed)
+
+
+def test_changes_only_leaves_a_later_pass_to_what_the_annotation_newly_lists(monkeypatch):
+    passes: list[tuple[str, PrewarmPass[str]]] = []
+    start_pass = Replica.start_pass
+
+    def record(self: Replica, plan: PrewarmPass[str]) -> None:
+        passes.append((self.id, plan))
+        start_pass(self, plan)
+
+    monkeypatch.setattr(Replica, "start_pass", record)
+    rp = replace(RP, ram_slots=500)  # everything owned fits in RAM: one list to compare
+
+    def passes_of_replica_1(fp: FleetParams) -> list[PrewarmPass[str]]:
+        passes.clear()
+        Engine(workload((0.0, NAMES[0])), rp, fp, events=[FleetEvent(ADD_AT, "fail", 0)]).run()
+        return [plan for rid, plan in passes if rid == "replica-1"]
+
+    def owned_by_1(members: tuple[str, ...]) -> list[str]:
+        return sorted(n for n in NAMES if owners(n, members, 1) == ["replica-1"])
+
+    had, with_0_gone = owned_by_1(MEMBERS[:3]), owned_by_1(MEMBERS[1:3])
+    # replica-0 fails, so replica-1 takes some of its adapters; it comes back and takes them.
+    whole = passes_of_replica_1(FP)
+    assert [list(p.register) for p in whole] == [with_0_gone, had]
+    only_new = passes_of_replica_1(replace(FP, prewarm_changes_only=True))
+    gained = [n for n in with_0_gone if n not in had]
+    assert gained
+    assert [list(p.register) for p in only_new] == [gained, []]
