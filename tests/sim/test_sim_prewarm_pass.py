@@ -46,8 +46,8 @@ def test_the_joined_replica_registers_its_first_ram_slots_and_pulls_the_rest_to_
     eng = Engine(workload((0.0, NAMES[0])), RP, FP, events=[FleetEvent(ADD_AT, "add")]).run()
     replica = joined(eng)
     plan = prewarm_pass(OWNED, RP.ram_slots)
-    assert replica.passed
-    assert replica.prewarming is None
+    assert replica.warm.passed
+    assert replica.warm.current is None
     assert replica.cache.slots.registered() == list(plan.register)
     assert set(replica.cache.disk.order()) == set(OWNED)
     # One fetch at a time from the object store: the pass takes a remote load per adapter.
@@ -77,14 +77,14 @@ def test_a_request_after_the_pass_loads_from_disk_and_one_during_its_pull_is_rem
 
 def test_the_pass_loads_in_the_order_the_agents_planner_gives_for_its_annotation(monkeypatch):
     started: list[str] = []
-    start_load = Replica._start_load
+    start_load = Replica.start_load
 
     def record(self: Replica, name: str, tier: Tier, now: float, reqs: list[int]) -> None:
         if self.id == "replica-3":
             started.append(name)
         start_load(self, name, tier, now, reqs)
 
-    monkeypatch.setattr(Replica, "_start_load", record)
+    monkeypatch.setattr(Replica, "start_load", record)
     eng = Engine(workload((0.0, NAMES[0])), RP, FP, events=[FleetEvent(ADD_AT, "add")]).run()
     # What the agent would read from the pod's annotation, split by the agent's own planner.
     records = decode_owned(eng.annotations.written["replica-3"])

@@ -5,7 +5,7 @@ rendezvous hashing, each pod's annotation in id order, bounded by
 `cache.ownedAnnotationMaxBytes` so a pod owning more keeps its hottest adapters, then those it
 owns first) and `prewarm_pass` (the agent's split of a pass: the first RAM slots' worth
 registered with vLLM, the rest pulled to disk only). The replica runs the pass one adapter at
-a time (`lorafleet_cli.sim.replica.Replica.start_pass`), as the agent's `PrewarmWatcher` does.
+a time (`AgentPass`, driving the replica's loads), as the agent's `PrewarmWatcher` does.
 
 The operator writes an annotation only when its value changes, and the agent starts a pass
 only when the value it reads changes (a fresh agent, after a failure, always does): this
@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from lorafleet_core.cache_policy import CachePolicy
 from lorafleet_core.planning.prewarm import PrewarmPass, plan_owned_annotations
 from lorafleet_core.records import AdapterRecord
+from lorafleet_core.tiers import Tier
+
+if TYPE_CHECKING:
+    from lorafleet_cli.sim.replica import Replica
 
 # A record as the operator builds it from a LoRAAdapter (rank 16 on the seven projections):
 # the annotation's size bound counts its bytes (~416 per row with the default names), so the
@@ -85,6 +91,65 @@ class OwnedAnnotations:
         """The pod's agent restarts: its first read of the annotation is a change."""
         self.written.pop(rid, None)
         self.listed.pop(rid, None)
+
+
+class AgentPass:
+    """The agent's pre-warm on one simulated replica (`PrewarmWatcher.once` + `_pass`).
+
+    One pass at a time, one adapter at a time: `register` entries loaded into RAM (from disk,
+    or fetched first), then `to_disk` entries fetched only; present ones are skipped. An
+    adapter a request is loading holds the agent's per-adapter lock, so the pass waits for that
+    load. An annotation read while a pass runs waits for it; a later one replaces it (the
+    watcher reads the latest value when the pass ends).
+    """
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica = replica
+        self.queue: deque[tuple[str, bool]] = deque()  # (adapter, to disk only)
+        self.next_pass: PrewarmPass[str] | None = None
+        self.current: str | None = None  # the adapter the pass is loading or waiting for
+        self.disk_only: set[str] = set()  # the pass's fetches that stop at the disk tier
+        self.passed = False  # a first pass ended: the agent's `warming` state until then
+
+    def start(self, plan: PrewarmPass[str], now: float) -> None:
+        if self.current is None and not self.queue:
+            self._queue(plan)
+            self.advance(now)
+        else:
+            self.next_pass = plan
+
+    def add(self, names: Sequence[str], now: float) -> None:
+        self.queue.extend((name, False) for name in names)
+        if self.current is None:
+            self.advance(now)
+
+    def _queue(self, plan: PrewarmPass[str]) -> None:
+        self.queue.extend((name, False) for name in plan.register)
+        self.queue.extend((name, True) for name in plan.to_disk)
+
+    def advance(self, now: float) -> None:
+        """The next load of the pass (the replica calls back when the current one ends)."""
+        replica = self.replica
+        cache, queue = replica.cache, self.queue
+        while True:
+            while queue:
+                name, to_disk = queue.popleft()
+                if name in replica.pending:
+                    self.current = name  # continued when that load ends
+                    return
+                tier = cache.tier(name)
+                if tier is Tier.REMOTE or (not to_disk and tier is Tier.DISK):
+                    self.current = name
+                    if to_disk:
+                        self.disk_only.add(name)
+                    replica.start_load(name, tier, now, [])
+                    return
+            if self.next_pass is None:
+                break
+            self._queue(self.next_pass)
+            self.next_pass = None
+        self.current = None
+        self.passed = True
 
 
 def apply_pass_instantly(cache: CachePolicy, plan: PrewarmPass[str], size: int) -> None:

@@ -7,7 +7,7 @@ from disk or from the object store, whose bandwidth concurrent fetches on this r
 registering needs an idle RAM slot, and when every registered adapter is in use the load waits
 for a release. Other sequences keep decoding meanwhile.
 
-Pre-warm is the agent's pass (`start_pass`, planned by `lorafleet_core.planning.prewarm`): one
+Pre-warm is the agent's pass (`start_pass`; `lorafleet_cli.sim.prewarm.AgentPass`): one
 adapter at a time, the first RAM slots' worth registered, then the rest fetched to disk only;
 its fetches share the object-store link with the requests' own. A request for an adapter the
 pass is fetching waits for that fetch and counts as remote, as the agent reports it.
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from lorafleet_cli.sim.host import HostCpu
 from lorafleet_cli.sim.params import ReplicaParams
+from lorafleet_cli.sim.prewarm import AgentPass
 from lorafleet_core.cache_policy import CachePolicy, LruBytes, SlotTracker
 from lorafleet_core.planning.prewarm import PrewarmPass
 from lorafleet_core.tiers import Tier
@@ -107,14 +108,7 @@ class Replica:
         self.pending_tier: dict[str, int] = {}
         self.ram_waiters: deque[str] = deque()  # loaded to disk, waiting for an idle RAM slot
         self.remote_active = 0
-        # The agent's pre-warm: the pass running (adapter, to disk only), the annotation read
-        # while it runs (the watcher reads the latest one when the pass ends), whether a first
-        # pass ended (the agent's `warming` state until then).
-        self.prewarm_queue: deque[tuple[str, bool]] = deque()
-        self.next_pass: PrewarmPass[str] | None = None
-        self.prewarming: str | None = None  # the adapter the pass is loading or waiting for
-        self.disk_only: set[str] = set()  # the pass's fetches that stop at the disk tier
-        self.passed = False
+        self.warm = AgentPass(self)  # the agent's pre-warm passes (a fresh agent: none yet)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,7 +184,7 @@ class Replica:
             eng.schedule(now + self.p.ram_s, self._ram_ready, (self.epoch, req))
         else:
             eng.tier[req] = TIER_CODE[tier]
-            self._start_load(name, tier, now, [req])
+            self.start_load(name, tier, now, [req])
 
     def _ram_ready(self, now: float, arg: tuple[int, int]) -> None:
         if arg[0] == self.epoch:
@@ -207,50 +201,14 @@ class Replica:
     # ------------------------------------------------------------------ loading
 
     def start_pass(self, plan: PrewarmPass[str]) -> None:
-        """The agent read a changed owned-adapters annotation: a pass over it, after the one
-        running (an annotation read meanwhile replaces the one still waiting)."""
-        if self.prewarming is None and not self.prewarm_queue:
-            self._queue_pass(plan)
-            self._prewarm_next(self.eng.now)
-        else:
-            self.next_pass = plan
+        """The agent read a changed owned-adapters annotation: a pass over it."""
+        self.warm.start(plan, self.eng.now)
 
     def prewarm(self, names: Sequence[str]) -> None:
         """Extra adapters to register, after what the pass has queued (an experiment's)."""
-        self.prewarm_queue.extend((name, False) for name in names)
-        if self.prewarming is None:
-            self._prewarm_next(self.eng.now)
+        self.warm.add(names, self.eng.now)
 
-    def _queue_pass(self, plan: PrewarmPass[str]) -> None:
-        self.prewarm_queue.extend((name, False) for name in plan.register)
-        self.prewarm_queue.extend((name, True) for name in plan.to_disk)
-
-    def _prewarm_next(self, now: float) -> None:
-        cache = self.cache
-        queue = self.prewarm_queue
-        while True:
-            while queue:
-                name, to_disk = queue.popleft()
-                if name in self.pending:
-                    # A request's load holds the adapter's lock: the pass waits for it
-                    # (_after_register continues it), then finds it registered.
-                    self.prewarming = name
-                    return
-                tier = cache.tier(name)
-                if tier is Tier.REMOTE or (not to_disk and tier is Tier.DISK):
-                    self.prewarming = name
-                    if to_disk:
-                        self.disk_only.add(name)
-                    self._start_load(name, tier, now, [])
-                    return
-            if self.next_pass is None:
-                break
-            self._queue_pass(self.next_pass)
-            self.next_pass = None
-        self.prewarming = None
-        self.passed = True
-
-    def _start_load(self, name: str, tier: Tier, now: float, reqs: list[int]) -> None:
+    def start_load(self, name: str, tier: Tier, now: float, reqs: list[int]) -> None:
         self.pending[name] = reqs
         self.pending_tier[name] = TIER_CODE[tier]
         self.cache.loading.add(name)
@@ -275,7 +233,7 @@ class Replica:
                 cache.disk.remove(victim)
                 self.evictions += 1
             cache.disk.put(name, self.p.adapter_bytes)
-        if name in self.disk_only:
+        if name in self.warm.disk_only:
             self._pulled(name, now)
             return
         self._loaded(now, arg)
@@ -283,7 +241,7 @@ class Replica:
     def _pulled(self, name: str, now: float) -> None:
         """The pass's fetch to disk ended: the pass goes on; requests that arrived during it
         then load the adapter from disk (the agent's ensure_on_disk, then ensure_registered)."""
-        self.disk_only.discard(name)
+        self.warm.disk_only.discard(name)
         if self.pending[name]:
             self.pending_tier[name] = TIER_CODE[Tier.DISK]  # what later arrivals wait on
             self.eng.schedule(now + self.p.disk_s, self._loaded, (self.epoch, name))
@@ -291,8 +249,8 @@ class Replica:
             self.cache.loading.discard(name)
             self.pending_tier.pop(name, None)
             del self.pending[name]
-        if name == self.prewarming:
-            self._prewarm_next(now)
+        if name == self.warm.current:
+            self.warm.advance(now)
 
     def _loaded(self, now: float, arg: tuple[int, str]) -> None:
         if arg[0] != self.epoch:
@@ -320,8 +278,8 @@ class Replica:
         reqs = self.pending.pop(name)
         for req in reqs:
             self._enqueue(req, now)
-        if name == self.prewarming:
-            self._prewarm_next(now)
+        if name == self.warm.current:
+            self.warm.advance(now)
 
     def _retry_waiters(self, now: float) -> None:
         while self.ram_waiters:
