@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from lorafleet_core import crds, names
+from lorafleet_core.models.engine_args import EXTRA_ARGS_RULE
 
 from .conftest import CRDS, REPO
 
@@ -219,9 +220,18 @@ def test_schema_is_structural(name, schema):
 
 
 @pytest.mark.parametrize(("name", "schema"), all_schemas())
-def test_metadata_is_not_restricted(name, schema):
+def test_metadata_is_restricted_only_in_its_name(name, schema):
+    """A CRD may restrict metadata.name and nothing else of metadata (the API server refuses
+    the CRD otherwise); ReplicaPool does, for the StatefulSet and Service it names."""
     props = schema["properties"]
-    assert props["metadata"] == {"type": "object", "description": "Standard object metadata."}
+    meta = dict(props["metadata"])
+    name_schema = meta.pop("properties", {}).pop("name", None)
+    assert meta == {"type": "object", "description": "Standard object metadata."}
+    if name == "lorafleet.dev_replicapools.yaml":
+        assert name_schema is not None
+        assert name_schema["maxLength"] == 52
+    else:
+        assert name_schema is None
     assert props["apiVersion"]["type"] == props["kind"]["type"] == "string"
     assert schema["required"] == ["spec"]
 
@@ -273,6 +283,7 @@ def test_expected_rules_are_present():
         ("adapteraliases", ".spec.model"): ["self == oldSelf"],
         ("adapteraliases", ".spec.tenant"): ["self == oldSelf"],
         ("replicapools", ".spec.baseModel.hash"): ["self == oldSelf"],
+        ("replicapools", ".spec.engine.extraArgs"): [EXTRA_ARGS_RULE],
     }
 
 
