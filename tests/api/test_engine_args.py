@@ -1,6 +1,7 @@
 """ReplicaPool fields that reach Kubernetes objects or vLLM's command line: engine.extraArgs may
 not set the flags lorafleet's guarantees rest on (checked against the installed vLLM's own
-parser), and a pool's name must be one its StatefulSet and Service can carry."""
+parser), a pool's name must be one its StatefulSet and Service can carry, and the template may
+not take lorafleet's volumes; the CRD refuses each as the model does."""
 
 from __future__ import annotations
 
@@ -138,6 +139,30 @@ def test_exactly_the_abbreviations_vllm_resolves_to_a_reserved_flag_are_refused(
 def test_pool_names_its_statefulset_and_service_cannot_carry_are_refused(name, accepted):
     doc = copy.deepcopy(pool_body(name))
     assert outcome(doc) == (accepted, accepted)
+
+
+@pytest.mark.parametrize(
+    ("template", "accepted"),
+    [
+        ({"volumes": [{"name": "cache", "emptyDir": {}}]}, False),
+        ({"volumes": [{"name": "tmp", "emptyDir": {}}]}, False),
+        ({"volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}]}, False),
+        ({"volumeMounts": [{"name": "x", "mountPath": "/var/cache/lorafleet"}]}, False),
+        (
+            {
+                "volumes": [{"name": "models", "emptyDir": {}}],
+                "volumeMounts": [{"name": "models", "mountPath": "/models"}],
+            },
+            True,
+        ),
+    ],
+)
+def test_template_volumes_lorafleet_reserves_are_refused_by_the_crd_as_by_the_model(
+    template, accepted
+):
+    """The API server accepted a pool edit adding a `/tmp` mount that the operator and the
+    gateway then refused as a whole pool: every adapter on it stopped being served."""
+    assert outcome(pool_body(template=template)) == (accepted, accepted)
 
 
 adapter_names = st.from_regex(DNS_SUBDOMAIN.replace("$", r"\Z"), fullmatch=True).filter(

@@ -158,13 +158,29 @@ class PodMetadata(SpecModel):
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
 
 
-def _items(max_items: int, description: str, kind: str, field: str) -> Any:
+def _items(max_items: int, description: str, kind: str, field: str, **extra: Any) -> Any:
     return Field(
         default_factory=list,
         max_length=max_items,
         description=description,
-        json_schema_extra=kube_field(kind, field),
+        json_schema_extra=kube_field(kind, field, **extra),
     )
+
+
+def _not_reserved(item: str, key: str, reserved: frozenset[str], what: str) -> dict[str, Any]:
+    """The CRD's mirror of ReplicaPodTemplate._no_reserved_names for one list: without it the
+    API server accepts a pool edit the operator and the gateway refuse, and every adapter of
+    the pool stops being served."""
+    listed = ", ".join(f"'{r}'" for r in sorted(reserved))
+    return {
+        "rules": [
+            {
+                "rule": f"self.all({item}, !({item}.{key} in [{listed}]))",
+                "message": f"{what} {listed.replace(chr(39), '')} are lorafleet's own",
+            }
+        ],
+        "item_max_lengths": {key: 63 if key == "name" else 4096},
+    }
 
 
 class ReplicaPodTemplate(SpecModel):
@@ -219,10 +235,18 @@ class ReplicaPodTemplate(SpecModel):
         16, "ConfigMaps/Secrets exported into both containers.", "Container", "envFrom"
     )
     volumes: list[dict[str, Any]] = _items(
-        32, "Extra volumes (e.g. a shared model cache).", "PodSpec", "volumes"
+        32,
+        "Extra volumes (e.g. a shared model cache).",
+        "PodSpec",
+        "volumes",
+        **_not_reserved("v", "name", RESERVED_VOLUMES, "volume names"),
     )
     volume_mounts: list[dict[str, Any]] = _items(
-        32, "Mounts of the extra volumes, in both containers.", "Container", "volumeMounts"
+        32,
+        "Mounts of the extra volumes, in both containers.",
+        "Container",
+        "volumeMounts",
+        **_not_reserved("m", "mountPath", RESERVED_MOUNT_PATHS, "mount paths"),
     )
     agent_resources: dict[str, Any] = Field(
         default_factory=lambda: {
