@@ -221,8 +221,10 @@ def unknown_fields(schema: Schema, obj: Any, path: list[Any] | None = None) -> l
         extra = schema.get("additionalProperties")
         for key, value in obj.items():
             sub = props.get(key, extra if isinstance(extra, dict) else None)
+            if path == [] and key == "metadata":
+                continue  # the API server's own; a CRD may only restrict metadata.name
             if sub is None:
-                if props and not (path == [] and key in ("apiVersion", "kind", "metadata")):
+                if props and not (path == [] and key in ("apiVersion", "kind")):
                     out.append(f"{_path([*path, key])}: unknown field")
                 continue
             out += unknown_fields(sub, value, [*path, key])

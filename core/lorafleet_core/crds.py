@@ -185,6 +185,8 @@ def openapi_schema(model: type[BaseModel]) -> Schema:
     props["apiVersion"] = {"type": "string", "description": _API_VERSION_DESCRIPTION}
     props["kind"] = {"type": "string", "description": _KIND_DESCRIPTION}
     props["metadata"] = {"type": "object", "description": _METADATA_DESCRIPTION}
+    if name_schema := getattr(model, "metadata_name_schema", None):
+        props["metadata"]["properties"] = {"name": {"type": "string", **name_schema}}
     schema["required"] = [r for r in schema.get("required", []) if r not in ("metadata",)]
     return schema
 

@@ -73,9 +73,29 @@ _DROPPED = frozenset(
 )
 
 
-def kube_field(kind: str, field: str) -> dict[str, Any]:
-    """json_schema_extra for a pydantic field that mirrors core/v1 `kind`.`field`."""
-    return {KUBE_FIELD: f"{kind}/{field}"}
+# Per-item string bounds layered on a list field's Kubernetes schema (see kube_field).
+ITEM_MAX_LENGTHS = "x-lorafleet-item-max-lengths"
+
+
+def kube_field(
+    kind: str,
+    field: str,
+    *,
+    rules: list[dict[str, str]] | None = None,
+    item_max_lengths: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """json_schema_extra for a pydantic field that mirrors core/v1 `kind`.`field`.
+
+    `rules`: CEL rules on the field (a model validator's mirror). The API server estimates a
+    rule's cost from the bounds of what it reads, and core/v1 leaves most strings unbounded:
+    `item_max_lengths` bounds the item properties a rule reads (e.g. a Volume's name, which
+    Kubernetes itself limits to 63)."""
+    out: dict[str, Any] = {KUBE_FIELD: f"{kind}/{field}"}
+    if rules:
+        out["x-kubernetes-validations"] = rules
+    if item_max_lengths:
+        out[ITEM_MAX_LENGTHS] = item_max_lengths
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -161,7 +181,9 @@ def structural_field(node: Schema) -> Schema:
     """A pydantic node carrying KUBE_FIELD -> the Kubernetes schema, with the node's own
     description and bounds (maxItems, ...) layered on top."""
     out = field_schema(node[KUBE_FIELD])
-    for key in ("description", "maxItems", "maxProperties"):
+    for key in ("description", "maxItems", "maxProperties", "x-kubernetes-validations"):
         if key in node:
-            out[key] = node[key]
+            out[key] = copy.deepcopy(node[key])
+    for prop, bound in node.get(ITEM_MAX_LENGTHS, {}).items():
+        out["items"]["properties"][prop]["maxLength"] = bound
     return out

@@ -3,6 +3,7 @@
 Keeping them in one module means a rename is one edit and a typo is an import error.
 """
 
+import hashlib
 from typing import Final
 
 GROUP: Final = "lorafleet.dev"
@@ -26,6 +27,18 @@ LABEL_TENANT: Final = f"{GROUP}/tenant"
 # the adapter it serves.
 LABEL_MERGED_FROM: Final = f"{GROUP}/merged-from"
 LABEL_MERGED_ADAPTER: Final = f"{GROUP}/merged-adapter"
+
+
+def label_value(name: str) -> str:
+    """`name` as a label value (at most 63 characters): itself when it fits, else its first 54
+    characters and 8 hex of a hash of the whole. Object names may be 253 long (an adapter's
+    name in the merged-adapter label); Kubernetes refuses the object whose label is longer."""
+    if len(name) <= 63:
+        return name
+    digest = hashlib.blake2b(name.encode(), digest_size=4).hexdigest()
+    return f"{name[:54].rstrip('-.')}-{digest}"
+
+
 # What the operator creates carries app.kubernetes.io/managed-by: lorafleet-operator; with the
 # merged-from label and the adapter's controller reference it marks a merged pool the
 # operator may scale and delete (never one a person created).

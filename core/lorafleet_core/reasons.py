@@ -32,6 +32,8 @@ CHECKSUM_MISMATCH = "ChecksumMismatch"
 RANK_MISMATCH = "RankMismatch"
 SHAPE_MISMATCH = "ShapeMismatch"
 BAD_FORMAT = "BadFormat"
+# A replica holding another record under the adapter's id (ids are immutable): it serves neither.
+RECORD_CONFLICT = "RecordConflict"
 
 # LoRAAdapter Placed / Ready.
 REJECTED = "Rejected"

@@ -137,16 +137,26 @@ class AdapterManager:
             self.metrics.record_conflicts.inc()
             log.error(
                 "refused a second, different record for adapter %s (held checksum %s, "
-                "offered %s); the held record stays",
+                "offered %s); the held record stays, neither is served",
                 record.id,
                 held.checksum,
                 record.checksum,
             )
             if self.on_conflict is not None:
                 self.on_conflict(held, record)
-            raise RecordConflict(
-                f"adapter id {record.id} is immutable and this replica holds a different record"
+            message = f"adapter id {record.id} is immutable; this replica holds a different record"
+            # Fail closed (a LoRAAdapter recreated under its name with other weights gives
+            # this; vLLM cannot swap weights under a name): neither is served, /state lists it,
+            # until a load call brings the held record again or the agent restarts.
+            self._fail(
+                record.id,
+                VerificationError(
+                    reasons.RECORD_CONFLICT,
+                    f"{message} and serves neither (recreated with other weights?); publish "
+                    "other weights under a new LoRAAdapter name",
+                ),
             )
+            raise RecordConflict(message)
         try:
             check_record(record, self.policy)
         except VerificationError as exc:

@@ -1,7 +1,8 @@
 """Faults and hostile callers inside the pod, against the session's real vLLM (issue 11).
 
 - the internal load/unload endpoints require the credential; read-only ones do not;
-- a second, different record for a held id is refused loudly (409, metric, ERROR log);
+- a second, different record for a held id is refused loudly (409, metric, ERROR log), and
+  the replica serves the id with neither record until the held one is loaded again;
 - a disk copy altered after download is discarded and fetched again before vLLM sees it;
 - vLLM forgetting an adapter (what a restart does) is repaired on the request path;
 - vLLM killed and restarted: the agent is unready meanwhile, then resynchronises, no 404.
@@ -93,6 +94,29 @@ def test_a_second_different_record_for_a_held_id_is_refused_loudly(
         ), caplog.text
         assert load(agent, rec).status_code == 200  # the same record again is no conflict
         assert complete(agent, rec.id)[0].startswith("ZEBRA-7")  # the held weights serve
+
+
+def test_a_replica_holding_another_record_under_the_id_serves_neither_until_told_again(
+    run_agent, make_record, s3_server
+):
+    """A LoRAAdapter deleted and recreated under its name with other weights reaches a replica
+    that still holds the old record: it must not serve the old weights as the new adapter."""
+    old = make_record("zebra", unique_id("recreated"))
+    new = make_record(
+        "otter", old.id, weights_uri=s3_server.uris["otter"], checksum="sha256:" + "2" * 64
+    )
+    with run_agent() as agent:
+        assert load(agent, old).status_code == 200
+        assert complete(agent, old.id)[0].startswith("ZEBRA-7")
+        assert load(agent, new).status_code == 409
+        with pytest.raises(openai.UnprocessableEntityError) as refused:
+            complete(agent, old.id)
+        assert "holds a different record" in str(refused.value)
+        why = state(agent)["failed_adapters"][old.id]
+        assert why.startswith("RecordConflict: ")  # what the operator's Ready reason shows
+        assert load(agent, old).status_code == 200  # told the held record again: it serves
+        assert complete(agent, old.id)[0].startswith("ZEBRA-7")
+        assert old.id not in state(agent)["failed_adapters"]
 
 
 def test_a_disk_copy_altered_after_download_is_refetched_before_vllm_sees_it(

@@ -6,6 +6,7 @@ No cluster: these check what `helm install` would send, and that the security-re
 
 from __future__ import annotations
 
+import copy
 import filecmp
 import json
 import re
@@ -353,6 +354,15 @@ def test_created_replica_pool_passes_the_crd_schema_and_rules():
     assert crd_validation.validate(schema, pool) == []
 
 
+def test_a_replica_pool_whose_extra_args_open_vllm_renders_an_object_the_crd_refuses():
+    spec: dict[str, Any] = copy.deepcopy(POOL_SPEC)
+    spec.setdefault("engine", {})["extraArgs"] = ["--trust-remote-code"]
+    values = {**ALL_ON, "replicaPool": {"create": True, "name": "main", "spec": spec}}
+    (pool,) = by_kind(render(values), "ReplicaPool")
+    (problem,) = crd_validation.validate(crd_validation.schema_of("ReplicaPool"), pool)
+    assert problem.startswith("spec.engine.extraArgs: extraArgs may not set flags"), problem
+
+
 def test_dashboard_and_alerts_ship_with_monitoring_enabled():
     docs = render(ALL_ON)
     (dashboard,) = by_kind(docs, "ConfigMap")
@@ -387,6 +397,11 @@ def test_cost_rule_takes_the_configured_gpu_price():
         {"operator": {"replicas": 2}},
         {"gateway": {"port": "eighty"}},
         {"unknownKey": True},
+        # A pool's name names its StatefulSet and Service (models.POOL_NAME).
+        {"replicaPool": {"name": "7b"}},
+        {"replicaPool": {"name": "p" * 53}},
+        {"gateway": {"pool": "llama.7b"}},
+        {"gateway": {"pools": ["ok", "9lives"]}},
     ],
 )
 def test_values_schema_refuses_bad_values(values):

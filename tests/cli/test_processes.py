@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
+
+import yaml
 
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_cli.standalone import processes
+from lorafleet_cli.standalone.planning import plan
 from lorafleet_cli.standalone.processes import ReplicaPlan
+from lorafleet_core.manifests import load_folder
 from lorafleet_core.models import ReplicaPoolSpec
 from lorafleet_gateway.settings import GatewaySettings
 
@@ -101,3 +106,21 @@ def test_secrets_reach_only_their_processes_and_never_a_command_line(tmp_path: P
     for spec in (engine, agent, gateway):
         assert not any(s in arg for arg in spec.argv for s in ("vkey-0", "itok"))
     assert "vkey-0" not in repr(replica)
+
+
+def test_a_folder_whose_pool_would_open_vllm_starts_nothing_and_says_why(tmp_path: Path) -> None:
+    body = {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "ReplicaPool",
+        "metadata": {"name": "local"},
+        "spec": {
+            "baseModel": {"name": "b", "hash": "sha256:" + "a" * 64, "uri": "file:///m"},
+            # vLLM on every interface with a known key, beside the agent
+            "engine": {"extraArgs": ["--host=0.0.0.0", "--api-key", "known"]},
+        },
+    }
+    (tmp_path / "replicapool-local.yaml").write_text(yaml.safe_dump(body))
+    first = plan(load_folder(tmp_path), [], datetime.now(UTC))
+    assert first.pool is None  # `lorafleet up` stops with this problem before any process
+    (problem,) = [p for p in first.problems if p.kind == "ReplicaPool"]
+    assert "sets vLLM's --host" in str(problem)

@@ -223,6 +223,24 @@ def test_pool_with_min_above_max_says_so(cluster, operator):
             s.close()
 
 
+@pytest.mark.parametrize(
+    ("name", "engine", "says"),
+    [
+        ("open", {"extraArgs": ["--hos", "0.0.0.0"]}, "sets vLLM's --host"),  # noqa: S104
+        ("inject", {"extraArgs": ["--lora-modules", "x=/tmp/x"]}, "--lora-modules"),
+        ("p" * 53, {}, "at most 52 characters"),
+    ],
+)
+def test_pool_whose_engine_or_name_cannot_run_safely_gets_no_statefulset(
+    cluster, operator, name, engine, says
+):
+    make_pool(cluster, name, 0, base_hash=h("b"), engine=engine)
+    ready = eventually(lambda: cond(status(cluster, "replicapools", name), "Ready"))
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert says in ready["message"], ready
+    assert cluster.get(cluster.path("statefulsets", name, group="apps/v1")) is None
+
+
 def test_adapters_outside_the_pools_sources_are_rejected(cluster, operator):
     source = "s3://fleet-adapters/lorafleet/"
     servers = make_pool(cluster, "src", 1, base_hash=h("8"), adapterSources=[source])

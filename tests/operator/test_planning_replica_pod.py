@@ -253,6 +253,22 @@ def test_token_review_mode_gives_the_agent_its_account_and_no_shared_token():
     assert vllm_key["name"] == "tr-internal"
 
 
+@pytest.mark.parametrize("inside", [None, TOKEN_REVIEW])
+def test_no_template_env_turns_the_agents_internal_credential_off_or_swaps_its_kind(inside):
+    hostile = [
+        {"name": "LORAFLEET_AGENT_ALLOW_UNAUTHENTICATED_INTERNAL", "value": "true"},
+        {"name": "LORAFLEET_AGENT_INTERNAL_AUTH", "value": "tokenReview"},
+    ]
+    p = pool("envy", template={"env": hostile})
+    sts = plan_pool_objects(p, "lf", 1, *([inside] if inside else [])).statefulset
+    agent = next(c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "agent")
+    ours = [e for e in agent["env"] if e["name"] in {h["name"] for h in hostile}]
+    assert len(ours) == 2  # one entry each: ours; in Kubernetes env also wins over envFrom
+    settings = _agent_settings_from(agent["env"])
+    assert settings.allow_unauthenticated_internal is False
+    assert settings.internal_auth == ("tokenReview" if inside else "secret")
+
+
 def test_secret_mode_keeps_the_shared_token_and_no_api_access():
     agent = containers(pool("sec"))["agent"]
     names = {e["name"]: e for e in agent["env"]}
@@ -260,7 +276,7 @@ def test_secret_mode_keeps_the_shared_token_and_no_api_access():
         "name": "sec-internal",
         "key": "agent-token",
     }
-    assert "LORAFLEET_AGENT_INTERNAL_AUTH" not in names
+    assert names["LORAFLEET_AGENT_INTERNAL_AUTH"]["value"] == "secret"  # set, not defaulted
     assert "LORAFLEET_AGENT_KUBE_EVENTS" not in names
     assert pod_spec(pool("sec"))["serviceAccountName"] is None
 

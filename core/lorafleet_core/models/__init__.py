@@ -50,6 +50,8 @@ from lorafleet_core.models.common import (
 )
 from lorafleet_core.models.merged import MergedSpec, MergePhase, MergeStatus
 from lorafleet_core.models.pool import (
+    MAX_POOL_NAME,
+    POOL_NAME,
     AutoMergeSpec,
     AutoscalingSpec,
     BaseModelRef,
@@ -72,7 +74,9 @@ __all__ = [
     "DNS_LABEL",
     "DNS_SUBDOMAIN",
     "MAX_OWNERS",
+    "MAX_POOL_NAME",
     "MODULE_NAME",
+    "POOL_NAME",
     "SHA256_REF",
     "WEIGHTS_URI",
     "AdapterAlias",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from lorafleet_core.kube_schemas import kube_field
 from lorafleet_core.models.common import (
@@ -17,6 +18,12 @@ from lorafleet_core.models.common import (
     ObjectMeta,
     SpecModel,
     immutable,
+)
+from lorafleet_core.models.engine_args import (
+    EXTRA_ARGS_MESSAGE,
+    EXTRA_ARGS_RULE,
+    RESERVED_FLAGS,
+    check_extra_args,
 )
 from lorafleet_core.models.merged import MergedSpec, MergeStatus
 
@@ -86,7 +93,14 @@ class EngineSpec(SpecModel):
         "tool_choice none.",
     )
     extra_args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
-        default_factory=list, max_length=64, description="Extra vLLM command-line arguments."
+        default_factory=list,
+        max_length=64,
+        description="Extra vLLM command-line arguments, after lorafleet's own. Flags lorafleet "
+        "sets or refuses (" + ", ".join(f"--{f}" for f in RESERVED_FLAGS) + ") and "
+        "abbreviations of them are refused.",
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": EXTRA_ARGS_RULE, "message": EXTRA_ARGS_MESSAGE}]
+        },
     )
     resources: dict[str, Any] = Field(
         default_factory=lambda: {
@@ -127,6 +141,8 @@ class EngineSpec(SpecModel):
         "containers are stopped (preStop drain; the grace period adds 30 s).",
     )
 
+    _extra_args_checked = field_validator("extra_args")(check_extra_args)
+
 
 # Names and paths the planner uses itself; a template entry may not take them.
 RESERVED_VOLUMES = frozenset({"podinfo", "cache", "dshm", "tmp"})
@@ -142,13 +158,29 @@ class PodMetadata(SpecModel):
     annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
 
 
-def _items(max_items: int, description: str, kind: str, field: str) -> Any:
+def _items(max_items: int, description: str, kind: str, field: str, **extra: Any) -> Any:
     return Field(
         default_factory=list,
         max_length=max_items,
         description=description,
-        json_schema_extra=kube_field(kind, field),
+        json_schema_extra=kube_field(kind, field, **extra),
     )
+
+
+def _not_reserved(item: str, key: str, reserved: frozenset[str], what: str) -> dict[str, Any]:
+    """The CRD's mirror of ReplicaPodTemplate._no_reserved_names for one list: without it the
+    API server accepts a pool edit the operator and the gateway refuse, and every adapter of
+    the pool stops being served."""
+    listed = ", ".join(f"'{r}'" for r in sorted(reserved))
+    return {
+        "rules": [
+            {
+                "rule": f"self.all({item}, !({item}.{key} in [{listed}]))",
+                "message": f"{what} {listed.replace(chr(39), '')} are lorafleet's own",
+            }
+        ],
+        "item_max_lengths": {key: 63 if key == "name" else 4096},
+    }
 
 
 class ReplicaPodTemplate(SpecModel):
@@ -203,10 +235,18 @@ class ReplicaPodTemplate(SpecModel):
         16, "ConfigMaps/Secrets exported into both containers.", "Container", "envFrom"
     )
     volumes: list[dict[str, Any]] = _items(
-        32, "Extra volumes (e.g. a shared model cache).", "PodSpec", "volumes"
+        32,
+        "Extra volumes (e.g. a shared model cache).",
+        "PodSpec",
+        "volumes",
+        **_not_reserved("v", "name", RESERVED_VOLUMES, "volume names"),
     )
     volume_mounts: list[dict[str, Any]] = _items(
-        32, "Mounts of the extra volumes, in both containers.", "Container", "volumeMounts"
+        32,
+        "Mounts of the extra volumes, in both containers.",
+        "Container",
+        "volumeMounts",
+        **_not_reserved("m", "mountPath", RESERVED_MOUNT_PATHS, "mount paths"),
     )
     agent_resources: dict[str, Any] = Field(
         default_factory=lambda: {
@@ -410,11 +450,30 @@ class ReplicaPoolStatus(CamelModel):
     )
 
 
+# A pool's name becomes a StatefulSet's, whose pods carry the label controller-revision-hash
+# = `<name>-<10 chars>` (at most 63), and a headless Service's (a DNS-1035 label: a letter
+# first, no dots). Kubernetes accepts longer or dotted names for both and then never starts a
+# pod, or refuses the Service, long after the ReplicaPool was accepted: refused up front.
+MAX_POOL_NAME = 52
+POOL_NAME = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_POOL_NAME_MESSAGE = (
+    f"a ReplicaPool's name names its StatefulSet and Service: at most {MAX_POOL_NAME} "
+    "characters, lower-case letters, digits and '-', starting with a letter"
+)
+
+
 class ReplicaPool(CamelModel):
     """A scalable pool of vLLM replicas serving one base model with many adapters.
 
     Short name: rpool.
     """
+
+    # The CRD's schema for metadata.name (the one metadata field a CRD may restrict).
+    metadata_name_schema: ClassVar[dict[str, Any]] = {
+        "description": _POOL_NAME_MESSAGE,
+        "maxLength": MAX_POOL_NAME,
+        "pattern": POOL_NAME,
+    }
 
     api_version: Literal["lorafleet.dev/v1alpha1"] = "lorafleet.dev/v1alpha1"
     kind: Literal["ReplicaPool"] = "ReplicaPool"
@@ -425,3 +484,10 @@ class ReplicaPool(CamelModel):
     status: ReplicaPoolStatus | None = Field(
         default=None, description="Observed state, written by the operator."
     )
+
+    @model_validator(mode="after")
+    def _name_fits_its_objects(self) -> ReplicaPool:
+        name = self.metadata.name
+        if len(name) > MAX_POOL_NAME or not re.match(POOL_NAME.replace("$", r"\Z"), name):
+            raise ValueError(f"metadata.name {name!r}: {_POOL_NAME_MESSAGE}")
+        return self

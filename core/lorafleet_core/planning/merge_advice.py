@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +32,8 @@ from typing import Any
 
 from lorafleet_core import reasons
 from lorafleet_core.models import (
+    MAX_POOL_NAME,
+    POOL_NAME,
     Condition,
     ConditionStatus,
     LoRAAdapter,
@@ -45,6 +48,7 @@ from lorafleet_core.names import (
     LABEL_MERGED_ADAPTER,
     LABEL_MERGED_FROM,
     MANAGED_BY_OPERATOR,
+    label_value,
 )
 from lorafleet_core.planning.conditions import condition, find
 from lorafleet_core.planning.pool import controller_refs
@@ -73,7 +77,6 @@ def merged_replicas_needed(tps: float, capacity_tps: float, utilisation: float =
 
 
 HYSTERESIS = 0.8  # the recommendation is withdrawn only below this share of the threshold
-MAX_POOL_NAME = 52  # StatefulSet names above 52 characters break its pods' revision label
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,22 @@ class MergeAdvice:
 
 
 def merged_pool_name(adapter: str) -> str:
-    """`<adapter>-merged`, shortened with a stable hash when it would be too long."""
-    name = f"{adapter}-merged"
-    if len(name) <= MAX_POOL_NAME:
+    """`<adapter>-merged`, shortened with a stable hash of the adapter's name when too long;
+    also sanitised (and hashed) when the adapter's name holds dots or starts with a digit,
+    which a LoRAAdapter's name may and a pool's may not (models.POOL_NAME)."""
+
+    def valid(name: str) -> bool:
+        return len(name) <= MAX_POOL_NAME and re.fullmatch(POOL_NAME.strip("^$"), name) is not None
+
+    if valid(name := f"{adapter}-merged"):
         return name
     digest = hashlib.blake2b(adapter.encode(), digest_size=4).hexdigest()
-    return f"{adapter[: MAX_POOL_NAME - 16].rstrip('-.')}-{digest}-merged"
+    keep = MAX_POOL_NAME - len(f"-{digest}-merged")
+    if valid(name := f"{adapter[:keep].rstrip('-.')}-{digest}-merged"):
+        return name
+    stem = re.sub(r"[^a-z0-9-]+", "-", adapter)
+    stem = (stem if stem[:1].isalpha() else f"m-{stem}")[:keep].strip("-")
+    return f"{stem}-{digest}-merged"
 
 
 def plan_merge_advice(
@@ -204,7 +217,7 @@ def merged_pool_body(
         "name": merged_pool_name(adapter.metadata.name),
         "labels": {
             LABEL_MERGED_FROM: shared.metadata.name,
-            LABEL_MERGED_ADAPTER: adapter.metadata.name,
+            LABEL_MERGED_ADAPTER: label_value(adapter.metadata.name),
             LABEL_MANAGED_BY: MANAGED_BY_OPERATOR,
         },
     }

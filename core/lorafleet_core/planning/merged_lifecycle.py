@@ -42,6 +42,7 @@ from lorafleet_core.names import (
     LABEL_MERGED_ADAPTER,
     LABEL_MERGED_FROM,
     MANAGED_BY_OPERATOR,
+    label_value,
 )
 from lorafleet_core.planning.merge_advice import HYSTERESIS, merged_replicas_needed
 from lorafleet_core.planning.pool import controller_refs
@@ -72,7 +73,7 @@ def auto_created(pool: ReplicaPool) -> bool:
     labels = pool.metadata.labels
     if labels.get(LABEL_MANAGED_BY) != MANAGED_BY_OPERATOR or not labels.get(LABEL_MERGED_FROM):
         return False
-    if labels.get(LABEL_MERGED_ADAPTER) != adapter:
+    if labels.get(LABEL_MERGED_ADAPTER) != label_value(adapter):
         return False
     refs = (pool.metadata.model_extra or {}).get("ownerReferences") or []
     return any(

@@ -19,6 +19,7 @@ from lorafleet_core.models import MergePhase, MergeStatus, ReplicaPool
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
 from lorafleet_core.planning.replica_config import (
+    AGENT_ENV_PREFIX,
     SECRET_MODE,
     InsideAuth,
     agent_env,
@@ -158,6 +159,12 @@ def _agent_env(
     ]
     if merge is not None and merge.checksum:
         plain |= merged_model_env(spec, merge.checksum, merged_model_dir(merge.checksum))
+    # The agent's own defaults for who may load and unload, set explicitly: ours win over the
+    # template's env (replica_pod.merged_env) and env wins over envFrom in Kubernetes, so no
+    # template entry or ConfigMap turns the internal credential off or swaps its kind.
+    plain[f"{AGENT_ENV_PREFIX}ALLOW_UNAUTHENTICATED_INTERNAL"] = "false"
+    if inside.mode == "secret":  # tokenReview mode: agent_secret_env sets it
+        plain[f"{AGENT_ENV_PREFIX}INTERNAL_AUTH"] = "secret"
     env += [{"name": k, "value": v} for k, v in plain.items()]
     return env + agent_secret_env(pool.metadata.name, inside)
 
