@@ -17,14 +17,7 @@ import pytest
 
 from lorafleet_gateway.edge import FailureLimiter
 from tests.gateway import manifests as m
-from tests.gateway.conftest import (
-    KEYS,
-    MSG_DEFAULT,
-    GatewayEnv,
-    openai_error,
-    start_env,
-    stop_env,
-)
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, openai_error, start_env, stop_env
 from tests.waiting import eventually
 
 TIMEOUT_S = 0.5

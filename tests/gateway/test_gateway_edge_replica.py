@@ -18,14 +18,7 @@ import pytest
 
 from lorafleet_core.placement import owners
 from tests.gateway import manifests as m
-from tests.gateway.conftest import (
-    KEYS,
-    MSG_DEFAULT,
-    GatewayEnv,
-    openai_error,
-    start_env,
-    stop_env,
-)
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, openai_error, start_env, stop_env
 from tests.waiting import eventually
 
 MSG = MSG_DEFAULT
