@@ -189,7 +189,7 @@ def started_base_engine(fleet: RunningFleet) -> Iterator[str]:
     """
     from lorafleet_cli.standalone.local_replicas import free_port
     from lorafleet_cli.standalone.processes import ReplicaPlan, is_cpu_build, vllm_process
-    from lorafleet_cli.standalone.runner import model_dir_of
+    from lorafleet_cli.standalone.up_options import model_dir_of
     from lorafleet_core.models import ReplicaPoolSpec
 
     doc = yaml.safe_load((fleet.manifests / "replicapool-demo.yaml").read_text())

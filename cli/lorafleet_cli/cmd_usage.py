@@ -29,6 +29,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from lorafleet_cli.exit_codes import OK, CommandFailed, UsageError
+from lorafleet_cli.standalone.state_files import UP_STATUS_FILE
 from lorafleet_cli.status_report import StateFileError, read_state_json
 from lorafleet_cli.targets import DEFAULT_STATE_DIR
 
@@ -106,7 +107,7 @@ def from_gateway(url: str, tenant: str | None) -> Rows:
 
 
 def standalone_metrics_url(state_dir: Path) -> str | None:
-    up_file = state_dir / "up.json"
+    up_file = state_dir / UP_STATUS_FILE
     if not up_file.is_file():
         return None
     try:

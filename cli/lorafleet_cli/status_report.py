@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import psutil
 
+from lorafleet_cli.standalone.state_files import RECONCILE_STATUS_FILE, UP_STATUS_FILE
 from lorafleet_cli.targets import Target
 from lorafleet_core import names
 from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
@@ -257,7 +258,7 @@ def standalone(state_dir: Path) -> Report | None:
     """The report of a running `lorafleet up` in `state_dir`; None when there is none.
 
     Raises StateFileError when its state files are unreadable."""
-    up_file = state_dir / "up.json"
+    up_file = state_dir / UP_STATUS_FILE
     if not up_file.is_file():
         return None
     up = read_state_json(up_file)
@@ -289,7 +290,7 @@ def standalone(state_dir: Path) -> Report | None:
     report["replicas"] = replicas
     report["mergedPools"] = merged
     report["worstTenants"] = tenants
-    rec_file = state_dir / "reconcile.json"
+    rec_file = state_dir / RECONCILE_STATUS_FILE
     if rec_file.is_file():
         rec = read_state_json(rec_file)
         try:

@@ -1,6 +1,6 @@
 """The coalescing sync loop: one per namespace, the single writer of derived state.
 
-kopf event handlers only update the in-memory index here and mark it dirty. The loop waits
+kopf event handlers only update the in-memory index (fleet_index) and mark it dirty. The loop waits
 for a quiet moment (`debounce`, at most `max_delay` while events keep coming), runs the pure
 `plan_fleet` over the whole namespace, and writes only what differs from what it observed:
 pods' owned-adapters annotations first (pre-warm is what latency depends on), then adapters'
@@ -19,42 +19,19 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from lorafleet_core import reasons
 from lorafleet_core.kube_client import is_not_found
-from lorafleet_core.models import (
-    AdapterAlias,
-    AdapterAliasStatus,
-    LoRAAdapterStatus,
-    ReplicaPool,
-    first_error,
-)
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
-from lorafleet_core.planning.adapters import Validation, parse_adapter
+from lorafleet_core.models import AdapterAlias, AdapterAliasStatus, LoRAAdapterStatus
 from lorafleet_core.planning.aliases import plan_invalid_alias
-from lorafleet_core.planning.fleet import (
-    AdapterEntry,
-    FleetParams,
-    FleetPlan,
-    FleetSnapshot,
-    PodView,
-    plan_fleet,
-)
-from lorafleet_core.planning.pool import INTERNAL_PORT_NAME
-from lorafleet_core.pods import pod_ip, replica_pool, serving, terminating
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.planning.fleet import AdapterEntry, FleetParams, FleetPlan, plan_fleet
+from lorafleet_operator.fleet_index import FleetIndex
 from lorafleet_operator.sync_merged import write_merged
 
 log = logging.getLogger(__name__)
-
-# Scrapes in a row a ready replica may miss before its last state is forgotten (set_states).
-MISSED_SCRAPES_KEPT = 2
 
 
 class Writer(Protocol):
@@ -84,32 +61,6 @@ class Writer(Protocol):
     async def delete_pool(self, namespace: str, name: str) -> None: ...
 
 
-@dataclass(frozen=True)
-class InvalidAlias:
-    """An AdapterAlias whose spec does not parse: why, and the status it carries."""
-
-    message: str
-    status: AdapterAliasStatus | None
-    generation: int | None
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    replica_id: str
-    pool: str
-    ip: str | None
-    port: int
-
-
-def _parse_status(model: type[Any], raw: Any) -> Any:
-    if not raw:
-        return None
-    try:
-        return model.model_validate(raw)
-    except ValidationError:
-        return None  # someone wrote garbage: treat as no status, the next plan overwrites it
-
-
 def status_patch(status: Any) -> dict[str, Any]:
     """A status as a merge patch: unset top-level fields become null so they are removed."""
     body: dict[str, Any] = status.wire()
@@ -119,15 +70,9 @@ def status_patch(status: Any) -> dict[str, Any]:
     return body
 
 
-def internal_port(body: Mapping[str, Any], default: int) -> int:
-    for c in (body.get("spec") or {}).get("containers") or []:
-        for p in c.get("ports") or []:
-            if p.get("name") == INTERNAL_PORT_NAME and p.get("containerPort"):
-                return int(p["containerPort"])
-    return default
+class FleetSync(FleetIndex):
+    """The index (fleet_index) plus the loop that plans over it and writes the difference."""
 
-
-class FleetSync:
     def __init__(
         self,
         namespace: str,
@@ -141,7 +86,7 @@ class FleetSync:
         clock: Callable[[], datetime] | None = None,
         on_pass: Callable[[float, bool], None] | None = None,
     ) -> None:
-        self.namespace = namespace
+        super().__init__(namespace, default_port)
         self.on_pass = on_pass  # (seconds, ok) after each pass: the operator's metrics
         self.writer = writer
         self.params = params or FleetParams()
@@ -151,158 +96,13 @@ class FleetSync:
         self._force_pods = False
         self._wake: asyncio.TimerHandle | None = None
         self.max_delay = max_delay
-        self.default_port = default_port
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.adapters: dict[str, AdapterEntry] = {}
-        self.uids: dict[tuple[str, str], str] = {}
-        self.aliases: dict[str, AdapterAlias] = {}
-        self.invalid_aliases: dict[str, InvalidAlias] = {}
-        self.pools: dict[str, ReplicaPool] = {}
-        self.pods: dict[str, PodView] = {}
-        self.pod_values: dict[str, str | None] = {}
-        self.endpoints: dict[str, Endpoint] = {}
-        self.states: dict[str, ReplicaState] = {}
-        self._missed: dict[str, int] = {}  # replica -> scrapes missed in a row (set_states)
         self.last_plan: FleetPlan | None = None
         self.created_pools: set[str] = set()  # merged pools this loop created (autoMerge)
         self._sem = asyncio.Semaphore(concurrency)
-        self._dirty = asyncio.Event()
-        self._last_change = 0.0
         self._started = 0
         self._done = 0
         self._progress = asyncio.Condition()
-
-    # ---------------------------------------------------------------- index (from watch events)
-
-    def _touch(self) -> None:
-        self._last_change = time.monotonic()
-        self._dirty.set()
-
-    def upsert_adapter(self, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        name = str(meta.get("name"))
-        parsed = parse_adapter(body)
-        entry = AdapterEntry(
-            name=name,
-            adapter=None if isinstance(parsed, Validation) else parsed,
-            invalid=parsed if isinstance(parsed, Validation) else None,
-            status=_parse_status(LoRAAdapterStatus, body.get("status")),
-            deleting=bool(meta.get("deletionTimestamp")),
-            generation=meta.get("generation"),
-            uid=str(meta["uid"]) if meta.get("uid") else None,
-        )
-        self.uids[("LoRAAdapter", name)] = str(meta.get("uid") or "")
-        if self.adapters.get(name) != entry:
-            self.adapters[name] = entry
-            self._touch()
-
-    def remove_adapter(self, name: str) -> None:
-        if self.adapters.pop(name, None) is not None:
-            self._touch()
-
-    def upsert_alias(self, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        self.uids[("AdapterAlias", str(meta.get("name")))] = str(meta.get("uid") or "")
-        try:
-            alias = AdapterAlias.model_validate(dict(body) | {"status": None})
-        except ValidationError as exc:
-            # Never served (the gateway parses the spec the same way); the status says why.
-            name = str(meta.get("name"))
-            bad = InvalidAlias(
-                first_error(exc),
-                _parse_status(AdapterAliasStatus, body.get("status")),
-                meta.get("generation"),
-            )
-            self.aliases.pop(name, None)
-            if self.invalid_aliases.get(name) != bad:
-                self.invalid_aliases[name] = bad
-                self._touch()
-            return
-        self.invalid_aliases.pop(alias.metadata.name, None)
-        alias.status = _parse_status(AdapterAliasStatus, body.get("status"))
-        name = alias.metadata.name
-        if self.aliases.get(name) != alias:
-            self.aliases[name] = alias
-            self._touch()
-
-    def remove_alias(self, name: str) -> None:
-        self.invalid_aliases.pop(name, None)
-        if self.aliases.pop(name, None) is not None:
-            self._touch()
-
-    def upsert_pool(self, pool: ReplicaPool) -> None:
-        pool = pool.model_copy(update={"status": None})
-        if self.pools.get(pool.metadata.name) != pool:
-            self.pools[pool.metadata.name] = pool
-            self._touch()
-
-    def remove_pool(self, name: str) -> None:
-        if self.pools.pop(name, None) is not None:
-            self._touch()
-
-    def upsert_pod(self, body: Mapping[str, Any]) -> None:
-        meta = body.get("metadata") or {}
-        pool = replica_pool(body)
-        if pool is None:
-            return
-        name = str(meta.get("name"))
-        view = PodView(name=name, pool=pool, ready=serving(body), deleting=terminating(body))
-        self.pod_values[name] = (meta.get("annotations") or {}).get(ANNOTATION_OWNED_ADAPTERS)
-        self.endpoints[name] = Endpoint(
-            name,
-            pool,
-            pod_ip(body),
-            internal_port(body, self.default_port),
-        )
-        if self.pods.get(name) != view:
-            self.pods[name] = view
-            self._touch()
-
-    def remove_pod(self, name: str) -> None:
-        self.pod_values.pop(name, None)
-        self.endpoints.pop(name, None)
-        self.states.pop(name, None)
-        self._missed.pop(name, None)
-        if self.pods.pop(name, None) is not None:
-            self._touch()
-
-    def set_states(self, pool: str, states: Mapping[str, ReplicaState]) -> None:
-        """Replica states scraped by the autoscaler (traffic sizes owner counts).
-
-        A ready replica that did not answer this scrape keeps its last state for up to
-        MISSED_SCRAPES_KEPT scrapes in a row: one late answer (a busy node, a timeout) is not
-        "no traffic", which would shrink its adapters' owner counts and pre-warm, only to grow
-        them back on the next scrape. One that stays silent, or is no longer ready, is dropped.
-        """
-        ready = {e.replica_id for e in self.pool_endpoints(pool)}
-        for rid in [r for r, e in self.endpoints.items() if e.pool == pool]:
-            if rid in states:
-                self._missed.pop(rid, None)
-                continue
-            missed = self._missed.get(rid, 0) + 1
-            if rid in ready and rid in self.states and missed <= MISSED_SCRAPES_KEPT:
-                self._missed[rid] = missed
-            else:
-                self._missed.pop(rid, None)
-                self.states.pop(rid, None)
-        self.states.update(states)
-        self._touch()
-
-    def aliases_referencing(self, adapter: str) -> list[str]:
-        """Aliases whose spec or served status names `adapter` (they block its deletion)."""
-        return sorted(
-            name
-            for name, a in self.aliases.items()
-            if a.spec.adapter == adapter or (a.status is not None and a.status.adapter == adapter)
-        )
-
-    def pool_endpoints(self, pool: str) -> list[Endpoint]:
-        ready = {
-            p.name for p in self.pods.values() if p.pool == pool and p.ready and not p.deleting
-        }
-        return [e for name, e in sorted(self.endpoints.items()) if name in ready]
-
-    # ---------------------------------------------------------------- the loop
 
     async def run(self) -> None:
         while True:
@@ -339,16 +139,6 @@ class FleetSync:
         self._touch()
         async with self._progress:
             await self._progress.wait_for(lambda: self._done >= want)
-
-    def snapshot(self) -> FleetSnapshot:
-        """A copy of everything observed, as the planner takes it."""
-        return FleetSnapshot(
-            pools=list(self.pools.values()),
-            adapters=list(self.adapters.values()),
-            aliases=list(self.aliases.values()),
-            pods=list(self.pods.values()),
-            states=dict(self.states),
-        )
 
     async def sync_once(self) -> FleetPlan:
         snap = self.snapshot()

@@ -19,10 +19,11 @@ Invariants (the tests check each):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -232,17 +233,12 @@ class AdapterManager:
             if tier in (Tier.GPU, Tier.RAM):
                 return tier
             started = time.monotonic()
-            self._loading.add(adapter_id)
-            self._in_transit[adapter_id] = tier
-            try:
+            with self._loading_from(adapter_id, tier):
                 if tier is Tier.DISK and not await self._disk_copy_intact(record):
                     tier = self._in_transit[adapter_id] = Tier.REMOTE
                 if tier is Tier.REMOTE:
                     await self._download(record)
                 await self._register(adapter_id)
-            finally:
-                self._loading.discard(adapter_id)
-                del self._in_transit[adapter_id]
             elapsed = time.monotonic() - started
             self.metrics.loads.labels(tier.value).inc()
             self.metrics.load_seconds.labels(tier.value).observe(elapsed)
@@ -258,14 +254,21 @@ class AdapterManager:
                 raise VerificationError("Refused", self.failed[adapter_id])
             tier = self.tier_of(adapter_id)
             if tier is Tier.REMOTE:
-                self._loading.add(adapter_id)
-                self._in_transit[adapter_id] = tier
-                try:
+                with self._loading_from(adapter_id, tier):
                     await self._download(record)
-                finally:
-                    self._loading.discard(adapter_id)
-                    del self._in_transit[adapter_id]
             return tier
+
+    @contextlib.contextmanager
+    def _loading_from(self, adapter_id: str, tier: Tier) -> Iterator[None]:
+        """While the block runs the adapter is loading (never evicted) and in transit from
+        `tier` (what a call arriving meanwhile reports), however the block ends."""
+        self._loading.add(adapter_id)
+        self._in_transit[adapter_id] = tier
+        try:
+            yield
+        finally:
+            self._loading.discard(adapter_id)
+            del self._in_transit[adapter_id]
 
     async def _disk_copy_intact(self, record: AdapterRecord) -> bool:
         """Re-verify a disk copy before vLLM reads it; a bad copy is discarded (refetched).

@@ -18,25 +18,18 @@ from lorafleet_agent.data_app import MAX_BODY_BYTES
 from lorafleet_agent.internal_app import MAX_LOAD_BODY_BYTES
 from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
-from tests.conftest import INTERNAL_HEADERS, TEST_INTERNAL_TOKEN
+from tests.conftest import INTERNAL_HEADERS, TEST_INTERNAL_TOKEN, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
 CHAT = '{"model":"a1","messages":[{"role":"user","content":"hi"}]'
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
     settings = AgentSettings(
         replica_id="r0",
-        vllm_url=f"http://127.0.0.1:{_closed_port()}",  # no engine
+        vllm_url=f"http://127.0.0.1:{free_port()}",  # no engine
         cache_dir=tmp_path_factory.mktemp("cache"),
         host="127.0.0.1",
         data_port=0,
@@ -165,7 +158,7 @@ def slow_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgen
     """An agent whose header timeout a test can wait out."""
     settings = AgentSettings(
         replica_id="r0",
-        vllm_url=f"http://127.0.0.1:{_closed_port()}",
+        vllm_url=f"http://127.0.0.1:{free_port()}",
         cache_dir=tmp_path_factory.mktemp("cache"),
         host="127.0.0.1",
         data_port=0,

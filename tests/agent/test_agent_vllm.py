@@ -160,6 +160,23 @@ def _slow_stream(
     return conn.getresponse()
 
 
+def _slow_long_stream(
+    url: str, model: str, headers: dict[str, str] | None = None
+) -> http.client.HTTPResponse:
+    """A stream larger than the kernel's and uvicorn's buffers (48 sequences x 230 tokens with
+    logprobs, ~8 MB of SSE), read slowly: it stays in flight until the test reads the rest."""
+    body: dict[str, object] = {
+        "model": model,
+        "prompt": "Tell me a story",
+        "max_tokens": 230,
+        "n": 48,
+        "logprobs": 20,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    return _slow_stream(url, body, headers)
+
+
 def test_evictions_never_touch_an_adapter_with_a_request_in_flight(
     run_agent, make_record, vllm_server
 ):
@@ -169,19 +186,8 @@ def test_evictions_never_touch_an_adapter_with_a_request_in_flight(
     first = recs[0]
     with run_agent() as agent:
         assert load(agent, first).status_code == 200
-        # A long stream (48 sequences x 230 tokens with logprobs, ~8 MB of SSE, more than the
-        # kernel and uvicorn buffer) read slowly:
-        # its reference stays while six other adapters load through 4 RAM slots.
-        body = {
-            "model": first.id,
-            "prompt": "Tell me a story",
-            "max_tokens": 230,
-            "n": 48,
-            "logprobs": 20,
-            "ignore_eos": True,
-            "stream": True,
-        }
-        resp = _slow_stream(agent.data_url, body)
+        # Its reference stays while six other adapters load through 4 RAM slots.
+        resp = _slow_long_stream(agent.data_url, first.id)
         assert resp.status == 200
         head = resp.read(2048)
         assert state(agent)["running_requests"] == 1
@@ -473,17 +479,7 @@ def test_tokens_in_flight_count_the_gateways_estimate(run_agent, make_record):
     rec = make_record("zebra", unique_id("tokens"))
     with run_agent() as agent:
         assert load(agent, rec).status_code == 200
-        # A stream larger than the socket buffers, read slowly, stays in flight (see above).
-        body = {
-            "model": rec.id,
-            "prompt": "Tell me a story",
-            "max_tokens": 230,
-            "n": 48,
-            "logprobs": 20,
-            "ignore_eos": True,
-            "stream": True,
-        }
-        resp = _slow_stream(agent.data_url, body, headers={HEADER_TOKENS_ESTIMATE: "4321"})
+        resp = _slow_long_stream(agent.data_url, rec.id, {HEADER_TOKENS_ESTIMATE: "4321"})
         assert resp.status == 200
         resp.read(2048)
         s = state(agent)

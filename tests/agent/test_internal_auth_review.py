@@ -9,7 +9,6 @@ the record-conflict Event is in test_agent_cluster.py.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,16 +28,10 @@ from tests.agent.kube_emulation import (
     TokenReviews,
     emulated_cluster,
 )
+from tests.conftest import free_port
 from tests.operator.kmock_cluster import Cluster
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +42,7 @@ def kube() -> Iterator[tuple[Cluster, TokenReviews]]:
 def settings(tmp_path: Path, api_server: str, **overrides: Any) -> AgentSettings:
     values: dict[str, Any] = {
         "replica_id": "r0",
-        "vllm_url": f"http://127.0.0.1:{_closed_port()}",  # no engine: auth is what is tested
+        "vllm_url": f"http://127.0.0.1:{free_port()}",  # no engine: auth is what is tested
         "cache_dir": tmp_path / "cache",
         "host": "127.0.0.1",
         "data_port": 0,
@@ -129,7 +122,7 @@ def test_a_basic_scheme_or_an_empty_bearer_is_refused_without_asking_the_api_ser
 
 
 def test_the_api_server_down_fails_closed_with_503_and_says_why(tmp_path):
-    down = f"http://127.0.0.1:{_closed_port()}"
+    down = f"http://127.0.0.1:{free_port()}"
     with agent_in_thread(settings(tmp_path, down), wait_ready=False) as agent:
         resp = unload(agent, "gateway-token")
     assert resp.status_code == 503, resp.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -27,6 +28,24 @@ def _push(folder: Path, adapter: Path, tmp_path: Path, *extra: str) -> int:
             *extra,
         ]
     )  # fmt: skip
+
+
+@pytest.fixture
+def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A moto S3 server of this test's own (its URL), and credentials for boto3 to sign with."""
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(k, v)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
 
 
 def test_push_uploads_and_writes_adapter(folder, tmp_path, capsys):
@@ -91,47 +110,34 @@ def test_push_unknown_pool(folder, tmp_path, capsys):
     assert "ReplicaPool 'nope' not found" in capsys.readouterr().err
 
 
-def test_push_to_s3(folder, tmp_path, monkeypatch):
+def test_push_to_s3(folder, tmp_path, s3_endpoint):
     """The real S3 protocol (moto's server) through boto3, with SHA256 checksums stored."""
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        s3 = boto3.client("s3", endpoint_url=endpoint)
-        s3.create_bucket(Bucket="adapters")
-        adapter = make_adapter(tmp_path / "ad")
-        rc = _push(
-            folder,
-            adapter,
-            tmp_path,
-            "--store",
-            "s3://adapters/fleet",
-            "--s3-endpoint-url",
-            endpoint,
-        )
-        assert rc == 0
-        obj = LoRAAdapter.model_validate(
-            yaml.safe_load((folder / "loraadapter-acme-support-v1.yaml").read_text())
-        )
-        assert obj.spec.weights_uri == "s3://adapters/fleet/acme/support/v1/"
-        keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="adapters")["Contents"])
-        assert keys == [
-            "fleet/acme/support/v1/adapter_config.json",
-            "fleet/acme/support/v1/adapter_model.safetensors",
-        ]
-        body = s3.get_object(
-            Bucket="adapters", Key="fleet/acme/support/v1/adapter_model.safetensors"
-        )["Body"].read()
-        assert body == (adapter / "adapter_model.safetensors").read_bytes()
-    finally:
-        server.stop()
+    s3 = boto3.client("s3", endpoint_url=s3_endpoint)
+    s3.create_bucket(Bucket="adapters")
+    adapter = make_adapter(tmp_path / "ad")
+    rc = _push(
+        folder,
+        adapter,
+        tmp_path,
+        "--store",
+        "s3://adapters/fleet",
+        "--s3-endpoint-url",
+        s3_endpoint,
+    )
+    assert rc == 0
+    obj = LoRAAdapter.model_validate(
+        yaml.safe_load((folder / "loraadapter-acme-support-v1.yaml").read_text())
+    )
+    assert obj.spec.weights_uri == "s3://adapters/fleet/acme/support/v1/"
+    keys = sorted(o["Key"] for o in s3.list_objects_v2(Bucket="adapters")["Contents"])
+    assert keys == [
+        "fleet/acme/support/v1/adapter_config.json",
+        "fleet/acme/support/v1/adapter_model.safetensors",
+    ]
+    body = s3.get_object(Bucket="adapters", Key="fleet/acme/support/v1/adapter_model.safetensors")[
+        "Body"
+    ].read()
+    assert body == (adapter / "adapter_model.safetensors").read_bytes()
 
 
 def _other_target(folder: Path, tmp_path: Path) -> Path:
@@ -157,32 +163,19 @@ def test_push_never_changes_files_another_target_serves(folder, tmp_path, capsys
     assert _push(other, make_adapter(tmp_path / "a3", seed=1), tmp_path) == 0
 
 
-def test_push_to_s3_never_changes_stored_weights(folder, tmp_path, monkeypatch, capsys):
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(k, v)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        # moto keeps buckets process-wide (across servers): a bucket of this test's own.
-        boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="shared-store")
-        s3_args = ("--store", "s3://shared-store/fleet", "--s3-endpoint-url", endpoint)
-        assert _push(folder, make_adapter(tmp_path / "a1", seed=1), tmp_path, *s3_args) == 0
-        other = _other_target(folder, tmp_path)
-        for p in other.glob("loraadapter-*"):
-            p.unlink()
-        assert _push(other, make_adapter(tmp_path / "a2", seed=2), tmp_path, *s3_args) == 1
-        assert "already holds other weights" in capsys.readouterr().err
-        key = "fleet/acme/support/v1/adapter_model.safetensors"
-        body = boto3.client("s3", endpoint_url=endpoint).get_object(Bucket="shared-store", Key=key)
-        assert body["Body"].read() == (tmp_path / "a1" / "adapter_model.safetensors").read_bytes()
-    finally:
-        server.stop()
+def test_push_to_s3_never_changes_stored_weights(folder, tmp_path, s3_endpoint, capsys):
+    # moto keeps buckets process-wide (across servers): a bucket of this test's own.
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket="shared-store")
+    s3_args = ("--store", "s3://shared-store/fleet", "--s3-endpoint-url", s3_endpoint)
+    assert _push(folder, make_adapter(tmp_path / "a1", seed=1), tmp_path, *s3_args) == 0
+    other = _other_target(folder, tmp_path)
+    for p in other.glob("loraadapter-*"):
+        p.unlink()
+    assert _push(other, make_adapter(tmp_path / "a2", seed=2), tmp_path, *s3_args) == 1
+    assert "already holds other weights" in capsys.readouterr().err
+    key = "fleet/acme/support/v1/adapter_model.safetensors"
+    body = boto3.client("s3", endpoint_url=s3_endpoint).get_object(Bucket="shared-store", Key=key)
+    assert body["Body"].read() == (tmp_path / "a1" / "adapter_model.safetensors").read_bytes()
 
 
 def test_push_outside_the_pools_adapter_sources_is_refused_before_uploading(

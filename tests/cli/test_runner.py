@@ -12,7 +12,8 @@ import pytest
 from lorafleet_cli.main import main
 from lorafleet_cli.standalone.guards import UpError
 from lorafleet_cli.standalone.local_replicas import plan_replicas
-from lorafleet_cli.standalone.runner import UpOptions, model_dir_of, run_up
+from lorafleet_cli.standalone.runner import run_up
+from lorafleet_cli.standalone.up_options import UpOptions, model_dir_of
 from lorafleet_core.manifests import write_object
 
 from .conftest import pool_manifest

@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
+from openai.types.chat import (
+    ChatCompletion,
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageParam,
+)
 
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_cli.standalone import processes
@@ -91,23 +96,33 @@ def tool_engine(
         supervisor.stop_all()
 
 
-def test_a_named_function_choice_returns_that_functions_call(tool_engine):
+def _ask(tool_engine: tuple[str, str], **kw: Any) -> ChatCompletion:
+    """The weather question with TOOL offered, through the official client, greedy."""
     url, adapter = tool_engine
     client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
-    answer = client.chat.completions.create(
-        model=adapter,
-        messages=ASK,
-        tools=[TOOL],
-        tool_choice={"type": "function", "function": {"name": "get_weather"}},
-        max_tokens=40,
-        temperature=0,
+    answer: ChatCompletion = client.chat.completions.create(
+        model=adapter, messages=ASK, tools=[TOOL], temperature=0, **kw
     )
+    return answer
+
+
+def _weather_arguments(answer: ChatCompletion) -> Any:
+    """The answer's first tool call, which must call get_weather: its parsed arguments."""
     calls = answer.choices[0].message.tool_calls
     assert calls, answer
     call = calls[0]
     assert call.type == "function"
     assert call.function.name == "get_weather"
-    assert json.loads(call.function.arguments) in ({"city": "Oslo"}, {"city": "Paris"})
+    return json.loads(call.function.arguments)
+
+
+def test_a_named_function_choice_returns_that_functions_call(tool_engine):
+    answer = _ask(
+        tool_engine,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=40,
+    )
+    assert _weather_arguments(answer) in ({"city": "Oslo"}, {"city": "Paris"})
 
 
 def test_tool_choice_required_returns_a_tool_call(tool_engine):
@@ -115,32 +130,13 @@ def test_tool_choice_required_returns_a_tool_call(tool_engine):
     # the request under a grammar for a JSON array of calls; one call at most
     # (parallel_tool_calls false: maxItems 1), else the random weights keep adding calls
     # until the context ends (measured: finish_reason "length", nothing parsed).
-    url, adapter = tool_engine
-    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
-    answer = client.chat.completions.create(
-        model=adapter,
-        messages=ASK,
-        tools=[TOOL],
-        tool_choice="required",
-        parallel_tool_calls=False,
-        max_tokens=60,
-        temperature=0,
-    )
-    calls = answer.choices[0].message.tool_calls
-    assert calls, answer
-    call = calls[0]
-    assert call.type == "function"
-    assert call.function.name == "get_weather"
-    assert json.loads(call.function.arguments)["city"] in ("Oslo", "Paris")
+    answer = _ask(tool_engine, tool_choice="required", parallel_tool_calls=False, max_tokens=60)
+    assert _weather_arguments(answer)["city"] in ("Oslo", "Paris")
 
 
 def test_tools_with_auto_choice_are_accepted_and_the_adapter_answers(tool_engine):
     # Without a parser this is the engine's 400; with one, the model may answer in text (the
     # canary adapter says its marker, calling nothing).
-    url, adapter = tool_engine
-    client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0, timeout=120)
-    answer = client.chat.completions.create(
-        model=adapter, messages=ASK, tools=[TOOL], max_tokens=12, temperature=0
-    )
+    answer = _ask(tool_engine, max_tokens=12)
     assert "ZEBRA-7" in (answer.choices[0].message.content or "")
     assert not answer.choices[0].message.tool_calls

@@ -17,7 +17,7 @@ import pytest
 
 from lorafleet_gateway.edge import FailureLimiter
 from tests.gateway import manifests as m
-from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, openai_error, start_env, stop_env
 from tests.waiting import eventually
 
 TIMEOUT_S = 0.5
@@ -46,12 +46,12 @@ def _read_all(sock: socket.socket) -> bytes:
 
 
 def _status_and_error(raw: bytes) -> tuple[int, dict[str, object]]:
+    """A raw HTTP answer's status and its OpenAI error body, checked by conftest.openai_error."""
     head, _, body = raw.partition(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    assert b"content-type: application/json" in head.lower()
-    error = json.loads(body)["error"]
-    assert set(error) - {"request_id"} == {"message", "type", "param", "code"}
-    return status, error
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    status = int(status_line.split(" ", 2)[1])
+    headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines)]
+    return status, openai_error(httpx.Response(status, headers=headers, content=body), status)
 
 
 def _requests_total(env: GatewayEnv, status: str, endpoint: str = "chat") -> float:

@@ -18,7 +18,7 @@ import pytest
 
 from lorafleet_core.placement import owners
 from tests.gateway import manifests as m
-from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, openai_error, start_env, stop_env
 from tests.waiting import eventually
 
 MSG = MSG_DEFAULT
@@ -42,10 +42,7 @@ def _chat(model: str = "acme/support:prod") -> dict[str, object]:
 
 
 def _assert_openai_error(resp: httpx.Response, status: int, code: str | None) -> str:
-    assert resp.status_code == status, resp.text
-    assert resp.headers["content-type"].startswith("application/json")
-    err = resp.json()["error"]
-    assert set(err) - {"request_id"} == {"message", "type", "param", "code"}
+    err = openai_error(resp, status)
     assert err["code"] == code
     assert err["type"] == ("invalid_request_error" if status < 500 else "server_error")
     return str(err["message"])

@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
+import pytest
 from kopf.testing import KopfRunner
 
 from tests.operator.kmock_cluster import Cluster
@@ -29,3 +31,22 @@ def operator_running(cluster: Cluster, env: Mapping[str, str]) -> Iterator[KopfR
             else:
                 os.environ[k] = v
     assert runner.exception is None, runner.output[-5000:]
+
+
+def module_fixtures(namespace: str, env: Mapping[str, str]) -> tuple[Any, Any]:
+    """A test module's `cluster` (a kmock emulator serving `namespace`) and `operator` (the
+    operator running on it with `env`) fixtures, one of each per module:
+    `cluster, operator = module_fixtures("lf", ENV)`."""
+
+    @pytest.fixture(scope="module")
+    def cluster() -> Iterator[Cluster]:
+        c = Cluster(namespace)
+        yield c
+        c.close()
+
+    @pytest.fixture(scope="module")
+    def operator(cluster: Cluster) -> Iterator[KopfRunner]:
+        with operator_running(cluster, env) as runner:
+            yield runner
+
+    return cluster, operator

@@ -18,7 +18,8 @@ import pytest
 
 from lorafleet_cli.standalone import processes
 from lorafleet_cli.standalone.local_replicas import free_port
-from lorafleet_cli.standalone.runner import CONTROL_TOKEN_FILE, write_control_token
+from lorafleet_cli.standalone.state_files import CONTROL_TOKEN_FILE
+from lorafleet_cli.standalone.up_status import write_control_token
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.names import KIND_ADAPTER
 from tests.operator.control_support import registration

@@ -9,31 +9,19 @@ ever match the pools of their own test.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kopf.testing import KopfRunner
 
 from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
-from tests.operator.kopf_harness import operator_running
+from tests.operator.kopf_harness import module_fixtures
 from tests.operator.test_operator_kopf import ENV, cond, make_pool, status
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster("hostile")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster) -> Iterator[KopfRunner]:
-    with operator_running(cluster, ENV) as runner:
-        yield runner
+cluster, operator = module_fixtures("hostile", ENV)
 
 
 def h(c: str) -> str:

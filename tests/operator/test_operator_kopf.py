@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kopf.testing import KopfRunner
 
 from lorafleet_core.kube_client import (
     FIELD_MANAGER,
@@ -25,7 +23,7 @@ from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 from lorafleet_core.records import decode_owned
 from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
-from tests.operator.kopf_harness import operator_running
+from tests.operator.kopf_harness import module_fixtures
 from tests.operator.state_servers import StateServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -41,17 +39,7 @@ ENV = {
 }
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster("lf")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster) -> Iterator[KopfRunner]:
-    with operator_running(cluster, ENV) as runner:
-        yield runner
+cluster, operator = module_fixtures("lf", ENV)
 
 
 def pod_body(name: str, pool: str, port: int, ready: bool = True) -> dict[str, Any]:

@@ -8,16 +8,14 @@ termination message), as test_operator_kopf plays the StatefulSet controller.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kopf.testing import KopfRunner
 
 from lorafleet_core.planning.merge_job import merge_job_name
 from tests.operator.factories import adapter_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
-from tests.operator.kopf_harness import operator_running
+from tests.operator.kopf_harness import module_fixtures
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -32,17 +30,7 @@ URI = "s3://merged-store/lorafleet-merged/" + "e" * 64 + "/"
 FAST: dict[str, Any] = {"autoscaling": {"pollIntervalSeconds": 0.3}}
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster("lf")
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def operator(cluster: Cluster) -> Iterator[KopfRunner]:
-    with operator_running(cluster, ENV) as runner:
-        yield runner
+cluster, operator = module_fixtures("lf", ENV)
 
 
 def create(cluster: Cluster, plural: str, body: dict[str, Any]) -> None:

@@ -234,10 +234,8 @@ def settle(cluster: Cluster, op: Operator) -> None:
     eventually(steady, within_s=60, interval_s=0.2, what="two passes with no write", abort=op.alive)
 
 
-def test_operator_sigkilled_mid_pass_restarts_to_a_clean_runs_state_without_rewrites(
-    tmp_path: Path, replicas: list[StateServer]
-):
-    # The reference: a run that is never interrupted.
+def reference_state(tmp_path: Path, replicas: list[StateServer]) -> dict[str, Any]:
+    """The settled state of the same world in a fresh namespace, one operator, no interruption."""
     clean = Cluster(NS)
     try:
         populate(clean, replicas)
@@ -246,9 +244,15 @@ def test_operator_sigkilled_mid_pass_restarts_to_a_clean_runs_state_without_rewr
             settle(clean, op)
         finally:
             op.stop()
-        want = end_state(clean)
+        return end_state(clean)
     finally:
         clean.close()
+
+
+def test_operator_sigkilled_mid_pass_restarts_to_a_clean_runs_state_without_rewrites(
+    tmp_path: Path, replicas: list[StateServer]
+):
+    want = reference_state(tmp_path, replicas)  # a run that is never interrupted
 
     cluster = Cluster(NS)
     try:
@@ -311,17 +315,7 @@ def test_two_operators_at_once_converge_to_the_same_state_without_a_write_storm(
     """The chart runs one (values.schema.json caps operator.replicas at 1, Recreate
     upgrades), but a second one started by hand must not fight the first: both plan the same
     world, so they write the same statuses, and a settled namespace is written by neither."""
-    clean = Cluster(NS)
-    try:
-        populate(clean, replicas)
-        op = Operator(clean, tmp_path / "clean.log")
-        try:
-            settle(clean, op)
-        finally:
-            op.stop()
-        want = end_state(clean)
-    finally:
-        clean.close()
+    want = reference_state(tmp_path, replicas)
 
     cluster = Cluster(NS)
     try:

@@ -10,7 +10,8 @@ import pytest
 
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.replica_state import ReplicaState
-from lorafleet_operator.sync import MISSED_SCRAPES_KEPT, FleetSync
+from lorafleet_operator.fleet_index import MISSED_SCRAPES_KEPT
+from lorafleet_operator.sync import FleetSync
 from tests.operator.factories import adapter_body, alias_body, pool
 
 

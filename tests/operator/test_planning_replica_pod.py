@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_core.crd_validation import schema_in_crd, validate
 from lorafleet_core.models import ReplicaPool
+from lorafleet_core.planning.merged_lifecycle import merge_patch
 from lorafleet_core.planning.pool import plan_pool_objects
 from lorafleet_core.planning.replica_config import InsideAuth
 from lorafleet_core.planning.replica_pod import REPLICA_UID
@@ -184,17 +185,21 @@ def test_crd_accepts_the_gpu_example():
     assert validate(POOL_SCHEMA, GPU_DOC) == []
 
 
-def merge_patch(target, patch):
-    """RFC 7386 JSON merge patch, as the API server applies the operator's update."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        else:
-            out[key] = merge_patch(out.get(key), value)
-    return out
+@pytest.mark.parametrize(
+    ("target", "patch", "result"),
+    [  # RFC 7386, Appendix A
+        ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+        ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
+        ({"a": "b"}, {"a": None}, {}),
+        ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+        ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+        (["a", "b"], ["c", "d"], ["c", "d"]),
+        ({"a": "foo"}, "bar", "bar"),
+        ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+    ],
+)
+def test_merge_patch_applies_an_update_as_the_api_server_does(target, patch, result):
+    assert merge_patch(target, patch) == result
 
 
 def test_taking_a_field_out_of_the_template_removes_it_from_the_statefulset():

@@ -177,15 +177,12 @@ def up_rows(merged: list[MergedRun]) -> list[dict[str, Any]]:
             "pool": m.pool,
             "adapter": m.status.adapter_id,
             "checksum": m.status.checksum,
-            "replicas": [
-                {
-                    "id": r.id,
-                    "dataUrl": r.data_url,
-                    "internalUrl": r.internal_url,
-                    "vllmUrl": r.vllm_url,
-                }
-                for r in m.replicas
-            ],
+            "replicas": [up_replica_row(r) for r in m.replicas],
         }
         for m in merged
     ]
+
+
+def up_replica_row(r: ReplicaPlan) -> dict[str, str]:
+    """One replica in up.json (shared or merged): where `lorafleet status` asks it."""
+    return {"id": r.id, "dataUrl": r.data_url, "internalUrl": r.internal_url, "vllmUrl": r.vllm_url}

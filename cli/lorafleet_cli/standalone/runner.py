@@ -9,21 +9,14 @@ newest first, whole process groups (see supervisor).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import secrets
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
-from urllib.parse import urlparse
-
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import IO
 
 from lorafleet_cli.standalone import processes
 from lorafleet_cli.standalone.auto_merge import AutoMerge
@@ -40,64 +33,26 @@ from lorafleet_cli.standalone.local_replicas import (
     replica_states,
     start_merged_pools,
 )
-from lorafleet_cli.standalone.merged import (
-    MergedRun,
-    plan_merged_pools,
-    replicas_file_doc,
-    up_rows,
-)
+from lorafleet_cli.standalone.merged import MergedRun, plan_merged_pools
 from lorafleet_cli.standalone.planning import plan
 from lorafleet_cli.standalone.processes import ReplicaPlan
 from lorafleet_cli.standalone.reconciler import Reconciler
+from lorafleet_cli.standalone.state_files import (
+    CONTROL_TOKEN_FILE,
+    RECONCILE_STATUS_FILE,
+    REPLICAS_FILE,
+)
 from lorafleet_cli.standalone.supervisor import StartError, Supervisor
-from lorafleet_core.manifests import atomic_write, load_folder
+from lorafleet_cli.standalone.up_options import StandaloneSettings, UpOptions, model_dir_of
+from lorafleet_cli.standalone.up_status import (
+    write_control_token,
+    write_replicas_file,
+    write_up_status,
+)
+from lorafleet_core.manifests import load_folder
 from lorafleet_core.models import ReplicaPoolSpec
-from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.standalone_state import save_merge_statuses
-
-UP_STATUS_FILE = "up.json"
-RECONCILE_STATUS_FILE = "reconcile.json"
-REPLICAS_FILE = "replicas.json"
-CONTROL_TOKEN_FILE = "control-token"  # noqa: S105 (a file name)
-
-
-class StandaloneSettings(BaseSettings):
-    """Knobs of `lorafleet up` beyond its command line (env prefix `LORAFLEET_UP_`)."""
-
-    model_config = SettingsConfigDict(env_prefix="LORAFLEET_UP_", extra="ignore")
-
-    poll_interval_s: float = 1.0
-    replan_s: float = 10.0  # re-plan owners from the replicas' traffic this often
-    max_restarts: int = 3
-    stable_s: float = 300.0  # a child up this long gets its whole restart budget back
-    restart_backoff_s: float = 1.0
-    stop_timeout_s: float = 20.0
-    # Generated tokens/s one replica serves (the operator's REPLICA_TOKENS_PER_SECOND): sizes
-    # owner counts and the merged-pool threshold (autoMerge), as on a cluster.
-    replica_tokens_per_second: float = REPLICA_TOKENS_PER_SECOND
-
-
-@dataclass(frozen=True)
-class UpOptions:
-    state_dir: Path
-    manifests_dir: Path
-    replicas: int | None  # None: the pool's replicas.desired, else replicas.min (at least 1)
-    port: int
-    internal_port: int
-    model: Path | None
-    pool: str | None
-    banner: str | None = None  # printed when everything is ready (demo usage)
-    control_port: int | None = None  # the control API's port (None: any free one)
-
-
-def model_dir_of(uri: str) -> Path:
-    parsed = urlparse(uri)
-    if parsed.scheme not in ("", "file"):
-        raise UpError(
-            f"the pool's baseModel.uri {uri} is not local; pass --model DIR with the model files"
-        )
-    return Path(parsed.path)
 
 
 class _Stop:
@@ -113,45 +68,6 @@ class _Stop:
 
 def _say(msg: str) -> None:
     print(f"[lorafleet up] {msg}", flush=True)
-
-
-def _write_up_status(
-    opts: UpOptions,
-    replicas: list[ReplicaPlan],
-    sup: Supervisor,
-    phase: str,
-    merged: list[MergedRun],
-) -> None:
-    doc: dict[str, Any] = {
-        "pid": os.getpid(),
-        "phase": phase,
-        "manifests": str(opts.manifests_dir.resolve()),
-        "gateway": {
-            "url": f"http://{processes.LOOPBACK}:{opts.port}",
-            "internalUrl": f"http://{processes.LOOPBACK}:{opts.internal_port}",
-        },
-        "replicas": [
-            {
-                "id": r.id,
-                "dataUrl": r.data_url,
-                "internalUrl": r.internal_url,
-                "vllmUrl": r.vllm_url,
-            }
-            for r in replicas
-        ],
-        "mergedPools": up_rows(merged),
-        "processes": {
-            c.spec.name: {
-                "pid": c.proc.pid,
-                "running": c.proc.poll() is None,
-                "restarts": c.restarts,
-                "failed": c.failed,
-            }
-            for c in sup.children
-        },
-        "updatedAt": time.time(),
-    }
-    atomic_write(opts.state_dir / UP_STATUS_FILE, json.dumps(doc, indent=2) + "\n")
 
 
 def _start_processes(
@@ -210,16 +126,6 @@ def _start_processes(
         f"control API on http://{processes.LOOPBACK}:{control_port}/internal "
         f"(admin token in {opts.state_dir / CONTROL_TOKEN_FILE})"
     )
-
-
-def write_control_token(state_dir: Path) -> str:
-    """A fresh admin token for this run in `<state>/control-token` (0600); returns its sha256."""
-    token = secrets.token_urlsafe(32)
-    path = state_dir / CONTROL_TOKEN_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
@@ -289,8 +195,7 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
             # The merged pools' status.merge, which the gateway's folder catalog reads: a
             # merged pool serves its adapter once Ready (rewritten whole: stale pools drop out).
             save_merge_statuses(opts.manifests_dir, {m.pool: m.status for m in merged})
-            doc = replicas_file_doc(replicas, merged)
-            atomic_write(opts.state_dir / REPLICAS_FILE, json.dumps(doc, indent=2) + "\n")
+            write_replicas_file(opts.state_dir, replicas, merged)
 
         publish()
         auto = AutoMerge(
@@ -306,7 +211,7 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
         )
 
         _start_processes(opts, sup, replicas, pool, pool_name, model_dir, stop, token)
-        _write_up_status(opts, replicas, sup, "ready", merged)
+        write_up_status(opts, replicas, sup, "ready", merged)
         _say(f"gateway ready on http://{processes.LOOPBACK}:{opts.port}")
         if opts.banner:
             print(opts.banner, flush=True)
@@ -330,7 +235,7 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
                 if gone is not None:
                     _say(f"{gone.spec.name} {gone.failed}: nothing is served without it")
                     return 1
-                _write_up_status(opts, replicas, sup, "ready", merged)
+                write_up_status(opts, replicas, sup, "ready", merged)
                 if last_error is not None:
                     _say("reconcile recovered")
                 last_error = None
@@ -357,7 +262,7 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
         if manifests_lock is not None:
             manifests_lock.close()
         if replicas:
-            _write_up_status(opts, replicas, sup, "stopped", merged)
+            write_up_status(opts, replicas, sup, "stopped", merged)
         for s, handler in old.items():
             signal.signal(s, handler)
         _say("stopped")

@@ -25,7 +25,7 @@ from lorafleet_core.kube_client import MERGE_PATCH, is_conflict, is_not_found, p
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.pods import pod_ip, replica_pool
 from lorafleet_core.replica_endpoints import read_replicas, replicas_file
-from lorafleet_operator.sync import internal_port
+from lorafleet_operator.fleet_index import internal_port
 
 Obj = dict[str, Any]
 

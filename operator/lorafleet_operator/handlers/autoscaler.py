@@ -31,11 +31,12 @@ from lorafleet_core.planning.pool_status import (
 from lorafleet_core.replica_client import StateUnavailable, fetch_state
 from lorafleet_core.replica_state import ReplicaState
 from lorafleet_operator.errors import describe
+from lorafleet_operator.fleet_index import Endpoint
 from lorafleet_operator.handlers import merged
 from lorafleet_operator.handlers.pools import parse_pool
 from lorafleet_operator.kube import HOLDER, OperatorStoppingError
 from lorafleet_operator.runtime import runtime
-from lorafleet_operator.sync import Endpoint, FleetSync, status_patch
+from lorafleet_operator.sync import FleetSync, status_patch
 
 log = logging.getLogger(__name__)
 
