@@ -128,6 +128,14 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.merged_fallback = PromCounter(
+            "lorafleet_gateway_merged_fallback",
+            "Requests for an adapter with a Ready merged pool that the pool did not take, by "
+            "merged pool and reason: overloaded (every replica past the merged bounds: the "
+            "request spilled to the adapter's shared pool) or unhealthy",
+            ["pool", "reason"],
+            registry=r,
+        )
         self.rate_limited = PromCounter(
             "lorafleet_gateway_rate_limited",
             "Requests refused by a tenant rate limit",
