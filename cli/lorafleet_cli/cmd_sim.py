@@ -7,6 +7,8 @@ Examples (docs/performance.md has the figures they give):
     lorafleet sim --capacity --duration 900        # fewest replicas that meet the SLO
     lorafleet sim --scenario hot-tenant-merged --hot-rates 320,640,1280,2000 --duration 900
                                                    # more owners vs a merged pool, per rate
+    lorafleet sim --scenario merged-overflow --duration 900 --warmup 300
+                                                   # an undersized merged pool's overflow
 """
 
 from __future__ import annotations

@@ -124,7 +124,7 @@ class GatewayMetrics:
         self.routing = PromCounter(
             "lorafleet_gateway_routing",
             "Routing outcomes: owner_resident, owner, spill, saturated, random, retry, "
-            "load_on_demand",
+            "load_on_demand, merged, merged_fallback",
             ["outcome"],
             registry=r,
         )

@@ -29,10 +29,10 @@ per copy). The choice for one request, pure and deterministic:
 The bounds were chosen in the simulator (`lorafleet sim --scenario merged-overflow`,
 docs/performance.md "An undersized merged pool"): with only the old rule (spill at a queue
 over 32, the shared pool's threshold) the hot tenant's p95 TTFT on a pool at 1.25x its
-capacity was 3.4 s, at 1.7x 16 s; with the bounds, 0.85 s and 1.2 s, and a pool at its
-size spills 0.4% of its requests. Queue depth alone reacts too late (polled once a second:
-the queue doubles in between); tokens in flight include this gateway's own requests since
-the poll.
+capacity was 3.4 s, at 1.67x 16 s; with the bounds, 0.85 s and 1.2 s, and a pool at its
+size spills 0.4% of its requests. A queue bound alone reacts too late (2.4-3.0 s at 1.25x
+for bounds of 2-8: the queue is polled once a second); tokens in flight include this
+gateway's own requests since the poll.
 
 When the merged pool serves, the shared pool's candidates follow as the retry order, so a
 merged replica failing before the first byte falls back too. A replica serving merged weights
