@@ -7,6 +7,8 @@ Examples (docs/performance.md has the figures they give):
     lorafleet sim --capacity --duration 900        # fewest replicas that meet the SLO
     lorafleet sim --scenario hot-tenant-merged --hot-rates 320,640,1280,2000 --duration 900
                                                    # more owners vs a merged pool, per rate
+    lorafleet sim --scenario merged-overflow --duration 900 --warmup 300
+                                                   # an undersized merged pool's overflow
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from lorafleet_cli.arg_options import options_from_args
 from lorafleet_cli.exit_codes import UsageError
-from lorafleet_cli.sim import capacity, merged, params, report
+from lorafleet_cli.sim import capacity, merged, merged_overflow, params, report
 from lorafleet_cli.sim.engine import ROUTERS, Engine
 from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run
 
@@ -36,7 +38,11 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--scenario", choices=sorted([*SCENARIOS, merged.SCENARIO]), default="steady")
+    p.add_argument(
+        "--scenario",
+        choices=sorted([*SCENARIOS, merged.SCENARIO, merged_overflow.SCENARIO]),
+        default="steady",
+    )
     p.add_argument(
         "--hot-rates",
         default="2000",
@@ -133,7 +139,7 @@ def simulate(run_: Run, seed: int, progress: bool) -> report.Summary:
             duration_s=run_.workload.at[-1] if len(run_.workload) else 0.0,
             progress=bar.update,
         ).run()
-    return report.summarize(run_.name, eng, run_.measure_from)
+    return report.summarize(run_.name, eng, run_.measure_from, hot=run_.hot)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -144,11 +150,14 @@ def run(args: argparse.Namespace) -> int:
         return _capacity(args, inputs, progress, started)
     if args.scenario == merged.SCENARIO:
         return _merged(args, inputs, progress, started)
-    runs = SCENARIOS[args.scenario](inputs)
+    scenario = SCENARIOS.get(args.scenario, merged_overflow.runs)
+    runs = scenario(inputs)
     summaries = [simulate(r, inputs.seed, progress) for r in runs]
     elapsed = time.perf_counter() - started
     title = f"lorafleet sim --scenario {args.scenario}: {runs[0].workload.label}"
     md = [f"## {title}", "", report.table(summaries), ""]
+    if args.scenario == merged_overflow.SCENARIO:
+        md += [merged_overflow.table(summaries), ""]
     md += [report.detail(s) for s in summaries]
     md.append(f"model parameters: {json.dumps(params.describe(runs[0].replica, runs[0].fleet))}")
     md.append(

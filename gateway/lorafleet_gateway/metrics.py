@@ -124,8 +124,16 @@ class GatewayMetrics:
         self.routing = PromCounter(
             "lorafleet_gateway_routing",
             "Routing outcomes: owner_resident, owner, spill, saturated, random, retry, "
-            "load_on_demand",
+            "load_on_demand, merged, merged_fallback",
             ["outcome"],
+            registry=r,
+        )
+        self.merged_fallback = PromCounter(
+            "lorafleet_gateway_merged_fallback",
+            "Requests for an adapter with a Ready merged pool that the pool did not take, by "
+            "merged pool and reason: overloaded (every replica past the merged bounds: the "
+            "request spilled to the adapter's shared pool) or unhealthy",
+            ["pool", "reason"],
             registry=r,
         )
         self.rate_limited = PromCounter(

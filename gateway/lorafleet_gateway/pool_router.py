@@ -8,18 +8,31 @@ per copy). The choice for one request, pure and deterministic:
 1. A Ready merged pool for this adapter (the catalog lists only pools whose `status.merge`
    is Ready for `spec.merged.adapter`): every healthy replica of it whose own `/state` says it
    serves this adapter's merged weights (`merged.adapter_id`, and the checksum the pool's
-   status names) is a candidate, least loaded first. The replica's own word is required: a
+   status names) is a candidate, least loaded first, unless it is past the bounded load
+   within the pool (tokens in flight over both `max_tokens_in_flight` and `balance` times the
+   merged replicas' mean) or full (`Thresholds.merged_full`: more than
+   `merged_max_queue_depth` requests not yet streaming, or more than
+   `merged_max_tokens_in_flight` tokens in flight). The replica's own word is required: a
    pod labelled into the pool but serving other weights never gets the request.
-2. Otherwise, or when every such replica is overloaded (the shared pool's rule: queue over
-   `max_queue_depth`, or tokens in flight over both `max_tokens_in_flight` and `balance` times
-   the merged replicas' mean; so in practice a full queue everywhere: a merged replica's batch
-   holds 32 sequences of ~1,400 tokens, well past the absolute token threshold, and spilling
-   the hot tenant into the shared pool at a third of a batch would waste the merged GPUs; the
-   simulator measured it), the shared pool
-   the adapter was placed in (its rank class, `lorafleet_core.planning.adapters
-   .validate_adapter`, the operator's own choice) routes it with `router.plan_route`, exactly
-   as a single pool does. Nothing is refused because a merged pool is missing, starting,
-   failed or full: the shared pool always has the adapter (owners pre-warm it there).
+2. Otherwise (no such replica, or every one full: an undersized pool in a surge before it
+   scales, or a replica down), the shared pool the adapter was placed in (its rank class,
+   `lorafleet_core.planning.adapters.validate_adapter`, the operator's own choice) routes it
+   with `router.plan_route`, exactly as a single pool does: its owners of the adapter, which
+   still exists there as a LoRA (owners pre-warm it). Nothing is refused because a merged
+   pool is missing, starting, failed or full. `fallback` says why ("overloaded": the request
+   spilled out of its merged pool; the gateway counts it in
+   `lorafleet_gateway_merged_fallback_total{pool, reason}`).
+3. When the shared pool is past its own bounds too (`plan_route` says "saturated"), the
+   merged replicas take the request after all, least loaded first: they are the adapter's
+   own and faster, and spilling then only moves the queue.
+
+The bounds were chosen in the simulator (`lorafleet sim --scenario merged-overflow`,
+docs/performance.md "An undersized merged pool"): with only the old rule (spill at a queue
+over 32, the shared pool's threshold) the hot tenant's p95 TTFT on a pool at 1.25x its
+capacity was 3.4 s, at 1.67x 16 s; with the bounds, 0.85 s and 1.2 s, and a pool at its
+size spills 0.4% of its requests. A queue bound alone reacts too late (2.4-3.0 s at 1.25x
+for bounds of 2-8: the queue is polled once a second); tokens in flight include this
+gateway's own requests since the poll.
 
 When the merged pool serves, the shared pool's candidates follow as the retry order, so a
 merged replica failing before the first byte falls back too. A replica serving merged weights
@@ -67,6 +80,7 @@ class PoolRoute:
     # adapter's merged weights) or "overloaded"; None when there is no merged pool or it served.
     fallback: str | None = None
     owners: tuple[str, ...] = ()
+    left_pool: str | None = None  # with `fallback`: the merged pool the request did not get
 
 
 def plan_pool_route(
@@ -99,8 +113,12 @@ def plan_pool_route(
         elif pools.shared is None or pool == pools.shared:
             shared[rid] = view
     fallback: RoutePlan = plan_route(adapter_id, shared, k, thresholds, rng)
-    cap = thresholds.cap_for([t for t, _, _ in serving])
-    ok = sorted(s for s in serving if not thresholds.overloaded(replicas[s[2]], cap))
+    cap = thresholds.cap_for([t for t, _, _ in serving])  # bounded load within the pool
+    full = thresholds.merged_full
+    ok = sorted(s for s in serving if s[0] <= cap and not full(replicas[s[2]]))
+    if not ok and serving and fallback.outcome in ("saturated", "none"):
+        # The shared pool is past its own bounds too: the adapter's own, faster replicas.
+        ok = sorted(serving)
     if ok:
         first = tuple(rid for *_, rid in ok)
         return PoolRoute(
@@ -111,8 +129,11 @@ def plan_pool_route(
             None,
             fallback.owners,
         )
-    why = None
+    why = left = None
     if merged_pools:
         why = "overloaded" if serving else "unhealthy"
+        left = pool_of.get(serving[0][2]) if serving else pools.merged[0].pool
     pool = pool_of.get(fallback.candidates[0]) if fallback.candidates else pools.shared
-    return PoolRoute(fallback.candidates, fallback.outcome, pool, frozenset(), why, fallback.owners)
+    return PoolRoute(
+        fallback.candidates, fallback.outcome, pool, frozenset(), why, fallback.owners, left
+    )

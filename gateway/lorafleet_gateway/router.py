@@ -71,6 +71,9 @@ def blended_tokens(polled: int, local_now: int, local_at_poll: int) -> int:
 
 
 POLICIES = ("affinity", "least_loaded", "random")
+# A merged replica's bounds (Thresholds; the gateway settings and the simulator read these).
+MERGED_MAX_QUEUE_DEPTH = 4
+MERGED_MAX_TOKENS_IN_FLIGHT = 40_000
 SETTLE_RULES = ("cap", "spill", "cap+spill")
 SPILLS = ("rendezvous", "least_loaded")
 RESIDENCIES = ("gpu", "spill", "any")
@@ -98,6 +101,12 @@ class Thresholds:
     # "spill" it is the last spill target before overloaded replicas.
     settle_s: float = 0.0
     settle_rules: str = "cap+spill"
+    # A merged pool's replica (lorafleet_gateway.pool_router) is full, and the adapter's
+    # request spills to its shared pool, past either bound (0 = that bound off): requests
+    # admitted and not yet streaming, or tokens in flight (~30 of the trace's requests: a
+    # 32-sequence batch about full). Chosen in `lorafleet sim --scenario merged-overflow`.
+    merged_max_queue_depth: int = MERGED_MAX_QUEUE_DEPTH
+    merged_max_tokens_in_flight: int = MERGED_MAX_TOKENS_IN_FLIGHT
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -116,6 +125,13 @@ class Thresholds:
             raise ValueError(f"settle time must be 0 or more: {self.settle_s!r}")
         if not self.balance >= 0:  # also refuses NaN
             raise ValueError(f"routing balance must be 0 or more: {self.balance!r}")
+        if self.merged_max_queue_depth < 0 or self.merged_max_tokens_in_flight < 0:
+            raise ValueError("merged pool bounds must be 0 or more")
+
+    def merged_full(self, view: ReplicaView) -> bool:
+        """A merged replica past its pool's bounds (pool_router spills the request)."""
+        q, t = self.merged_max_queue_depth, self.merged_max_tokens_in_flight
+        return (q > 0 and view.queue_depth > q) or (t > 0 and view.tokens_in_flight > t)
 
     def overloaded(self, view: ReplicaView, token_cap: int | None = None) -> bool:
         """Over the queue threshold, or over `token_cap` (default: the absolute threshold)."""

@@ -135,6 +135,8 @@ class CompletionEndpoint:
             out.log["route"] = plan.outcome
             if plan.fallback is not None:  # a Ready merged pool could not take it
                 gw.metrics.child(gw.metrics.routing, "merged_fallback").inc()
+                left = plan.left_pool or ""
+                gw.metrics.child(gw.metrics.merged_fallback, left, plan.fallback).inc()
                 out.log["merged_fallback"] = plan.fallback
             opened = await gw.upstream.open(req, record, plan.candidates, held, no_load=plan.merged)
             if opened.replica_id in plan.merged:

@@ -84,6 +84,8 @@ def thresholds_from_settings(settings: GatewaySettings) -> Thresholds:
         balance=settings.routing_balance,
         spill=settings.routing_spill,
         policy=settings.routing_policy,
+        merged_max_queue_depth=settings.merged_max_queue_depth,
+        merged_max_tokens_in_flight=settings.merged_max_tokens_in_flight,
     )
 
 

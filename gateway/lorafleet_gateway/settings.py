@@ -9,6 +9,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.tokens import DEFAULT_MAX_TOKENS
+from lorafleet_gateway.router import MERGED_MAX_QUEUE_DEPTH, MERGED_MAX_TOKENS_IN_FLIGHT
 
 
 class GatewaySettings(BaseSettings):
@@ -78,6 +79,18 @@ class GatewaySettings(BaseSettings):
         allow_inf_nan=False,
         description="a replica is also overloaded above this x the fleet's mean tokens in "
         "flight (bounded load); 0 = max_tokens_in_flight alone",
+    )
+    merged_max_queue_depth: int = Field(
+        default=MERGED_MAX_QUEUE_DEPTH,
+        ge=0,
+        description="a merged pool's replica with more requests admitted and not yet "
+        "streaming is full: its adapter's request spills to the shared pool; 0 = no bound",
+    )
+    merged_max_tokens_in_flight: int = Field(
+        default=MERGED_MAX_TOKENS_IN_FLIGHT,
+        ge=0,
+        description="a merged pool's replica with more tokens in flight (prompt + max_tokens) "
+        "is full: its adapter's request spills to the shared pool; 0 = no bound",
     )
     routing_spill: Literal["rendezvous", "least_loaded"] = Field(
         default="rendezvous",

@@ -286,9 +286,11 @@ def test_gateway_routing_values_reach_the_router_settings():
     assert thresholds_from_settings(GatewaySettings()) == thresholds({})  # same defaults
     routing = {"policy": "random", "balance": 2, "spill": "least_loaded"}
     routing |= {"maxTokensInFlight": 40000, "maxQueueDepth": 8}
+    routing |= {"mergedMaxQueueDepth": 0, "mergedMaxTokensInFlight": 90000}
     t = thresholds({"gateway": {"routing": routing}})
     assert (t.policy, t.balance, t.spill) == ("random", 2.0, "least_loaded")
     assert (t.max_tokens_in_flight, t.max_queue_depth) == (40000, 8)
+    assert (t.merged_max_queue_depth, t.merged_max_tokens_in_flight) == (0, 90000)
 
 
 @pytest.mark.parametrize(

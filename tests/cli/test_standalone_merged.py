@@ -23,7 +23,7 @@ from lorafleet_cli.standalone.processes import ReplicaPlan, agent_process, vllm_
 from lorafleet_core import reasons
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.merged_weights import verify_merged
-from lorafleet_core.models import ALL_TARGET_MODULES, MergePhase
+from lorafleet_core.models import ALL_TARGET_MODULES, MergePhase, ReplicaPool
 from lorafleet_core.replica_endpoints import parse_replicas
 from tests.operator.factories import T0
 
@@ -160,3 +160,39 @@ def test_merged_replicas_are_listed_apart_from_the_shared_ones(tmp_path: Path):
     merged = doc["mergedPools"]["acme-merged"]
     assert merged["merged"]["adapterId"] == "acme-v1"
     assert [r["id"] for r in merged["replicas"]] == ["m-0"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "cpu", "eager"),
+    [
+        ([], True, True),  # the default on CPU: no torch.compile warm-up at start
+        ([], False, False),  # a GPU build keeps vLLM's own default
+        (["--no-enforce-eager"], True, False),  # the pool asks for compilation
+        (["-O3"], True, False),
+        (['--compilation-config={"mode": 3}'], True, False),
+        (["--enforce-eager"], True, True),  # named once, not twice
+        (["--max-num-seqs", "8"], True, True),  # other flags do not decide it
+    ],
+)
+def test_merged_engine_on_cpu_runs_eager_unless_the_pool_chooses_compilation(
+    folder: Path, tmp_path: Path, extra: list[str], cpu: bool, eager: bool
+):
+    (merged,) = plan_merged_pools(load_folder(folder))
+    spec = merged.pool.spec.model_copy(
+        update={"engine": merged.pool.spec.engine.model_copy(update={"extra_args": extra})}
+    )
+    r = replica(tmp_path, "acme-merged-0")
+    argv = vllm_process(r, tmp_path / "m", spec, cpu=cpu, log_dir=tmp_path).argv
+    assert argv.count("--enforce-eager") == (1 if eager else 0)
+    if extra:
+        assert argv[-len(extra) :] == extra  # extraArgs still come last
+
+
+def test_shared_engine_keeps_vllm_default_compilation(folder: Path, tmp_path: Path):
+    shared = next(p for p in load_folder(folder).of_kind("ReplicaPool") if p.name == "shared")
+    spec = ReplicaPool.model_validate({**shared.body, "status": None}).spec
+    argv = vllm_process(
+        replica(tmp_path, "shared-0"), tmp_path / "m", spec, cpu=True, log_dir=tmp_path
+    ).argv
+    assert "--enable-lora" in argv  # vLLM's CPU backend already skips compiling it
+    assert "--enforce-eager" not in argv

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -83,6 +84,58 @@ def test_busy_merged_replicas_keep_serving_under_bounded_load():
     assert (plan.outcome, plan.candidates[0]) == (MERGED, "hot-1")
 
 
+def test_merged_pool_past_its_queue_bound_spills_to_the_shared_owners():
+    # queues just over merged_max_queue_depth (4), far under the shared pool's 10
+    q = T.merged_max_queue_depth + 1
+    plan = plan_pool_route(HOT, READY, fleet((100, 100), queued=(q, q)), POOL_OF, 2, T)
+    assert (plan.outcome, plan.fallback, plan.left_pool) == ("owner", "overloaded", "hot-merged")
+    assert plan.candidates[0] in owners(HOT, SHARED, 2)  # the adapter's LoRA owners
+    assert not set(plan.candidates) & set(MERGED_IDS)
+    at_bound = plan_pool_route(HOT, READY, fleet((100, 100), queued=(4, 4)), POOL_OF, 2, T)
+    assert (at_bound.outcome, at_bound.fallback) == (MERGED, None)
+
+
+def test_merged_pool_past_its_token_bound_spills_even_with_empty_queues():
+    full = T.merged_max_tokens_in_flight + 1
+    plan = plan_pool_route(HOT, READY, fleet((full, full)), POOL_OF, 2, T)
+    assert (plan.outcome, plan.fallback) == ("owner", "overloaded")
+    # one replica with room takes it, past the absolute threshold but within bounded load
+    one = plan_pool_route(HOT, READY, fleet((full, full - 2000)), POOL_OF, 2, T)
+    assert (one.outcome, one.candidates[0]) == (MERGED, "hot-1")
+
+
+def test_merged_bounds_at_zero_are_off():
+    off = Thresholds(
+        max_tokens_in_flight=1000,
+        max_queue_depth=10,
+        merged_max_queue_depth=0,
+        merged_max_tokens_in_flight=0,
+    )
+    plan = plan_pool_route(HOT, READY, fleet((10**6, 10**6), queued=(99, 99)), POOL_OF, 2, off)
+    assert plan.outcome == MERGED
+
+
+def test_full_merged_pool_serves_when_the_shared_pool_is_saturated_too():
+    views = fleet((50_000, 60_000), queued=(9, 9))
+    for rid in SHARED:
+        views[rid] = ReplicaView(tokens_in_flight=5000, queue_depth=11)  # over the shared bounds
+    plan = plan_pool_route(HOT, READY, views, POOL_OF, 2, T)
+    assert (plan.outcome, plan.fallback) == (MERGED, None)
+    assert plan.candidates[:2] == ("hot-0", "hot-1")  # least loaded first
+    assert set(plan.candidates[2:]) == set(SHARED)
+
+
+def test_merged_bounds_refuse_negative_values():
+    with pytest.raises(ValueError, match="merged pool bounds"):
+        Thresholds(merged_max_queue_depth=-1)
+
+
+def test_unhealthy_merged_pool_names_the_pool_it_left():
+    views = {r: v for r, v in fleet().items() if r not in MERGED_IDS}
+    plan = plan_pool_route(HOT, READY, views, POOL_OF, 2, T)
+    assert (plan.fallback, plan.left_pool) == ("unhealthy", "hot-merged")
+
+
 def test_one_overloaded_merged_replica_leaves_the_other():
     plan = plan_pool_route(HOT, READY, fleet((5000, 10)), POOL_OF, 2, T)
     assert plan.outcome == MERGED
@@ -136,4 +189,6 @@ def test_merged_replicas_serve_only_their_adapter_and_shared_never_loses_the_req
     shared_up = [r for r in SHARED if r in views]
     # nothing is refused for a merged pool's sake: the shared replicas are always candidates
     assert set(shared_up) <= set(plan.candidates)
-    assert (plan.outcome == MERGED) == any(queue <= T.max_queue_depth for queue in loads)
+    room = any(queue <= T.merged_max_queue_depth for queue in loads)
+    # full merged replicas still serve when no shared replica can (nothing to spill to)
+    assert (plan.outcome == MERGED) == (room or not shared_up)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from lorafleet_gateway.catalog import CatalogHolder
@@ -116,3 +117,28 @@ def test_merged_replica_down_or_serving_other_weights_falls_back_to_shared(
     eventually(lambda: _served(env)[0] == "acme-hot-0", what="merged replica back")
     env.replica_servers["acme-hot-0"].stop()  # the merged pool's only replica dies
     assert all(_served(env)[0] in SHARED for _ in range(5))
+
+
+def _fallbacks(env: GatewayEnv, reason: str) -> float:
+    text = httpx.get(f"{env.internal_url}/metrics").text
+    want = f'lorafleet_gateway_merged_fallback_total{{pool="acme-hot",reason="{reason}"}} '
+    lines = [line for line in text.splitlines() if line.startswith(want)]
+    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
+
+
+def test_full_merged_replica_spills_to_the_shared_pool_and_counts_it(pools_env: GatewayEnv):
+    env = pools_env
+    _set_merge(env, {"phase": "Ready", "adapterId": HOT, "checksum": SUM})
+    eventually(lambda: _served(env)[0] == "acme-hot-0", what="merged pool serving")
+    hot = env.replicas["acme-hot-0"]
+    hot.queue_depth = env.gw.thresholds.merged_max_queue_depth + 1  # a surge: it queues
+    eventually(lambda: _served(env)[0] in SHARED, what="overflow spilled to the shared pool")
+    spilled = _fallbacks(env, "overloaded")
+    assert spilled >= 1
+    rid, tier = _served(env)
+    assert rid in SHARED
+    assert tier != "merged"
+    assert _fallbacks(env, "overloaded") == spilled + 1
+    hot.queue_depth = 0
+    eventually(lambda: _served(env)[0] == "acme-hot-0", what="merged replica takes it again")
+    assert _fallbacks(env, "unhealthy") == 0

@@ -27,6 +27,8 @@ def test_routing_knobs_from_the_environment_reach_the_router(monkeypatch):
     monkeypatch.setenv("LORAFLEET_GATEWAY_ROUTING_BALANCE", "1.5")
     monkeypatch.setenv("LORAFLEET_GATEWAY_ROUTING_SPILL", "least_loaded")
     monkeypatch.setenv("LORAFLEET_GATEWAY_MAX_TOKENS_IN_FLIGHT", "40000")
+    monkeypatch.setenv("LORAFLEET_GATEWAY_MERGED_MAX_QUEUE_DEPTH", "6")
+    monkeypatch.setenv("LORAFLEET_GATEWAY_MERGED_MAX_TOKENS_IN_FLIGHT", "0")
     t = thresholds_from_settings(GatewaySettings())
     assert (t.policy, t.balance, t.spill, t.max_tokens_in_flight) == (
         "random",
@@ -34,6 +36,7 @@ def test_routing_knobs_from_the_environment_reach_the_router(monkeypatch):
         "least_loaded",
         40000,
     )
+    assert (t.merged_max_queue_depth, t.merged_max_tokens_in_flight) == (6, 0)
 
 
 @pytest.mark.parametrize(
@@ -44,6 +47,8 @@ def test_routing_knobs_from_the_environment_reach_the_router(monkeypatch):
         ("routing_spill", "nearest"),
         ("routing_balance", -1),
         ("routing_balance", float("inf")),
+        ("merged_max_queue_depth", -1),
+        ("merged_max_tokens_in_flight", -5),
     ],
 )
 def test_invalid_routing_settings_are_refused(name, value):

@@ -53,6 +53,7 @@ class FleetEvent:
     at: float
     kind: str
     index: int = -1
+    down_s: float | None = None  # `fail`: back after this long (default: start + warm-up)
 
 
 class Engine:
@@ -99,6 +100,8 @@ class Engine:
             residency=fp.residency,
             settle_s=fp.settle_s,
             settle_rules=fp.settle_rules,
+            merged_max_queue_depth=fp.merged_max_queue_depth,
+            merged_max_tokens_in_flight=fp.merged_max_tokens_in_flight,
         )
         self.heap: list[tuple[float, int, Callable[[float, Any], None], Any]] = []
         self._seq = 0
@@ -290,7 +293,8 @@ class Engine:
             self._membership_changed(now)
             self.annotations.forget(replica.id)
             # The StatefulSet recreates the pod under the same id, cold.
-            self.schedule(now + self._start_delay(), self._ready, (replica, replica.epoch))
+            down = self._start_delay() if ev.down_s is None else ev.down_s
+            self.schedule(now + down, self._ready, (replica, replica.epoch))
             self.scale_events.append((now, self.desired, f"fail {replica.id}"))
         else:
             raise ValueError(f"unknown fleet event {ev.kind!r}")

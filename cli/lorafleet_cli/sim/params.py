@@ -12,6 +12,7 @@ from typing import Any
 
 from lorafleet_core.models.pool import DEFAULT_TARGET_TOKENS_IN_FLIGHT, CacheSpec
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
+from lorafleet_gateway.router import MERGED_MAX_QUEUE_DEPTH, MERGED_MAX_TOKENS_IN_FLIGHT
 
 MB = 1_000_000
 DEFAULT_OWNED_ANNOTATION_MAX_BYTES = CacheSpec().owned_annotation_max_bytes
@@ -165,6 +166,10 @@ class FleetParams:
     # loads, no LoRA slots); the gateway routes with lorafleet_gateway.pool_router.
     merged_replicas: int = 0
     merged_adapter: str = "hot-tenant"
+    # When a merged replica is full (Thresholds.merged_max_queue_depth / _tokens_in_flight,
+    # the gateway's settings of the same names; 0 = off) the request spills to the shared pool.
+    merged_max_queue_depth: int = MERGED_MAX_QUEUE_DEPTH
+    merged_max_tokens_in_flight: int = MERGED_MAX_TOKENS_IN_FLIGHT
     # Autoscaler (ReplicaPool spec.autoscaling defaults); off unless a scenario enables it.
     autoscale: bool = False
     min_replicas: int = 1

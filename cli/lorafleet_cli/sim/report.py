@@ -107,6 +107,14 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0, hot: str | None
     f["hot_adapter"] = hot
     f["hot_adapter_p95_ms"] = 1000 * _pct(ttft[done & (adapter == hot_id)], 95)
     f["tail_worst_replica_p95_ms"] = 1000 * _tail_worst_replica_p95(eng, done, ttft, hot_id)
+    # The hot adapter's requests on a merged pool's replicas and off them (merged_overflow).
+    on_merged = np.isin(np.asarray(eng.replica_of), [r.index for r in eng.replicas if r.merged])
+    hot_done = done & (adapter == hot_id)
+    f["hot_merged_p95_ms"] = 1000 * _pct(ttft[hot_done & on_merged], 95)
+    f["hot_fallback_p95_ms"] = 1000 * _pct(ttft[hot_done & ~on_merged], 95)
+    hot_routed = int((sel & (adapter == hot_id) & (tier >= 0)).sum())
+    left = int((sel & (adapter == hot_id) & (tier >= 0) & ~on_merged).sum())
+    f["merged_fallback_pct"] = 100.0 * left / max(1, hot_routed) if eng.fp.merged_replicas else 0.0
     for o in OUTCOMES:
         f[f"route_{o}_pct"] = 100.0 * int((sel & (outcome == OUTCOMES.index(o))).sum()) / max(1, n)
     f["spill_pct"] = f["route_spill_pct"] + f["route_saturated_pct"]

@@ -72,6 +72,7 @@ class Run:
     router: str
     events: list[FleetEvent] = field(default_factory=list)
     measure_from: float = 0.0
+    hot: str | None = None  # the adapter report.summarize calls hot (None: the busiest)
 
 
 def steady(i: Inputs) -> list[Run]:
