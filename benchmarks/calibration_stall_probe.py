@@ -18,6 +18,11 @@ load of the probe's own (never the replay's):
 
 Result: stops per request served and their mean length, per hop and in all (`fit`).
 
+Run twice: over 3 aliases, which stay registered (no load: the stops of the path itself), and
+over all 12, more than vLLM's 4 RAM slots, so nearly every request registers its adapter from
+the disk tier; the second run's stops beyond the first's rate are the loads' (`load_fit`:
+`host_pause_per_load`, `host_pause_load_s`).
+
     /work/wt/with-vllm-slot python benchmarks/calibration_stall_probe.py   # alone, prints JSON
 """
 
@@ -41,6 +46,7 @@ from benchmarks.calibration_probes import TOKENS_PER_WORD
 from lorafleet_cli.loadtest.driver import Target
 from lorafleet_cli.loadtest.plan import prompt_text
 from lorafleet_cli.probe.client import make_client, stream_chat
+from lorafleet_cli.probe.results import RequestResult
 
 
 class GcRecorder:
@@ -122,8 +128,12 @@ def stops(
     return out
 
 
-async def _paced_load(target: Target, rate: float, duration_s: float, max_tokens: int) -> int:
-    """One 8-token request every 1/rate s over the hottest aliases, for `duration_s`."""
+async def _paced_load(
+    target: Target, rate: float, duration_s: float, max_tokens: int, aliases: int
+) -> list[RequestResult]:
+    """One 8-token request every 1/rate s, cycling over the `aliases` hottest aliases, for
+    `duration_s`. Within the RAM slots (3 of 4) nothing is loaded; over them (all 12) nearly
+    every request registers its adapter with vLLM from the disk tier."""
     client = make_client(target.base_url, target.api_key, 120.0)
     t0 = time.perf_counter()
     tasks = []
@@ -136,7 +146,7 @@ async def _paced_load(target: Target, rate: float, duration_s: float, max_tokens
                     stream_chat(
                         client,
                         index=200_000 + i,
-                        alias=target.aliases[i % 3],
+                        alias=target.aliases[i % aliases],
                         prompt=prompt_text(20, 200_000 + i, TOKENS_PER_WORD),
                         max_tokens=max_tokens,
                         marker=None,
@@ -148,7 +158,7 @@ async def _paced_load(target: Target, rate: float, duration_s: float, max_tokens
         results = await asyncio.gather(*tasks)
     finally:
         await client.close()
-    return sum(1 for r in results if r.ok)
+    return list(results)
 
 
 def stop_fit(
@@ -208,20 +218,25 @@ def probe_stalls(
     interval_s: float = 0.03,
     threshold_s: float = 0.010,
     max_tokens: int = 8,
+    aliases: int = 3,
 ) -> dict[str, Any]:
     beat = Heartbeat(endpoints, interval_s)
     with GcRecorder() as rec:
         beat.start()
         t0 = time.perf_counter()
-        served = asyncio.run(_paced_load(target, rate, duration_s, max_tokens))
+        results = asyncio.run(_paced_load(target, rate, duration_s, max_tokens, aliases))
         wall = time.perf_counter() - t0
         beat.stop()
+    served = sum(1 for r in results if r.ok)
+    loads = sum(1 for r in results if r.ok and r.tier in ("disk", "remote"))
     found = stops(beat.pings, rec.events, 0.025)
     fit = stop_fit(beat.pings, rec.events, threshold_s, wall, served)
     return {
         "rate": rate,
+        "aliases": aliases,
         "duration_s": wall,
         "requests": served,
+        "loads": loads,  # requests that registered their adapter with vLLM (disk, remote)
         "interval_s": interval_s,
         "threshold_s": threshold_s,
         "pings": len(beat.pings),
@@ -235,6 +250,26 @@ def probe_stalls(
         # host_pause_per_request: stops of any hop per request served; host_pause_s: their
         # mean length (a stop of any hop holds every stream through it).
         "fit": fit,
+    }
+
+
+def load_fit(quiet: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float]:
+    """Stops that come with adapter loads, from two runs of the probe: `quiet` over aliases
+    that stay registered (no load), `loaded` cycling over more aliases than vLLM's RAM slots.
+
+    The loaded run's stops beyond what the quiet run's per-request rate gives for as many
+    requests are the loads': host_pause_per_load = those stops / the requests that loaded
+    (disk or remote tier), host_pause_load_s = their stopped time / their number.
+    """
+    q, ld = quiet["fit"], loaded["fit"]
+    n = loaded["requests"]
+    stops = ld["host_pause_per_request"] * n
+    base = q["host_pause_per_request"] * n
+    extra = max(0.0, stops - base)
+    stopped = max(0.0, stops * ld["host_pause_s"] - base * q["host_pause_s"])
+    return {
+        "host_pause_per_load": extra / loaded["loads"] if loaded["loads"] else 0.0,
+        "host_pause_load_s": stopped / extra if extra else 0.0,
     }
 
 
@@ -255,6 +290,8 @@ def main() -> int:
         up = json.loads((f.state_dir / "up.json").read_text())
         target = Target(f.base_url, f.api_key, {}, aliases=tuple(f.aliases))
         doc = probe_stalls(target, fleet_endpoints(up))
+        loaded = probe_stalls(target, fleet_endpoints(up), aliases=len(f.aliases))
+        doc = {"quiet": doc, "loaded": loaded, "fit": load_fit(doc, loaded)}
     print(json.dumps(doc, indent=1))
     return 0
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from benchmarks.calibration_host_probe import fit
-from benchmarks.calibration_stall_probe import stop_fit, stops
+from benchmarks.calibration_stall_probe import load_fit, stop_fit, stops
 
 
 def group(mt: int, k: int, tokens: float, path: float, first: float | None) -> dict[str, Any]:
@@ -67,3 +67,16 @@ def test_stop_fit_reads_rate_and_length_from_the_share_of_held_pings():
     assert fit["hops"]["api_server"]["stop_s"] == pytest.approx(0.2, rel=0.06)
     assert fit["host_pause_per_request"] == pytest.approx(11 / 500, rel=0.06)
     assert fit["host_pause_s"] == pytest.approx((10 * 0.2 + 0.1) / 11, rel=0.06)
+
+
+def test_load_fit_gives_the_loads_the_stops_beyond_the_quiet_rate():
+    quiet = {"requests": 150, "loads": 0, "fit": {"host_pause_per_request": 0.01,
+                                                  "host_pause_s": 0.02}}  # fmt: skip
+    # 150 requests, 120 of them loads: 1.5 stops expected from the quiet rate, 13.5 seen.
+    loaded = {"requests": 150, "loads": 120, "fit": {"host_pause_per_request": 0.09,
+                                                     "host_pause_s": 0.058}}  # fmt: skip
+    fit = load_fit(quiet, loaded)
+    assert fit["host_pause_per_load"] == pytest.approx(12 / 120)
+    # stopped 13.5 x 58 ms in all, 1.5 x 20 ms of it the quiet rate's: 0.753 s over 12 stops
+    assert fit["host_pause_load_s"] == pytest.approx((13.5 * 0.058 - 1.5 * 0.02) / 12)
+    assert load_fit(loaded, quiet) == {"host_pause_per_load": 0.0, "host_pause_load_s": 0.0}
