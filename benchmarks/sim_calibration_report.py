@@ -135,6 +135,13 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
             for hop, h in loaded.get("hops", {}).items()
             if "share" in h
         )
+        if "sentinel" in loaded and "sentinel" in stalls:
+            seen = (
+                f"a stream through the gateway held {loaded['sentinel']['holds']} times in "
+                f"{loaded['sentinel']['streaming_s']:.0f} s (over 3 aliases: "
+                f"{stalls['sentinel']['holds']} in {stalls['sentinel']['streaming_s']:.0f} s); "
+                f"pings: {seen}"
+            )
         lines.append(
             f"| host_pause_per_load, host_pause_load_s | {m['host_pause_per_load']:.3f}, "
             f"{1000 * m['host_pause_load_s']:.0f} ms | the same probe over all "
