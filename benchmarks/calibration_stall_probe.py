@@ -175,10 +175,17 @@ async def _sentinel(url: str, body: dict[str, Any], headers: dict[str, str],
     async with httpx.AsyncClient(timeout=120.0) as http:
         while not stop.is_set():
             chunks: Chunks = []
-            async with http.stream("POST", url, json=body, headers=headers) as r:
-                async for chunk in r.aiter_raw():
-                    chunks.append((time.perf_counter(), chunk.count(b"data:")))
-            out.append(chunks)
+            try:
+                async with http.stream("POST", url, json=body, headers=headers) as r:
+                    async for chunk in r.aiter_raw():
+                        chunks.append((time.perf_counter(), chunk.count(b"data:")))
+                ok = r.status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                out.append(chunks)
+            else:  # refused or cut: not a stream to read gaps from; try again shortly
+                await asyncio.sleep(0.1)
 
 
 async def _paced_load(
