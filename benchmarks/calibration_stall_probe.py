@@ -297,14 +297,16 @@ def probe_stalls(
     threshold_s: float = 0.010,
     max_tokens: int = 8,
     aliases: int = 3,
+    sentinel: bool = False,
 ) -> dict[str, Any]:
     beat = Heartbeat(endpoints, interval_s)
     streams: list[Chunks] = []
     with GcRecorder() as rec:
         beat.start()
         t0 = time.perf_counter()
+        watch = streams if sentinel else None
         results = asyncio.run(
-            _paced_load(target, rate, duration_s, max_tokens, aliases, sentinel=streams)
+            _paced_load(target, rate, duration_s, max_tokens, aliases, sentinel=watch)
         )
         wall = time.perf_counter() - t0
         beat.stop()
@@ -329,8 +331,14 @@ def probe_stalls(
         "client_gc": [[round(t - t0, 4), g, d] for t, g, d in rec.events if d >= 0.001],
         "hops": fit.pop("hops"),
         # the gateway sentinel's holds, [start s, length s], and what they give as a fit
-        "held": [[round(t - t0, 4), d] for t, d in held_gaps(streams, threshold_s)],
-        "sentinel": sentinel_fit(streams, threshold_s, wall, served),
+        **(
+            {
+                "held": [[round(t - t0, 4), d] for t, d in held_gaps(streams, threshold_s)],
+                "sentinel": sentinel_fit(streams, threshold_s, wall, served),
+            }
+            if sentinel
+            else {}
+        ),
         # host_pause_per_request: stops of any hop per request served; host_pause_s: their
         # mean length (a stop of any hop holds every stream through it).
         "fit": fit,
@@ -354,6 +362,8 @@ def load_fit(quiet: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float]:
     base = q["host_pause_per_request"] * n
     extra = max(0.0, stops - base)
     stopped = max(0.0, stops * ld["host_pause_s"] - base * q["host_pause_s"])
+    if stopped <= 0.0:  # more stops, but no more time stopped: nothing the loads added
+        extra = 0.0
     return {
         "host_pause_per_load": extra / loaded["loads"] if loaded["loads"] else 0.0,
         "host_pause_load_s": stopped / extra if extra else 0.0,

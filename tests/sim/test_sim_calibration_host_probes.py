@@ -111,3 +111,11 @@ def test_load_fit_prefers_the_sentinels_holds():
     assert load_fit(quiet, loaded) == pytest.approx(
         {"host_pause_per_load": 20 / 50, "host_pause_load_s": 0.04}
     )
+
+
+def test_load_fit_gives_nothing_to_loads_that_add_stops_but_no_stopped_time():
+    quiet = {"requests": 150, "loads": 1, "fit": {"host_pause_per_request": 0.4,
+             "host_pause_s": 0.28}}  # fmt: skip
+    loaded = {"requests": 150, "loads": 136, "fit": {"host_pause_per_request": 0.5,
+              "host_pause_s": 0.2}}  # fmt: skip
+    assert load_fit(quiet, loaded) == {"host_pause_per_load": 0.0, "host_pause_load_s": 0.0}
