@@ -18,6 +18,11 @@ load of the probe's own (never the replay's):
 
 Result: stops per request served and their mean length, per hop and in all (`fit`).
 
+Run twice: over 3 aliases, which stay registered (no load: the stops of the path itself), and
+over all 12, more than vLLM's 4 RAM slots, so nearly every request registers its adapter from
+the disk tier; the second run's stops beyond the first's rate are the loads' (`load_fit`:
+`host_pause_per_load`, `host_pause_load_s`).
+
     /work/wt/with-vllm-slot python benchmarks/calibration_stall_probe.py   # alone, prints JSON
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import json
 import statistics
 import sys
@@ -41,6 +47,7 @@ from benchmarks.calibration_probes import TOKENS_PER_WORD
 from lorafleet_cli.loadtest.driver import Target
 from lorafleet_cli.loadtest.plan import prompt_text
 from lorafleet_cli.probe.client import make_client, stream_chat
+from lorafleet_cli.probe.results import RequestResult
 
 
 class GcRecorder:
@@ -122,9 +129,87 @@ def stops(
     return out
 
 
-async def _paced_load(target: Target, rate: float, duration_s: float, max_tokens: int) -> int:
-    """One 8-token request every 1/rate s over the hottest aliases, for `duration_s`."""
+Chunks = list[tuple[float, int]]  # one stream: (arrival time, SSE events in the read)
+
+
+def held_gaps(streams: list[Chunks], threshold_s: float) -> list[tuple[float, float]]:
+    """Stops that held a stream: [(start, seconds)]. A gap of `threshold_s` beyond the stream's
+    median gap, after which two or more events arrive within 3 ms, was a hold (the engine
+    kept generating while the bytes waited); a gap followed by one event is the engine's own
+    (a long step), not a stop of the path."""
+    out = []
+    for chunks in streams:
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(chunks)]
+        if len(gaps) < 3:
+            continue
+        base = statistics.median(gaps)
+        for i, gap in enumerate(gaps, start=1):
+            if gap - base < threshold_s:
+                continue
+            burst = sum(n for t, n in chunks[i:] if t - chunks[i][0] < 0.003)
+            if burst >= 2:
+                out.append((chunks[i - 1][0], gap - base))
+    return sorted(out)
+
+
+def sentinel_fit(
+    streams: list[Chunks], threshold_s: float, duration_s: float, requests: int
+) -> dict[str, float]:
+    """What `stop_fit` gives, from a sentinel stream that was open all along: every stop of
+    the path while it streamed is seen (no sampling), so stops per second = holds / time
+    streaming; host_pause_per_request scales that to the run's requests."""
+    holds = held_gaps(streams, threshold_s)
+    streaming = sum(c[-1][0] - c[0][0] for c in streams if len(c) > 1)
+    per_s = len(holds) / streaming if streaming > 0 else 0.0
+    return {
+        "holds": len(holds),
+        "streaming_s": streaming,
+        "host_pause_per_request": per_s * duration_s / requests if requests else 0.0,
+        "host_pause_s": statistics.mean(d for _, d in holds) if holds else 0.0,
+    }
+
+
+async def _sentinel(url: str, body: dict[str, Any], headers: dict[str, str],
+                    stop: asyncio.Event, out: list[Chunks]) -> None:  # fmt: skip
+    """Long streams one after the other until `stop`: every read's time and its events."""
+    async with httpx.AsyncClient(timeout=120.0) as http:
+        while not stop.is_set():
+            chunks: Chunks = []
+            try:
+                async with http.stream("POST", url, json=body, headers=headers) as r:
+                    async for chunk in r.aiter_raw():
+                        chunks.append((time.perf_counter(), chunk.count(b"data:")))
+                ok = r.status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                out.append(chunks)
+            else:  # refused or cut: not a stream to read gaps from; try again shortly
+                await asyncio.sleep(0.1)
+
+
+async def _paced_load(
+    target: Target,
+    rate: float,
+    duration_s: float,
+    max_tokens: int,
+    aliases: int,
+    sentinel: list[Chunks] | None = None,
+) -> list[RequestResult]:
+    """One 8-token request every 1/rate s, cycling over the `aliases` hottest aliases, for
+    `duration_s`. Within the RAM slots (3 of 4) nothing is loaded; over them (all 12) nearly
+    every request registers its adapter with vLLM from the disk tier. With `sentinel`, a
+    long stream of the hottest alias through the gateway is open all along (its reads go
+    there): a stop of any hop holds it."""
     client = make_client(target.base_url, target.api_key, 120.0)
+    stop = asyncio.Event()
+    watch = None
+    if sentinel is not None:
+        body = {"model": target.aliases[0], "prompt": "once upon a time", "max_tokens": 120,
+                "ignore_eos": True, "temperature": 0.0, "stream": True}  # fmt: skip
+        auth = {"authorization": f"Bearer {target.api_key}"}
+        url = target.base_url.rstrip("/") + "/completions"
+        watch = asyncio.create_task(_sentinel(url, body, auth, stop, sentinel))
     t0 = time.perf_counter()
     tasks = []
     try:
@@ -136,7 +221,7 @@ async def _paced_load(target: Target, rate: float, duration_s: float, max_tokens
                     stream_chat(
                         client,
                         index=200_000 + i,
-                        alias=target.aliases[i % 3],
+                        alias=target.aliases[i % aliases],
                         prompt=prompt_text(20, 200_000 + i, TOKENS_PER_WORD),
                         max_tokens=max_tokens,
                         marker=None,
@@ -147,8 +232,11 @@ async def _paced_load(target: Target, rate: float, duration_s: float, max_tokens
             )
         results = await asyncio.gather(*tasks)
     finally:
+        stop.set()
+        if watch is not None:
+            await watch
         await client.close()
-    return sum(1 for r in results if r.ok)
+    return list(results)
 
 
 def stop_fit(
@@ -208,20 +296,30 @@ def probe_stalls(
     interval_s: float = 0.03,
     threshold_s: float = 0.010,
     max_tokens: int = 8,
+    aliases: int = 3,
+    sentinel: bool = False,
 ) -> dict[str, Any]:
     beat = Heartbeat(endpoints, interval_s)
+    streams: list[Chunks] = []
     with GcRecorder() as rec:
         beat.start()
         t0 = time.perf_counter()
-        served = asyncio.run(_paced_load(target, rate, duration_s, max_tokens))
+        watch = streams if sentinel else None
+        results = asyncio.run(
+            _paced_load(target, rate, duration_s, max_tokens, aliases, sentinel=watch)
+        )
         wall = time.perf_counter() - t0
         beat.stop()
+    served = sum(1 for r in results if r.ok)
+    loads = sum(1 for r in results if r.ok and r.tier in ("disk", "remote"))
     found = stops(beat.pings, rec.events, 0.025)
     fit = stop_fit(beat.pings, rec.events, threshold_s, wall, served)
     return {
         "rate": rate,
+        "aliases": aliases,
         "duration_s": wall,
         "requests": served,
+        "loads": loads,  # requests that registered their adapter with vLLM (disk, remote)
         "interval_s": interval_s,
         "threshold_s": threshold_s,
         "pings": len(beat.pings),
@@ -232,9 +330,43 @@ def probe_stalls(
         "stops": {hop: [[round(t - t0, 4), d] for t, d in v] for hop, v in found.items()},
         "client_gc": [[round(t - t0, 4), g, d] for t, g, d in rec.events if d >= 0.001],
         "hops": fit.pop("hops"),
+        # the gateway sentinel's holds, [start s, length s], and what they give as a fit
+        **(
+            {
+                "held": [[round(t - t0, 4), d] for t, d in held_gaps(streams, threshold_s)],
+                "sentinel": sentinel_fit(streams, threshold_s, wall, served),
+            }
+            if sentinel
+            else {}
+        ),
         # host_pause_per_request: stops of any hop per request served; host_pause_s: their
         # mean length (a stop of any hop holds every stream through it).
         "fit": fit,
+    }
+
+
+def load_fit(quiet: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float]:
+    """Stops that come with adapter loads, from two runs of the probe: `quiet` over aliases
+    that stay registered (no load), `loaded` cycling over more aliases than vLLM's RAM slots.
+
+    The loaded run's stops beyond what the quiet run's per-request rate gives for as many
+    requests are the loads': host_pause_per_load = those stops / the requests that loaded
+    (disk or remote tier), host_pause_load_s = their stopped time / their number. The
+    stops are the gateway sentinel's holds where both runs have one (what the model does:
+    streams held), else the pings'.
+    """
+    key = "sentinel" if "sentinel" in quiet and "sentinel" in loaded else "fit"
+    q, ld = quiet[key], loaded[key]
+    n = loaded["requests"]
+    stops = ld["host_pause_per_request"] * n
+    base = q["host_pause_per_request"] * n
+    extra = max(0.0, stops - base)
+    stopped = max(0.0, stops * ld["host_pause_s"] - base * q["host_pause_s"])
+    if stopped <= 0.0:  # more stops, but no more time stopped: nothing the loads added
+        extra = 0.0
+    return {
+        "host_pause_per_load": extra / loaded["loads"] if loaded["loads"] else 0.0,
+        "host_pause_load_s": stopped / extra if extra else 0.0,
     }
 
 
@@ -255,6 +387,8 @@ def main() -> int:
         up = json.loads((f.state_dir / "up.json").read_text())
         target = Target(f.base_url, f.api_key, {}, aliases=tuple(f.aliases))
         doc = probe_stalls(target, fleet_endpoints(up))
+        loaded = probe_stalls(target, fleet_endpoints(up), aliases=len(f.aliases))
+        doc = {"quiet": doc, "loaded": loaded, "fit": load_fit(doc, loaded)}
     print(json.dumps(doc, indent=1))
     return 0
 

@@ -120,6 +120,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         doc["stalls"] = _optional(
             probe_stalls, target, fleet_endpoints(up), duration_s=args.stall_s
         )
+        # Again over all 12 aliases, more than the 4 RAM slots: the stops adapter loads add.
+        doc["load_stalls"] = _optional(
+            probe_stalls,
+            target,
+            fleet_endpoints(up),
+            duration_s=args.stall_s,
+            aliases=len(fleet.aliases),
+        )
         doc["replays"] = []
         pending: list[tuple[list[dict[str, Any]], list[Any], list[str]]] = []
         for rate in args.rates:

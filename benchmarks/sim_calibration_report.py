@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchmarks.calibration_stall_probe import load_fit
 from lorafleet_cli.sim import calibration as cal
 from lorafleet_cli.sim import params
 from lorafleet_cli.sim.engine import Engine
@@ -49,9 +50,11 @@ def measured_params(doc: dict[str, Any]) -> dict[str, float]:
     a, b = doc["decode"]["fit_s"]  # vLLM's time per output token = a + b * batch
     host = doc.get("host")  # benchmarks/calibration_host_probe.py: the host CPU model's inputs
     stalls = doc.get("stalls")  # benchmarks/calibration_stall_probe.py: the hops' stops
+    loaded = doc.get("load_stalls")  # the same probe over all aliases: stops per load
     return {
         **(host["fit"] if host else {}),
         **(stalls["fit"] if stalls and host else {}),
+        **(load_fit(stalls, loaded) if stalls and loaded and host else {}),
         "prefill_tps": float(doc["prefill"]["prefill_tps"]),
         "prefill_step_s": max(0.0, float(doc["prefill"]["prefill_fit_s"][0])),
         "decode_s": max(0.0, float(a)),
@@ -124,6 +127,26 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
             f"{1000 * fit['host_pause_s']:.0f} ms | stops per request under "
             f"{stalls['rate']:g} req/s for {stalls['duration_s']:.0f} s "
             f"({stalls['requests']} requests): {seen} |"
+        )
+    loaded = doc.get("load_stalls")
+    if stalls and loaded and host:
+        seen = ", ".join(
+            f"{hop} {100 * h['share']:.1f}% of pings held, stops {1000 * h['stop_s']:.0f} ms"
+            for hop, h in loaded.get("hops", {}).items()
+            if "share" in h
+        )
+        if "sentinel" in loaded and "sentinel" in stalls:
+            seen = (
+                f"a stream through the gateway held {loaded['sentinel']['holds']} times in "
+                f"{loaded['sentinel']['streaming_s']:.0f} s (over 3 aliases: "
+                f"{stalls['sentinel']['holds']} in {stalls['sentinel']['streaming_s']:.0f} s); "
+                f"pings: {seen}"
+            )
+        lines.append(
+            f"| host_pause_per_load, host_pause_load_s | {m['host_pause_per_load']:.3f}, "
+            f"{1000 * m['host_pause_load_s']:.0f} ms | the same probe over all "
+            f"{loaded['aliases']} aliases ({loaded['requests']} requests, {loaded['loads']} "
+            f"loaded from disk), stops beyond the per-request rate, per load: {seen} |"
         )
     for t in ("ram", "disk", "remote"):
         lines.append(
@@ -218,9 +241,13 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
             reqs, eng.first_token, eng.engine_in, eng.engine_first, in_engine
         )
         if rp.host_cores > 0:  # the same requests without the host's stops, and without it
-            no_stops = {**m, "host_pause_per_request": 0.0}
+            no_load = {**m, "host_pause_per_load": 0.0}
+            no_stops = {**no_load, "host_pause_per_request": 0.0}
             const = {k: v for k, v in m.items() if k not in cal.HOST_PARAMS}
-            for label, variant in (("host CPU, no stops", no_stops), ("path constant", const)):
+            variants = [("host CPU, no stops", no_stops), ("path constant", const)]
+            if m.get("host_pause_per_load"):
+                variants.insert(0, ("no stops per load", no_load))
+            for label, variant in variants:
                 rows += _variant_rows(label, variant, w, meas, args)
         tok = [r["engine_prompt_tokens"] / r["planned_prompt_tokens"] for r in rep["requests"]]
         got = [r["prompt_tokens"] for r in rep["requests"] if r["prompt_tokens"]]

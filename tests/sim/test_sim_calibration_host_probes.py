@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from benchmarks.calibration_host_probe import fit
-from benchmarks.calibration_stall_probe import stop_fit, stops
+from benchmarks.calibration_stall_probe import held_gaps, load_fit, sentinel_fit, stop_fit, stops
 
 
 def group(mt: int, k: int, tokens: float, path: float, first: float | None) -> dict[str, Any]:
@@ -67,3 +67,55 @@ def test_stop_fit_reads_rate_and_length_from_the_share_of_held_pings():
     assert fit["hops"]["api_server"]["stop_s"] == pytest.approx(0.2, rel=0.06)
     assert fit["host_pause_per_request"] == pytest.approx(11 / 500, rel=0.06)
     assert fit["host_pause_s"] == pytest.approx((10 * 0.2 + 0.1) / 11, rel=0.06)
+
+
+def test_load_fit_gives_the_loads_the_stops_beyond_the_quiet_rate():
+    quiet = {"requests": 150, "loads": 0, "fit": {"host_pause_per_request": 0.01,
+                                                  "host_pause_s": 0.02}}  # fmt: skip
+    # 150 requests, 120 of them loads: 1.5 stops expected from the quiet rate, 13.5 seen.
+    loaded = {"requests": 150, "loads": 120, "fit": {"host_pause_per_request": 0.09,
+                                                     "host_pause_s": 0.058}}  # fmt: skip
+    fit = load_fit(quiet, loaded)
+    assert fit["host_pause_per_load"] == pytest.approx(12 / 120)
+    # stopped 13.5 x 58 ms in all, 1.5 x 20 ms of it the quiet rate's: 0.753 s over 12 stops
+    assert fit["host_pause_load_s"] == pytest.approx((13.5 * 0.058 - 1.5 * 0.02) / 12)
+    assert load_fit(loaded, quiet) == {"host_pause_per_load": 0.0, "host_pause_load_s": 0.0}
+
+
+def stream(start: float, gaps: list[float]) -> list[tuple[float, int]]:
+    out = [(start, 1)]
+    for g in gaps:
+        out.append((out[-1][0] + g, 1))
+    return out
+
+
+def test_a_gap_followed_by_a_burst_is_a_hold_and_a_lone_late_token_is_not():
+    held = stream(0.0, [0.004] * 10 + [0.054, 0.0005, 0.0005, 0.0005] + [0.004] * 10)
+    slow_step = stream(10.0, [0.004] * 10 + [0.054] + [0.004] * 10)
+    ((start, length),) = held_gaps([held, slow_step], threshold_s=0.015)
+    assert start == pytest.approx(0.040)
+    assert length == pytest.approx(0.050)  # the gap beyond the stream's median 4 ms
+    fit = sentinel_fit([held, slow_step], 0.015, duration_s=30.0, requests=150)
+    streaming = held[-1][0] + slow_step[-1][0] - 10.0
+    assert fit["host_pause_per_request"] == pytest.approx(30.0 / streaming / 150)
+    assert fit["host_pause_s"] == pytest.approx(0.050)
+
+
+def test_load_fit_prefers_the_sentinels_holds():
+    quiet = {"requests": 100, "loads": 0, "fit": {"host_pause_per_request": 0.0,
+             "host_pause_s": 0.0}, "sentinel": {"host_pause_per_request": 0.0,
+             "host_pause_s": 0.0}}  # fmt: skip
+    loaded = {"requests": 100, "loads": 50, "fit": {"host_pause_per_request": 0.0,
+              "host_pause_s": 0.0}, "sentinel": {"host_pause_per_request": 0.2,
+              "host_pause_s": 0.04}}  # fmt: skip
+    assert load_fit(quiet, loaded) == pytest.approx(
+        {"host_pause_per_load": 20 / 50, "host_pause_load_s": 0.04}
+    )
+
+
+def test_load_fit_gives_nothing_to_loads_that_add_stops_but_no_stopped_time():
+    quiet = {"requests": 150, "loads": 1, "fit": {"host_pause_per_request": 0.4,
+             "host_pause_s": 0.28}}  # fmt: skip
+    loaded = {"requests": 150, "loads": 136, "fit": {"host_pause_per_request": 0.5,
+              "host_pause_s": 0.2}}  # fmt: skip
+    assert load_fit(quiet, loaded) == {"host_pause_per_load": 0.0, "host_pause_load_s": 0.0}

@@ -171,6 +171,27 @@ def test_every_nth_arrival_pauses_the_path():
     assert extra == pytest.approx([0.0, 0.2, 0.0, 0.2])  # the 2nd and 4th arrivals
 
 
+def test_every_nth_adapter_load_pauses_the_path_from_its_registration():
+    # Four requests, 5 s apart, each for an adapter not yet on the replica: four loads.
+    rp = replace(
+        ReplicaParams(), ram_s=0.0, host_cores=1.0, host_ttft_cpu_s=0.001,
+        host_pause_per_load=0.5, host_pause_load_s=0.2,
+    )  # fmt: skip
+    w = Workload(names=("a", "b", "c", "d"), label="hand-made")
+    for i, at in enumerate((0.0, 5.0, 10.0, 15.0)):
+        w.at.append(at)
+        w.prompt.append(10)
+        w.output.append(1)
+        w.adapter.append(i)
+    eng = Engine(w, rp, ONE).run()
+    quiet = Engine(w, replace(rp, host_pause_per_load=0.0), ONE).run()
+    extra = [a - b for a, b in zip(eng.first_token, quiet.first_token, strict=True)]
+    # The 2nd and 4th loads stop the host for 0.2 s from their registration on; the engine
+    # computes the first token meanwhile (one 50 ms step), so its way back waits 0.15 s.
+    assert extra == pytest.approx([0.0, 0.15, 0.0, 0.15])
+    assert eng.engine_first == quiet.engine_first  # the engine itself is not stopped
+
+
 def test_set_competing_changes_the_rate_from_then_on():
     clock = Clock()
     host = HostCpu(1.0, clock.schedule)

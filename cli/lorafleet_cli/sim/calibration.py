@@ -37,6 +37,8 @@ HOST_PARAMS = (
     "host_end_cpu_s",
     "host_pause_per_request",
     "host_pause_s",
+    "host_pause_per_load",
+    "host_pause_load_s",
 )
 
 

@@ -65,12 +65,16 @@ class HostCpu:
         self, now: float, work_s: float, done: Done | None = None, arg: Any = None, count: int = 1
     ) -> None:
         """Run `count` jobs of `work_s` CPU-seconds each; `done(t, arg)` as each one finishes
-        (at once if there is no work)."""
-        if work_s <= 0 or count <= 0:
-            if done is not None:
-                for _ in range(count):
-                    done(now, arg)
+        (at once if there is no work, unless the host is stopped: then when the stop ends)."""
+        if count <= 0:
             return
+        if work_s <= 0:
+            if now >= self._paused_until:
+                if done is not None:
+                    for _ in range(count):
+                        done(now, arg)
+                return
+            work_s = _EPS  # nothing passes a stopped process: it waits for the stop's end
         self._advance(now)
         for _ in range(count):
             self._jobs[self._next_id] = [work_s, done, arg]

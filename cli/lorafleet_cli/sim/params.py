@@ -101,6 +101,13 @@ class ReplicaParams:
     # paced load of its own; a ping held longer than the hop's median is a stop.
     host_pause_per_request: float = 0.0
     host_pause_s: float = 0.0
+    # Stops that come with adapter loads: every 1 / host_pause_per_load registrations with
+    # vLLM (an adapter brought from disk or the object store) the host serves nothing for
+    # host_pause_load_s, from the registration on; the engine keeps generating, so streams
+    # through the host are held and then delivered at once (0 = never). Measured by
+    # benchmarks/calibration_stall_probe.py run over more aliases than RAM slots (load_fit).
+    host_pause_per_load: float = 0.0
+    host_pause_load_s: float = 0.0
 
     @property
     def remote_bandwidth(self) -> float:

@@ -28,7 +28,8 @@ first token (the way in before the request reaches the agent's cache, the first 
 back after the engine's first token), `host_token_cpu_s` for every later token each stream
 carries, `host_end_cpu_s` after its last, beside `host_engine_busy` threads of the engine's
 while it steps; busy streams then delay other first tokens. Every 1 / `host_pause_per_request`
-arrivals the host stops for `host_pause_s` (a process's garbage collection).
+arrivals the host stops for `host_pause_s` (a process's garbage collection), and every
+1 / `host_pause_per_load` registrations of an adapter with vLLM for `host_pause_load_s`.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Replica:
         self.merged: str | None = None  # a merged pool's replica: the one adapter it serves
         self.host: HostCpu | None = None
         self._pause_credit = 0.0
+        self._load_pause_credit = 0.0
         if p.host_cores > 0:
             self.host = HostCpu(p.host_cores, eng.schedule, p.host_background)
             # Every step's streamed tokens cost host CPU: step by step (same answers).
@@ -273,6 +275,13 @@ class Replica:
         return True
 
     def _after_register(self, name: str, now: float) -> None:
+        host = self.host
+        if host is not None and self.p.host_pause_per_load > 0:
+            # vLLM's registration stops the path (measured: load_fit): every 1/rate loads.
+            self._load_pause_credit += self.p.host_pause_per_load
+            if self._load_pause_credit >= 1.0:
+                self._load_pause_credit -= 1.0
+                host.pause(now, self.p.host_pause_load_s)
         self.cache.loading.discard(name)
         self.pending_tier.pop(name, None)
         reqs = self.pending.pop(name)
