@@ -236,7 +236,9 @@ class Engine:
                     else empty
                 )
                 states.append((r.id, r.tokens_in_flight, r.queue_depth, gpu, held))
-                if r.warm.passed or now >= r.warm_gate_until:
+                # A merged replica runs no pre-warm pass and never reports `warming` (the
+                # agent starts no watcher for it).
+                if r.merged is not None or r.warm.passed or now >= r.warm_gate_until:
                     warm_ids.add(r.id)
         # As the gateway's tracker does: a replica still in its first pre-warm pass (state
         # `warming`) is left out while another one can serve.
