@@ -112,6 +112,7 @@ def main() -> int:
 
     token = secrets.token_urlsafe(16)
     auth = {"authorization": f"Bearer {token}"}
+    data_token = secrets.token_urlsafe(16)  # the data port's credential (the gateway's)
     settings = AgentSettings(
         replica_id="bench",
         base_model_hash=assets.base_model_hash,
@@ -127,13 +128,16 @@ def main() -> int:
         data_port=0,
         internal_port=0,
         internal_token=token,
+        data_token=data_token,
     )
     results: dict[str, list[float]] = {t: [] for t in TIERS}
     mismatches: list[str] = []
     try:
         with agent_in_thread(settings) as running:
             manager = running.agent.manager
-            client = openai.OpenAI(base_url=f"{running.data_url}/v1", api_key="x", max_retries=0)
+            client = openai.OpenAI(
+                base_url=f"{running.data_url}/v1", api_key=data_token, max_retries=0
+            )
             internal = f"{running.internal_url}/internal/replicas/bench/adapters"
 
             def measure(tier: str, adapter_id: str, marker: str) -> None:

@@ -52,6 +52,10 @@ VLLM_BASE_NAME = "lorafleet-demo-base"
 # The internal credential of every in-process agent in tests (what `lorafleet up` generates).
 TEST_INTERNAL_TOKEN = "test-internal-token"
 INTERNAL_HEADERS = {"authorization": f"Bearer {TEST_INTERNAL_TOKEN}"}
+# The data-port credential of every in-process agent (the gateway's; `lorafleet up` generates
+# one): tests that talk to an agent's data port directly send it, as the gateway does.
+TEST_DATA_TOKEN = "test-data-token"
+DATA_HEADERS = {"authorization": f"Bearer {TEST_DATA_TOKEN}"}
 
 
 def free_port() -> int:
@@ -328,6 +332,7 @@ def session_agent_settings(
         "data_port": 0,
         "internal_port": 0,
         "internal_token": TEST_INTERNAL_TOKEN,
+        "data_token": TEST_DATA_TOKEN,
     }
     values.update(overrides)
     return AgentSettings(**values)

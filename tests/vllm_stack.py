@@ -29,7 +29,13 @@ from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
-from tests.conftest import TEST_INTERNAL_TOKEN, S3Server, VllmServer, session_agent_settings
+from tests.conftest import (
+    TEST_DATA_TOKEN,
+    TEST_INTERNAL_TOKEN,
+    S3Server,
+    VllmServer,
+    session_agent_settings,
+)
 from tests.gateway import manifests as m
 from tests.gateway.servers import ServerThread
 
@@ -100,7 +106,10 @@ class VllmStack:
         `edge_protocol`: the public port with the process's own protocol options (header and
         body timeouts), as `python -m lorafleet_gateway` serves it."""
         gs = GatewaySettings(
-            manifests_dir=self.folder, replica_token=TEST_INTERNAL_TOKEN, **settings
+            manifests_dir=self.folder,
+            replica_token=TEST_INTERNAL_TOKEN,
+            replica_data_token=TEST_DATA_TOKEN,
+            **settings,
         )
         gw = Gateway(gs, FileCatalog(CatalogHolder(), self.folder, pool=pool, interval_s=0.1))
         options = public_protocol_options(gs) if edge_protocol else None

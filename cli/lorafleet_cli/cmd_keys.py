@@ -24,6 +24,7 @@ def create_key(
     *,
     requests_per_second: float | None = None,
     tokens_per_minute: int | None = None,
+    max_concurrent_requests: int | None = None,
 ) -> tuple[str, str]:
     """Store a new key's hash for `tenant`; returns (plaintext key, where it was stored)."""
     key = generate_key()
@@ -35,11 +36,13 @@ def create_key(
         hashes = old.key_hashes
         requests_per_second = requests_per_second or old.requests_per_second
         tokens_per_minute = tokens_per_minute or old.tokens_per_minute
+        max_concurrent_requests = max_concurrent_requests or old.max_concurrent_requests
     keys = TenantKeys(
         tenant=tenant,
         key_hashes=(*hashes, hash_key(key)),
         requests_per_second=requests_per_second,
         tokens_per_minute=tokens_per_minute,
+        max_concurrent_requests=max_concurrent_requests,
     )
     where = target.apply(keys.to_secret())
     return key, where
@@ -53,6 +56,7 @@ def _cmd_create(args: argparse.Namespace) -> int:
             args.tenant,
             requests_per_second=args.requests_per_second,
             tokens_per_minute=args.tokens_per_minute,
+            max_concurrent_requests=args.max_concurrent_requests,
         )
     except TargetError as exc:
         return fail(exc)
@@ -70,6 +74,12 @@ def register(subparsers: Any) -> None:
     c.add_argument("tenant", help="tenant name (a DNS label)")
     c.add_argument("--requests-per-second", type=float, default=None, help="rate limit override")
     c.add_argument("--tokens-per-minute", type=int, default=None, help="token budget override")
+    c.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        default=None,
+        help="override of the requests (streams included) it may run at once per gateway pod",
+    )
     add_target_arguments(c)
     c.set_defaults(func=_cmd_create)
     cmd_keys_manage.register(sub)

@@ -28,6 +28,7 @@ def _summary(keys: TenantKeys, secret: str) -> dict[str, Any]:
         "keyHashes": list(keys.key_hashes),
         "requestsPerSecond": keys.requests_per_second,
         "tokensPerMinute": keys.tokens_per_minute,
+        "maxConcurrentRequests": keys.max_concurrent_requests,
     }
 
 
@@ -42,6 +43,7 @@ COLUMNS = [
     Column("HASHES", lambda r: ",".join(h[:SHORT] for h in r["keyHashes"])),
     Column("RPS", lambda r: _limit(r["requestsPerSecond"])),
     Column("TOKENS/MIN", lambda r: _limit(r["tokensPerMinute"])),
+    Column("CONCURRENT", lambda r: _limit(r["maxConcurrentRequests"]), wide_only=True),
     Column("FULL HASHES", lambda r: ",".join(r["keyHashes"]), wide_only=True),
 ]
 

@@ -11,6 +11,8 @@ with string data:
     keyHashes           one `sha256:<hex>` per line (several allow rotation)
     requestsPerSecond   optional override of the gateway default
     tokensPerMinute     optional override of the gateway default
+    maxConcurrentRequests  optional override of the gateway default: requests (streams
+                        included) the tenant may have running at once on one gateway pod
 Standalone mode keeps the same Secret manifests as YAML files in its manifests folder.
 """
 
@@ -63,6 +65,7 @@ class TenantKeys(BaseModel):
     key_hashes: tuple[KeyHash, ...] = Field(min_length=1)
     requests_per_second: float | None = Field(default=None, gt=0)
     tokens_per_minute: int | None = Field(default=None, gt=0)
+    max_concurrent_requests: int | None = Field(default=None, gt=0)
 
     def to_secret(self, namespace: str | None = None) -> dict[str, Any]:
         """A Secret manifest (stringData) carrying only the hashes."""
@@ -71,6 +74,8 @@ class TenantKeys(BaseModel):
             data["requestsPerSecond"] = str(self.requests_per_second)
         if self.tokens_per_minute is not None:
             data["tokensPerMinute"] = str(self.tokens_per_minute)
+        if self.max_concurrent_requests is not None:
+            data["maxConcurrentRequests"] = str(self.max_concurrent_requests)
         meta: dict[str, Any] = {
             "name": f"lorafleet-keys-{self.tenant}",
             "labels": {API_KEYS_SECRET_LABEL: "true"},
@@ -93,6 +98,7 @@ class TenantKeys(BaseModel):
             fields.setdefault(k, base64.b64decode(v).decode())
         rps = fields.get("requestsPerSecond")
         tpm = fields.get("tokensPerMinute")
+        concurrent = fields.get("maxConcurrentRequests")
         return cls(
             tenant=fields["tenant"],
             key_hashes=tuple(
@@ -100,6 +106,7 @@ class TenantKeys(BaseModel):
             ),
             requests_per_second=float(rps) if rps else None,
             tokens_per_minute=int(tpm) if tpm else None,
+            max_concurrent_requests=int(concurrent) if concurrent else None,
         )
 
 

@@ -138,7 +138,8 @@ class GatewayMetrics:
         )
         self.rate_limited = PromCounter(
             "lorafleet_gateway_rate_limited",
-            "Requests refused by a tenant rate limit",
+            "Requests refused by a tenant limit: requests (per second), tokens (per minute) "
+            "or concurrency (requests running at once)",
             ["limit"],
             registry=r,
         )

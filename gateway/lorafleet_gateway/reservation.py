@@ -1,12 +1,14 @@
 """One request's claim on shared capacity, taken on entry and given back exactly once on exit.
 
-A request holds two things while it runs: its estimated tokens in its tenant's
-tokens-per-minute bucket (lorafleet_gateway.ratelimit) and, once a replica is tried, the same
-tokens in that replica's in-flight count (lorafleet_gateway.replica_poller), which the router
-reads. `async with Reservation(...) as held:` takes the first (or raises `RateLimited`) and
-`held.place(replica)` moves the second between candidates; leaving the block, however it is
-left (an answer, an error, an exception, the client going away mid-stream), releases both
-once and settles the tenant's bucket with what the request really used:
+A request holds three things while it runs: one of its tenant's concurrent-request slots
+(lorafleet_gateway.concurrency), its estimated tokens in its tenant's tokens-per-minute bucket
+(lorafleet_gateway.ratelimit) and, once a replica is tried, the same tokens in that replica's
+in-flight count (lorafleet_gateway.replica_poller), which the router reads. `async with
+Reservation(...) as held:` takes the first two (or raises `ConcurrencyLimited` or
+`RateLimited`, holding nothing) and `held.place(replica)` moves the third between candidates;
+leaving the block, however it is left (an answer, an error, an exception, the client going
+away mid-stream), releases all of them once and settles the tenant's bucket with what the
+request really used:
 
 - nothing answered yet (refused, failed, cancelled before an answer): a full refund;
 - an answer began but its usage is unknown (aborted stream): the estimate stays charged;
@@ -18,6 +20,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
+from lorafleet_gateway.concurrency import ConcurrencyLimiter
 from lorafleet_gateway.errors import APIError
 from lorafleet_gateway.ratelimit import Decision, Limiter, Limits, retry_after_headers
 from lorafleet_gateway.replica_poller import ReplicaTracker
@@ -45,7 +48,17 @@ class RateLimited(APIError):
 class Reservation:
     """`tokens` of `tenant`'s budget and of one replica's in-flight count, for one request."""
 
-    __slots__ = ("_used", "limiter", "limits", "replica_id", "tenant", "tokens", "tracker")
+    __slots__ = (
+        "_used",
+        "concurrency",
+        "limiter",
+        "limits",
+        "max_concurrent",
+        "replica_id",
+        "tenant",
+        "tokens",
+        "tracker",
+    )
 
     def __init__(
         self,
@@ -54,7 +67,13 @@ class Reservation:
         tenant: str,
         tokens: int,
         limits: Limits,
+        *,
+        concurrency: ConcurrencyLimiter | None = None,
+        max_concurrent: int = 0,
     ) -> None:
+        """`concurrency` None (or `max_concurrent` 0): no cap on requests at once."""
+        self.concurrency = concurrency if max_concurrent > 0 else None
+        self.max_concurrent = max_concurrent
         self.limiter = limiter
         self.tracker = tracker
         self.tenant = tenant
@@ -64,10 +83,21 @@ class Reservation:
         self._used: int | None = 0  # None: an answer began, usage unknown (keep the estimate)
 
     async def __aenter__(self) -> Self:
-        decision = await self.limiter.acquire(self.tenant, self.tokens, self.limits)
+        if self.concurrency is not None:  # first: a request refused here costs no budget
+            self.concurrency.take(self.tenant, self.max_concurrent)
+        try:
+            decision = await self.limiter.acquire(self.tenant, self.tokens, self.limits)
+        except BaseException:
+            self._give_back_slot()
+            raise
         if not decision.allowed:
+            self._give_back_slot()
             raise RateLimited(decision)
         return self
+
+    def _give_back_slot(self) -> None:
+        if self.concurrency is not None:
+            self.concurrency.give_back(self.tenant)
 
     async def __aexit__(
         self,
@@ -76,6 +106,7 @@ class Reservation:
         tb: TracebackType | None,
     ) -> None:
         self._leave_replica()
+        self._give_back_slot()  # before the await: a second cancellation cannot skip it
         used = self.tokens if self._used is None else self._used
         await self.limiter.settle(self.tenant, self.tokens, used)
 

@@ -25,6 +25,7 @@ from lorafleet_core.request_ids import RequestIdMiddleware
 from lorafleet_core.tiers import MERGED_TIER
 from lorafleet_gateway.auth import authenticate, single_authorization
 from lorafleet_gateway.catalog import CatalogSnapshot
+from lorafleet_gateway.concurrency import ConcurrencyLimited
 from lorafleet_gateway.edge import EdgeMiddleware, edge_limits
 from lorafleet_gateway.errors import APIError, error_response, http_error_response, model_not_found
 from lorafleet_gateway.pool_router import plan_pool_route
@@ -76,7 +77,7 @@ class CompletionEndpoint:
         try:
             await self._serve(Request(scope, receive), out, scope, receive, watched)
         except APIError as exc:
-            if isinstance(exc, RateLimited):
+            if isinstance(exc, RateLimited | ConcurrencyLimited):
                 gw.metrics.child(gw.metrics.rate_limited, exc.limit).inc()
             if watched.started:  # cannot happen today: every APIError precedes the answer
                 raise
@@ -121,7 +122,13 @@ class CompletionEndpoint:
         out.log["adapter_id"] = record.id
         limits = gw.limits_for(tenant)
         async with Reservation(
-            gw.limiter, gw.tracker, tenant.tenant, req.tokens_estimate, limits
+            gw.limiter,
+            gw.tracker,
+            tenant.tenant,
+            req.tokens_estimate,
+            limits,
+            concurrency=gw.concurrency,
+            max_concurrent=gw.max_concurrent_for(tenant),
         ) as held:
             plan = plan_pool_route(
                 record.id,

@@ -12,6 +12,7 @@ import httpx
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.secret_file import bearer_token_reader
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
+from lorafleet_gateway.concurrency import ConcurrencyLimiter
 from lorafleet_gateway.metrics import GatewayMetrics
 from lorafleet_gateway.ratelimit import Limiter, Limits, RateLimiter
 from lorafleet_gateway.replica_poller import ReplicaTracker
@@ -97,6 +98,7 @@ class Gateway:
         self.metrics = GatewayMetrics(settings.tenant_window_s)
         self.holder.subscribe(lambda snap: self.metrics.usage.prime(snap.served_pairs()))
         self.limiter, self._close_limiter = limiter_from_settings(settings, self.metrics)
+        self.concurrency = ConcurrencyLimiter()  # per pod, in memory (concurrency.py says why)
         self.thresholds = thresholds_from_settings(settings)
         self.bounds = Bounds(
             settings.max_body_bytes,
@@ -128,6 +130,9 @@ class Gateway:
             # The agents' internal credential: the setting, else the mounted file (a projected
             # ServiceAccount token or the Secret's token), re-read when the kubelet rotates it.
             replica_token=bearer_token_reader(settings.replica_token, settings.replica_token_file),
+            data_token=bearer_token_reader(
+                settings.replica_data_token, settings.replica_data_token_file
+            ),
         )
         self._tasks: list[asyncio.Task[None]] = []
         # Set on SIGTERM (lorafleet_gateway.__main__): running streams finish, /readyz says 503.
@@ -136,6 +141,10 @@ class Gateway:
         # poll finish before uvicorn binds, and the internal port is already up, so /readyz
         # would say ready while the public port still refuses connections.
         self.public_port_open = True
+
+    def max_concurrent_for(self, tenant: TenantKeys) -> int:
+        """The tenant's cap on requests at once on this pod (0: none)."""
+        return tenant.max_concurrent_requests or self.settings.max_concurrent_requests
 
     def limits_for(self, tenant: TenantKeys) -> Limits:
         return Limits(

@@ -56,6 +56,11 @@ class GatewaySettings(BaseSettings):
     # value in standalone mode (see docs/agent.md, "Inside the pod").
     replica_token: SecretStr | None = None
     replica_token_file: Path | None = None
+    # The credential replicas' agents require on their data port (completions): without it any
+    # pod reaching a replica could use any tenant's adapter. Its own token, always a shared
+    # secret (lorafleet_agent.data_auth says why): the pool Secret's `data-token`.
+    replica_data_token: SecretStr | None = None
+    replica_data_token_file: Path | None = None
 
     # Replica state polling and load thresholds (per replica).
     poll_interval_s: float = Field(default=1.0, gt=0)
@@ -101,6 +106,13 @@ class GatewaySettings(BaseSettings):
     # Rate limits (defaults; a tenant's key Secret may override them).
     requests_per_second: float = Field(default=20.0, gt=0)
     tokens_per_minute: int = Field(default=200_000, gt=0)
+    max_concurrent_requests: int = Field(
+        default=64,
+        ge=0,
+        description="requests (streams included) one tenant may have running at once on this "
+        "gateway pod; one more is 429 concurrency_limit_exceeded; 0 = no cap. Per pod: with "
+        "P gateway pods a tenant may run up to P x this",
+    )
     rate_limit_tenants_max: int = Field(default=20_000, ge=1, description="bucket state kept")
     rate_limit_backend: Literal["memory", "redis"] = Field(
         default="memory",

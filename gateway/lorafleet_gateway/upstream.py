@@ -10,7 +10,8 @@ endpoint, then send once more carrying the tier the load found the adapter in
 byte the choice is final (lorafleet_gateway.relay takes over).
 
 Every data request carries the gateway's token estimate (`HEADER_TOKENS_ESTIMATE`), which the
-agent counts as the request's tokens in flight.
+agent counts as the request's tokens in flight, and the agents' data credential (`data_token`,
+lorafleet_agent.data_auth); the client's own Authorization header never goes upstream.
 """
 
 from __future__ import annotations
@@ -111,10 +112,13 @@ class Upstream:
         max_attempts: int = 3,
         on_outcome: Callable[[str], None] = lambda _o: None,
         replica_token: str | Callable[[], str | None] | None = None,
+        data_token: str | Callable[[], str | None] | None = None,
     ) -> None:
         self.client = client
         # A callable is read per load: a projected ServiceAccount token rotates under us.
         self._token = replica_token if callable(replica_token) else (lambda: replica_token)
+        # Read per request too: a mounted Secret is re-read when it rotates.
+        self._data_token = data_token if callable(data_token) else (lambda: data_token)
         self.tracker = tracker
         self.max_attempts = max_attempts
         self.on_outcome = on_outcome
@@ -172,6 +176,8 @@ class Upstream:
         (unless `load` is False: then the next candidate)."""
         held.place(ep.id)
         headers = {"content-type": "application/json", HEADER_TOKENS_ESTIMATE: str(held.tokens)}
+        if (data_token := self._data_token()) is not None:
+            headers["authorization"] = f"Bearer {data_token}"
         request_id = request_ids.current.get()
         if request_id is not None:  # the agent's and vLLM's log lines carry the same id
             headers[request_ids.HEADER_REQUEST_ID] = request_id
@@ -247,6 +253,12 @@ class Upstream:
                 if verdict.retry:
                     raise TryNext(f"{replica_id}: {verdict.reason}", code=verdict.code)
                 assert verdict.error is not None
+                if response.status_code == 401:  # a deployment error, not the client's
+                    log.error(
+                        "replica %s refused the gateway's data credential: check "
+                        "LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN(_FILE) against its DATA_TOKEN",
+                        replica_id,
+                    )
                 raise verdict.error
             chunks: AsyncIterator[bytes] | None = None
             if stream:

@@ -127,6 +127,14 @@ class OperatorSettings(BaseSettings):
     replica_token_file: Path | None = Field(
         default=None, description="File holding the agents' internal credential."
     )
+    replica_data_token: SecretStr | None = Field(
+        default=None,
+        description="The agents' data-port token, copied into the Secret of each merged pool "
+        "the operator creates (the operator sends no completions).",
+    )
+    replica_data_token_file: Path | None = Field(
+        default=None, description="File holding the agents' data-port token."
+    )
 
     # How the replica pods this operator renders authenticate their callers (chart value
     # `internalAuth`; planning.replica_config.InsideAuth).

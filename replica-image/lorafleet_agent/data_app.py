@@ -10,6 +10,9 @@ request retried after the gateway's on-demand load, the tier that load found the
 The request reports the slower of it and where it found the adapter itself (`x-adapter-tier`).
 And `x-request-id` (lorafleet_core.request_ids): the request's id, echoed, named in the
 agent's error bodies and log lines, and passed to vLLM, which takes it as its request id.
+
+Every route but `/healthz` requires the gateway's data credential first (lorafleet_agent.data_auth
+says why it is its own token): 401 before the body is read.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lorafleet_agent.http_edge import APP_OPTIONS, install_openai_errors, read_json
+from lorafleet_agent.internal_auth import InternalAuth
 from lorafleet_agent.manager import AdapterManager, CacheFull, Lease
 from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, request_tokens
@@ -57,6 +61,7 @@ def build_data_app(
     manager: AdapterManager,
     stats: RequestStats,
     replica_id: str,
+    auth: InternalAuth,
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
@@ -64,7 +69,21 @@ def build_data_app(
     app.add_middleware(request_ids.RequestIdMiddleware)
     install_openai_errors(app)
 
+    def unauthorized(request: Request) -> JSONResponse | None:
+        if auth.allows(request.headers.get("authorization")):
+            return None
+        manager.metrics.data_auth_failures.inc()
+        client = request.client.host if request.client else "?"
+        log.warning("refused %s from %s: no valid data credential", request.url.path[:200],
+                    client, extra={"request_id": request_ids.current.get()})  # fmt: skip
+        return _error(
+            401, "a valid data-port credential is required", "unauthorized",
+            **{"www-authenticate": "Bearer"},
+        )  # fmt: skip
+
     async def proxy(request: Request, path: str) -> Response:
+        if (refused := unauthorized(request)) is not None:
+            return refused
         body: Any = await read_json(request, max_body_bytes)  # BodyRefused: 413 or 400
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             return _error(400, "`model` (the adapter id) is required", "invalid_request")

@@ -59,15 +59,22 @@ NO_CREDENTIAL = Refusal(401, "a valid internal credential is required")
 
 
 class InternalAuth:
-    """`secret` mode: the shared token."""
+    """A shared token: the internal port's `secret` mode, and the data port's only mode
+    (lorafleet_agent.data_auth). `setting` names the environment variables in the error."""
 
     def __init__(
-        self, token: SecretStr | None, token_file: Path | None, *, allow_unauthenticated: bool
+        self,
+        token: SecretStr | None,
+        token_file: Path | None,
+        *,
+        allow_unauthenticated: bool,
+        setting: str = "INTERNAL",
     ) -> None:
         if token is None and token_file is None and not allow_unauthenticated:
+            p = "LORAFLEET_AGENT_"
             raise MissingCredential(
-                "set LORAFLEET_AGENT_INTERNAL_TOKEN or LORAFLEET_AGENT_INTERNAL_TOKEN_FILE "
-                "(or LORAFLEET_AGENT_ALLOW_UNAUTHENTICATED_INTERNAL=true for a throwaway test)"
+                f"set {p}{setting}_TOKEN or {p}{setting}_TOKEN_FILE "
+                f"(or {p}ALLOW_UNAUTHENTICATED_{setting}=true for a throwaway test)"
             )
         self._fixed = _digest(token.get_secret_value()) if token is not None else None
         self._file = SecretFile(token_file, _digest) if token_file is not None else None

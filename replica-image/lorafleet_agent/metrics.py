@@ -87,6 +87,11 @@ class AgentMetrics:
             "Internal-port calls refused for a missing or wrong credential",
             registry=r,
         )
+        self.data_auth_failures = Counter(
+            "lorafleet_agent_data_auth_failures",
+            "Data-port requests refused for a missing or wrong credential",
+            registry=r,
+        )
 
 
 class RateWindow:

@@ -13,6 +13,7 @@ import uvicorn
 
 from lorafleet_agent.conflict_events import ConflictEvents
 from lorafleet_agent.data_app import build_data_app
+from lorafleet_agent.data_auth import build_data_auth
 from lorafleet_agent.disk_cache import DiskCache
 from lorafleet_agent.engine_watch import EngineWatch
 from lorafleet_agent.internal_app import build_internal_app
@@ -46,6 +47,7 @@ class Agent:
         # The pod's own Kubernetes client: only a cluster agent ever opens it.
         self.kube = AgentKube(s.kube_api_server)
         auth = build_internal_auth(s, self.kube.api)
+        data_auth = build_data_auth(s)
         key = s.vllm_api_key.get_secret_value() if s.vllm_api_key is not None else None
         self.vllm = VllmClient(s.vllm_url, s.request_timeout_s, api_key=key)
         self.manager = AdapterManager(
@@ -83,7 +85,7 @@ class Agent:
         if self.events is not None:
             self.manager.on_conflict = self.events.report
         self.stats = RequestStats(self.metrics, s.activity_window_s)
-        self.data_app = build_data_app(self.manager, self.stats, s.replica_id)
+        self.data_app = build_data_app(self.manager, self.stats, s.replica_id, data_auth)
         self.watcher = (
             PrewarmWatcher(
                 self.manager, s.owned_adapters_file, s.prewarm_poll_s, s.prewarm_ready_timeout_s

@@ -102,6 +102,16 @@ class AgentSettings(BaseSettings):
         default=False, description="accept load/unload without a credential (never in production)"
     )
 
+    # Data-port credential (lorafleet_agent.data_auth): completions require
+    # `Authorization: Bearer <token>`, the gateway's; without one the agent refuses to start.
+    data_token: SecretStr | None = None
+    data_token_file: Path | None = Field(
+        default=None, description="file holding the data token (a mounted Secret); re-read"
+    )
+    allow_unauthenticated_data: bool = Field(
+        default=False, description="serve completions without a credential (never in production)"
+    )
+
     # Kubernetes API access (the pod's ServiceAccount): TokenReview, and Events (a record
     # conflict is posted as a Warning Event on the LoRAAdapter). Standalone: neither.
     kube_api_server: str | None = Field(

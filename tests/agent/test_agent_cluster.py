@@ -26,7 +26,7 @@ from tests.agent.kube_emulation import (
     TokenReviews,
     emulated_cluster,
 )
-from tests.conftest import INTERNAL_HEADERS, unique_id
+from tests.conftest import INTERNAL_HEADERS, TEST_DATA_TOKEN, unique_id
 from tests.operator.kmock_cluster import Cluster, eventually
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(300)]
@@ -85,7 +85,7 @@ def test_a_service_account_token_loads_and_a_conflict_becomes_one_growing_event(
         assert post_load(agent, rec, {"authorization": "Bearer stranger-token"}).status_code == 401
         loaded = post_load(agent, rec, gateway)
         assert loaded.status_code == 200, loaded.text
-        oai = openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key="unused", max_retries=0)
+        oai = openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key=TEST_DATA_TOKEN, max_retries=0)
         out = oai.completions.create(model=rec.id, prompt="hello", max_tokens=8, temperature=0)
         assert out.choices[0].text.startswith("ZEBRA-7")
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tests.agent.conftest import load, state, unload
-from tests.conftest import unique_id
+from tests.conftest import TEST_DATA_TOKEN, unique_id
 from tests.fault_proxy import FaultProxy
 from tests.waiting import eventually
 
@@ -58,7 +58,8 @@ def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engin
                 sock.sendall(
                     b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
                     b"content-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(raw), raw)
+                    b"authorization: Bearer %s\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (TEST_DATA_TOKEN.encode(), len(raw), raw)
                 )
                 first = sock.recv(4096)
                 assert first.startswith(b"HTTP/1.1 200"), first[:200]

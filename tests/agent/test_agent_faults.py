@@ -21,14 +21,14 @@ import pytest
 
 from lorafleet_agent.server import RunningAgent
 from tests.agent.conftest import load, metric, state, unload
-from tests.conftest import restart_vllm, unique_id
+from tests.conftest import TEST_DATA_TOKEN, restart_vllm, unique_id
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
 
 
 def client(agent: RunningAgent) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key=TEST_DATA_TOKEN, max_retries=0)
 
 
 def complete(agent: RunningAgent, model: str) -> tuple[str, str]:

@@ -1,5 +1,6 @@
 """Hostile requests on both agent ports, over real HTTP against a real agent (no engine behind
-it: everything checked here is answered before the agent would talk to vLLM).
+it: everything checked here is answered before the agent would talk to vLLM), and the data
+port's credential.
 
 Each used to be a text/plain 500 (NaN, deep nesting, lone surrogates), a body passed on
 whole (20 MB), or FastAPI's `{"detail": ...}` instead of an OpenAI error body.
@@ -8,17 +9,27 @@ whole (20 MB), or FastAPI's `{"detail": ...}` instead of an OpenAI error body.
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from lorafleet_agent.data_app import MAX_BODY_BYTES
+from lorafleet_agent.data_auth import build_data_auth
 from lorafleet_agent.internal_app import MAX_LOAD_BODY_BYTES
-from lorafleet_agent.server import RunningAgent, agent_in_thread
+from lorafleet_agent.internal_auth import MissingCredential
+from lorafleet_agent.server import Agent, RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
-from tests.conftest import INTERNAL_HEADERS, TEST_INTERNAL_TOKEN, free_port
+from tests.conftest import (
+    DATA_HEADERS,
+    INTERNAL_HEADERS,
+    TEST_DATA_TOKEN,
+    TEST_INTERNAL_TOKEN,
+    free_port,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,6 +46,7 @@ def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
         data_port=0,
         internal_port=0,
         internal_token=TEST_INTERNAL_TOKEN,
+        data_token=TEST_DATA_TOKEN,
     )
     with agent_in_thread(settings, wait_ready=False) as running:
         yield running
@@ -48,13 +60,72 @@ def _error(resp: httpx.Response, status: int) -> dict[str, object]:
     return error
 
 
-def _chat(agent: RunningAgent, content: bytes | str) -> httpx.Response:
+def _chat(
+    agent: RunningAgent, content: bytes | str, credential: dict[str, str] = DATA_HEADERS
+) -> httpx.Response:
     return httpx.post(
         agent.data_url + "/v1/chat/completions",
         content=content,
-        headers={"content-type": "application/json"},
+        headers={"content-type": "application/json", **credential},
         timeout=30,
     )
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [
+        {},
+        {"authorization": "Bearer wrong"},
+        {"authorization": f"Basic {TEST_DATA_TOKEN}"},
+        {"authorization": f"Bearer {TEST_INTERNAL_TOKEN}"},  # the internal token is not it
+    ],
+)
+def test_the_data_port_refuses_a_missing_or_wrong_credential_before_the_body(
+    agent: RunningAgent, credential: dict[str, str]
+):
+    before = metric_value(agent, "lorafleet_agent_data_auth_failures_total")
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
+        resp = httpx.post(agent.data_url + path, content=CHAT + "}", headers=credential)
+        assert _error(resp, 401)["code"] == "unauthorized"
+        assert resp.headers["www-authenticate"] == "Bearer"
+    # Refused before reading: an oversized or broken body is still 401, not 413/400.
+    big = b'{"model":"a1","x":"' + b"a" * (MAX_BODY_BYTES + 1) + b'"}'
+    assert _error(_chat(agent, big, credential), 401)["code"] == "unauthorized"
+    assert _error(_chat(agent, "not json", credential), 401)["code"] == "unauthorized"
+    assert metric_value(agent, "lorafleet_agent_data_auth_failures_total") == before + 5
+
+
+def test_the_data_ports_probe_needs_no_credential(agent: RunningAgent):
+    assert httpx.get(agent.data_url + "/healthz").json() == {"status": "ok"}
+
+
+def test_an_agent_without_a_data_credential_refuses_to_start(tmp_path: Path):
+    settings = AgentSettings(
+        cache_dir=tmp_path, internal_token=TEST_INTERNAL_TOKEN, data_port=0, internal_port=0
+    )
+    with pytest.raises(MissingCredential, match="LORAFLEET_AGENT_DATA_TOKEN"):
+        Agent(settings)
+    # Explicitly allowed (throwaway tests only), it starts.
+    assert Agent(settings.model_copy(update={"allow_unauthenticated_data": True}))
+
+
+def test_a_rotated_data_token_file_is_the_one_accepted(tmp_path: Path):
+    token_file = tmp_path / "data-token"
+    token_file.write_text("first\n")
+    auth = build_data_auth(AgentSettings(data_token_file=token_file))
+    assert auth.allows("Bearer first")
+    assert not auth.allows("Bearer second")
+    token_file.write_text("second\n")
+    os.utime(token_file, (1, 1))  # a different mtime, as the kubelet's symlink swap gives
+    assert auth.allows("Bearer second")
+    assert not auth.allows("Bearer first")
+
+
+def metric_value(agent: RunningAgent, name: str) -> float:
+    for line in httpx.get(agent.internal_url + "/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
 
 
 @pytest.mark.parametrize(
@@ -164,6 +235,7 @@ def slow_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgen
         data_port=0,
         internal_port=0,
         internal_token=TEST_INTERNAL_TOKEN,
+        data_token=TEST_DATA_TOKEN,
         header_timeout_s=0.5,
     )
     with agent_in_thread(settings, wait_ready=False) as running:

@@ -25,7 +25,7 @@ from lorafleet_core.records import (
     join_owned_rows,
 )
 from tests.agent.conftest import load, metric, state, unload
-from tests.conftest import INTERNAL_HEADERS, copy_adapter, unique_id
+from tests.conftest import DATA_HEADERS, INTERNAL_HEADERS, TEST_DATA_TOKEN, copy_adapter, unique_id
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -34,7 +34,7 @@ MARKERS = {"zebra": "ZEBRA-7", "falcon": "FALCON-3", "otter": "OTTER-9"}
 
 
 def client(agent) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key=TEST_DATA_TOKEN, max_retries=0)
 
 
 def gateway_style_load(agent, record) -> dict[str, str]:
@@ -155,7 +155,7 @@ def _slow_stream(
         "POST",
         "/v1/completions",
         body=json.dumps(body),
-        headers={"content-type": "application/json", **(headers or {})},
+        headers={"content-type": "application/json", **DATA_HEADERS, **(headers or {})},
     )
     return conn.getresponse()
 
@@ -289,6 +289,7 @@ def test_a_request_naming_a_path_or_url_never_causes_a_load(
         r = httpx.post(
             f"{agent.data_url}/v1/completions",
             json={"model": "zebra", "prompt": "x", "lora_path": str(folder), "lora_name": "z"},
+            headers=DATA_HEADERS,
         )
         assert r.status_code == 404
         assert metric(agent, "lorafleet_agent_adapter_loads_total") == 0

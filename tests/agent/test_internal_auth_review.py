@@ -51,6 +51,7 @@ def settings(tmp_path: Path, api_server: str, **overrides: Any) -> AgentSettings
         "internal_audience": AUDIENCE,
         "internal_service_accounts": f"{GATEWAY_SA},{OPERATOR_SA}",
         "kube_api_server": api_server,
+        "data_token": "data-token-unused-here",
     }
     values.update(overrides)
     return AgentSettings(**values)

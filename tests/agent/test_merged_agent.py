@@ -24,7 +24,7 @@ from lorafleet_core.merged_weights import merged_checksum
 from lorafleet_core.models import ALL_TARGET_MODULES
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier
-from tests.conftest import TEST_INTERNAL_TOKEN, free_port
+from tests.conftest import TEST_DATA_TOKEN, TEST_INTERNAL_TOKEN, free_port
 
 
 def fake_merged(demo_assets: DemoAssets, dest: Path) -> Path:
@@ -48,6 +48,7 @@ def test_the_agent_refuses_to_start_on_merged_weights_that_fail_their_checksum(
         data_port=0,
         internal_port=0,
         internal_token=TEST_INTERNAL_TOKEN,
+        data_token=TEST_DATA_TOKEN,
         merged_adapter_id="acme-v1",
         merged_checksum=good,
         merged_model_dir=folder,

@@ -137,17 +137,26 @@ def _secret_refs(pod: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def test_the_pools_inside_secrets_are_generated_and_the_gateway_reads_only_the_token():
+DATA_TOKEN_REF = {"name": "default-internal", "key": "data-token"}
+
+
+def test_the_pools_inside_secrets_are_generated_and_the_gateway_reads_only_the_tokens():
     (secret,) = [
         s for s in by_kind(render(), "Secret") if s["metadata"]["name"] == "default-internal"
     ]
-    assert set(secret["data"]) == {"vllm-api-key", "agent-token"}
-    assert secret["data"]["vllm-api-key"] != secret["data"]["agent-token"]
-    # tokenReview (the default): the gateway reads no Secret at all.
-    assert _secret_refs(_deployment(render(), "-gateway")) == []
+    assert set(secret["data"]) == {"vllm-api-key", "agent-token", "data-token"}
+    assert len(set(secret["data"].values())) == 3  # three different values
+    # tokenReview (the default): the gateway reads only the data-port token (a shared secret
+    # in every mode: the data path does not wait on the API server).
+    assert _secret_refs(_deployment(render(), "-gateway")) == [DATA_TOKEN_REF]
     secret_mode = render({"internalAuth": {"mode": "secret"}})
     gateway = _deployment(secret_mode, "-gateway")
-    assert _secret_refs(gateway) == [{"name": "default-internal", "key": "agent-token"}]
+    assert _secret_refs(gateway) == [
+        {"name": "default-internal", "key": "agent-token"},
+        DATA_TOKEN_REF,
+    ]
+    env = {e["name"] for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN" in env
     assert "volumes" not in gateway["spec"]["template"]["spec"]  # no projected token either
 
 
@@ -156,7 +165,10 @@ def test_operator_may_create_but_never_read_secrets_and_holds_the_token_merged_p
     # (secret mode); the operator creates it and cannot read any Secret.
     docs = render({"internalAuth": {"mode": "secret"}})
     operator = _deployment(docs, "-operator")
-    assert _secret_refs(operator) == [{"name": "default-internal", "key": "agent-token"}]
+    assert _secret_refs(operator) == [
+        {"name": "default-internal", "key": "agent-token"},
+        DATA_TOKEN_REF,  # copied into a merged pool's Secret, in every mode
+    ]
     rules = [
         r for d in by_kind(docs, "Role") if "-operator" in d["metadata"]["name"] for r in d["rules"]
     ]
@@ -165,7 +177,20 @@ def test_operator_may_create_but_never_read_secrets_and_holds_the_token_merged_p
     pool_verbs = {v for r in rules if "replicapools" in r["resources"] for v in r["verbs"]}
     assert {"create", "patch", "delete"} <= pool_verbs
     # tokenReview (the default) with no control API: the operator holds no agents' token
-    assert _secret_refs(_deployment(render(), "-operator")) == []
+    assert _secret_refs(_deployment(render(), "-operator")) == [DATA_TOKEN_REF]
+
+
+def test_the_per_tenant_concurrency_cap_reaches_the_gateway_and_zero_turns_it_off():
+    def cap(docs: list[dict[str, Any]]) -> str:
+        env = _deployment(docs, "-gateway")["spec"]["template"]["spec"]["containers"][0]["env"]
+        return str(
+            {e["name"]: e.get("value") for e in env}["LORAFLEET_GATEWAY_MAX_CONCURRENT_REQUESTS"]
+        )
+
+    assert cap(render()) == "64"
+    assert cap(render({"gateway": {"rateLimits": {"maxConcurrentRequests": 0}}})) == "0"
+    with pytest.raises(Exception, match="maxConcurrentRequests"):
+        render({"gateway": {"rateLimits": {"maxConcurrentRequests": -1}}})
 
 
 def _projected_token(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str | None]]:
@@ -331,22 +356,20 @@ def test_gateway_role_is_read_only():
     assert verbs == {"get", "list", "watch"}
 
 
-def test_replicas_only_reachable_from_the_release():
+def test_replicas_data_port_only_from_the_gateway_and_internal_port_only_from_the_release():
     policies = {p["metadata"]["name"]: p for p in by_kind(render(), "NetworkPolicy")}
     policy = policies["lf-lorafleet-replicas"]
-    release = policy["spec"]["ingress"][0]
-    assert release["from"] == [
-        {
-            "podSelector": {
-                "matchLabels": {
-                    "app.kubernetes.io/name": "lorafleet",
-                    "app.kubernetes.io/instance": "lf",
-                }
-            }
-        }
+    data, release = policy["spec"]["ingress"][:2]
+    selector = {"app.kubernetes.io/name": "lorafleet", "app.kubernetes.io/instance": "lf"}
+    assert data["from"] == [
+        {"podSelector": {"matchLabels": {**selector, "app.kubernetes.io/component": "gateway"}}}
     ]
-    ports = {p["port"] for p in release["ports"]}
-    assert ports == {8100, 8101}
+    assert [p["port"] for p in data["ports"]] == [8100]
+    assert release["from"] == [{"podSelector": {"matchLabels": selector}}]
+    assert [p["port"] for p in release["ports"]] == [8101]
+    # No other rule opens the data port.
+    others = policy["spec"]["ingress"][1:]
+    assert all(p["port"] != 8100 for rule in others for p in rule.get("ports", []))
     assert policy["spec"]["policyTypes"] == ["Ingress"]
 
 
@@ -430,7 +453,7 @@ def test_operator_runs_standalone_in_the_release_namespace():
     (op,) = [d for d in by_kind(render(), "Deployment") if "operator" in d["metadata"]["name"]]
     container = op["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["python3", "-m", "lorafleet_operator"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["LORAFLEET_OPERATOR_NAMESPACES"] == "serving"
     assert env["LORAFLEET_OPERATOR_LIVENESS_ENDPOINT"].endswith(":8080/healthz")
     assert op["spec"]["replicas"] == 1
@@ -562,7 +585,7 @@ def test_network_policy_peers_take_namespace_selectors():
     docs = render(ci_values("gpu-cluster-values.yaml"))
     policies = {p["metadata"]["name"]: p for p in by_kind(docs, "NetworkPolicy")}
     replicas = policies["lf-lorafleet-replicas"]["spec"]["ingress"]
-    monitoring = replicas[1]
+    monitoring = replicas[2]
     assert monitoring["from"][0]["namespaceSelector"]["matchLabels"] == {
         "kubernetes.io/metadata.name": "monitoring"
     }
@@ -574,7 +597,7 @@ def test_network_policy_peers_take_namespace_selectors():
     assert [p["port"] for p in gateway[1]["ports"]] == [9090]
     # Defaults: Prometheus in any namespace may scrape.
     default = {p["metadata"]["name"]: p for p in by_kind(render(), "NetworkPolicy")}
-    peer = default["lf-lorafleet-replicas"]["spec"]["ingress"][1]["from"][0]
+    peer = default["lf-lorafleet-replicas"]["spec"]["ingress"][2]["from"][0]
     assert peer["namespaceSelector"] == {}
 
 

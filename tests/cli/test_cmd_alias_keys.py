@@ -165,7 +165,8 @@ def test_alias_edited_to_a_rejected_adapter_keeps_the_old_version_serving(folder
 
 def test_keys_create_stores_only_the_hash(folder, capsys):
     m = ["--manifests", str(folder)]
-    assert main(["keys", "create", "acme", "--requests-per-second", "5", *m]) == 0
+    limits = ["--requests-per-second", "5", "--max-concurrent-requests", "7"]
+    assert main(["keys", "create", "acme", *limits, *m]) == 0
     key = capsys.readouterr().out.strip().splitlines()[-1]
     assert key.startswith("lf-")
     # The plaintext key appears in no file.
@@ -175,6 +176,8 @@ def test_keys_create_stores_only_the_hash(folder, capsys):
     secret = find_body(folder, "Secret", "lorafleet-keys-acme")
     tenant = TenantKeys.from_secret(secret)
     assert tenant.requests_per_second == 5
+    assert tenant.max_concurrent_requests == 7
+    assert secret["stringData"]["maxConcurrentRequests"] == "7"
     assert KeyIndex([tenant]).tenant_for(key) == tenant
     assert KeyIndex([tenant]).tenant_for(key + "x") is None
 
@@ -184,6 +187,7 @@ def test_keys_create_stores_only_the_hash(folder, capsys):
     tenant = TenantKeys.from_secret(find_body(folder, "Secret", "lorafleet-keys-acme"))
     assert len(tenant.key_hashes) == 2
     assert tenant.requests_per_second == 5
+    assert tenant.max_concurrent_requests == 7
     index = KeyIndex([tenant])
     assert index.tenant_for(key) is not None
     assert index.tenant_for(key2) is not None

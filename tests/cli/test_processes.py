@@ -10,7 +10,7 @@ import yaml
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_cli.standalone import processes
 from lorafleet_cli.standalone.planning import plan
-from lorafleet_cli.standalone.processes import ReplicaPlan
+from lorafleet_cli.standalone.processes import ReplicaPlan, data_token_of
 from lorafleet_core.manifests import load_folder
 from lorafleet_core.models import ReplicaPoolSpec
 from lorafleet_gateway.settings import GatewaySettings
@@ -102,9 +102,19 @@ def test_secrets_reach_only_their_processes_and_never_a_command_line(tmp_path: P
     assert agent.env["LORAFLEET_AGENT_VLLM_API_KEY"] == "vkey-0"
     assert agent.env["LORAFLEET_AGENT_INTERNAL_TOKEN"] == "itok"
     assert gateway.env["LORAFLEET_GATEWAY_REPLICA_TOKEN"] == "itok"
+    # The data-port token: the same on both sides, not the internal one, not the control API's.
+    data = agent.env["LORAFLEET_AGENT_DATA_TOKEN"]
+    assert data == gateway.env["LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN"] == data_token_of("itok")
+    assert data != "itok"
+    assert len(data) == 64
+    control = processes.control_process(
+        manifests_dir=tmp_path, replicas_file=tmp_path / "r.json", port=3,
+        token_sha256="0" * 64, replica_token="itok", log_dir=tmp_path,
+    )  # fmt: skip
+    assert data not in " ".join(control.env.values())
     assert "vkey-0" not in " ".join(gateway.env.values())
     for spec in (engine, agent, gateway):
-        assert not any(s in arg for arg in spec.argv for s in ("vkey-0", "itok"))
+        assert not any(s in arg for arg in spec.argv for s in ("vkey-0", "itok", data))
     assert "vkey-0" not in repr(replica)
 
 

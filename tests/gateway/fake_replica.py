@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,6 +43,8 @@ class FakeReplica:
         self.end_delay = 0.0  # between `data: [DONE]` and the end of the response
         self.die_after_chunks: int | None = None
         self.stall_after_chunks: int | None = None  # then send nothing more (until cancelled)
+        # After the first chunk, a stream waits until the test sets this (then ends normally).
+        self.hold_streams: threading.Event | None = None
         self.state_mode = "ok"  # ok | hang | error
         self.tokens_in_flight = 0
         self.queue_depth = 0
@@ -295,6 +298,8 @@ class FakeReplica:
             for k in range(n):
                 async for piece_bytes in send(event(choice(piece, role=i == 0, index=k))):
                     yield piece_bytes
+            if self.hold_streams is not None and i == 0:
+                await asyncio.to_thread(self.hold_streams.wait)
             if self.chunk_delay:
                 await asyncio.sleep(self.chunk_delay)
         for raw in (

@@ -33,6 +33,7 @@ from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
 from tests.conftest import (
     REPO,
+    TEST_DATA_TOKEN,
     TEST_INTERNAL_TOKEN,
     S3Server,
     VllmServer,
@@ -77,6 +78,7 @@ class Stack:
             "LORAFLEET_GATEWAY_INTERNAL_PORT": str(self.internal_port),
             "LORAFLEET_GATEWAY_MANIFESTS_DIR": str(self.folder),
             "LORAFLEET_GATEWAY_REPLICA_TOKEN": TEST_INTERNAL_TOKEN,
+            "LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN": TEST_DATA_TOKEN,
             "LORAFLEET_GATEWAY_POLL_INTERVAL_S": "0.3",
             **env,
         }

@@ -36,6 +36,8 @@ ENV = {
     "LORAFLEET_OPERATOR_SCRAPE_TIMEOUT_SECONDS": "1",
     # The agents' token the operator holds (secret mode): a merged pool's Secret copies it.
     "LORAFLEET_OPERATOR_REPLICA_TOKEN": "tok-shared",
+    # ... and the agents' data-port token, copied the same way (in every mode).
+    "LORAFLEET_OPERATOR_REPLICA_DATA_TOKEN": "data-tok-shared",
 }
 
 
@@ -511,6 +513,7 @@ def test_auto_merged_pool_gets_its_secret_then_drains_and_is_deleted_when_traffi
         )
         data = secret["stringData"]
         assert data["agent-token"] == "tok-shared"
+        assert data["data-token"] == "data-tok-shared"
         assert len(data["vllm-api-key"]) >= 32
         assert data["vllm-api-key"] != data["agent-token"]
         [ref] = secret["metadata"]["ownerReferences"]

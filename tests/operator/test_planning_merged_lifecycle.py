@@ -162,11 +162,15 @@ def test_replica_floor_moves_up_at_once_and_down_with_hysteresis():
 
 def test_internal_secret_copies_the_callers_token_or_holds_none_in_token_review_mode():
     merged = ReplicaPool.model_validate(created_world()[1].pools_to_create[0])
-    shared_token = plan_internal_secret(merged, "uid-pool", "secret", "tok", "fresh-key")
+    shared_token = plan_internal_secret(merged, "uid-pool", "secret", "tok", "fresh-key", "dtok")
     assert shared_token.body is not None
     body = shared_token.body
     assert body["metadata"]["name"] == "hot-merged-internal"
-    assert body["stringData"] == {"vllm-api-key": "fresh-key", "agent-token": "tok"}
+    assert body["stringData"] == {
+        "vllm-api-key": "fresh-key",
+        "agent-token": "tok",
+        "data-token": "dtok",
+    }
     [ref] = body["metadata"]["ownerReferences"]
     assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (
         "ReplicaPool",
@@ -174,13 +178,18 @@ def test_internal_secret_copies_the_callers_token_or_holds_none_in_token_review_
         "uid-pool",
         True,
     )
-    review = plan_internal_secret(merged, "uid-pool", "tokenReview", None, "fresh-key")
+    review = plan_internal_secret(merged, "uid-pool", "tokenReview", None, "fresh-key", "dtok")
     assert review.body is not None
-    assert review.body["stringData"] == {"vllm-api-key": "fresh-key"}
-    missing = plan_internal_secret(merged, "uid-pool", "secret", None, "fresh-key")
+    # No agents' token in tokenReview mode; the data port's shared token in every mode.
+    assert review.body["stringData"] == {"vllm-api-key": "fresh-key", "data-token": "dtok"}
+    missing = plan_internal_secret(merged, "uid-pool", "secret", None, "fresh-key", "dtok")
     assert missing.body is None
     assert missing.missing is not None
     assert "hot-merged-internal" in missing.missing
+    no_data = plan_internal_secret(merged, "uid-pool", "tokenReview", None, "fresh-key")
+    assert no_data.body is None
+    assert no_data.missing is not None
+    assert "REPLICA_DATA_TOKEN" in no_data.missing
 
 
 def test_draining_since_is_read_as_a_time_and_a_bad_value_restarts_the_drain():

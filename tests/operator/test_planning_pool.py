@@ -134,5 +134,6 @@ def test_vllm_key_and_agent_token_come_from_the_pools_secret_never_a_literal():
     assert refs(c["agent"]) == {
         "LORAFLEET_AGENT_VLLM_API_KEY": (secret, "vllm-api-key"),
         "LORAFLEET_AGENT_INTERNAL_TOKEN": (secret, "agent-token"),
+        "LORAFLEET_AGENT_DATA_TOKEN": (secret, "data-token"),
     }
     assert not any("KEY" in a or "TOKEN" in a for a in c["vllm"]["args"])

@@ -253,9 +253,12 @@ def test_token_review_mode_gives_the_agent_its_account_and_no_shared_token():
     assert settings.internal_audience == "lorafleet-agent"
     assert settings.internal_service_accounts == "lf:lorafleet-gateway,lf:lorafleet-operator"
     assert settings.kube_events
-    # vLLM's key still comes from the pool's Secret: only the agent holds it.
+    # vLLM's key still comes from the pool's Secret: only the agent holds it. So does the
+    # data-port token: a shared secret in every mode (no API server on the data path).
     vllm_key = names["LORAFLEET_AGENT_VLLM_API_KEY"]["valueFrom"]["secretKeyRef"]
     assert vllm_key["name"] == "tr-internal"
+    data_token = names["LORAFLEET_AGENT_DATA_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert data_token == {"name": "tr-internal", "key": "data-token"}
 
 
 @pytest.mark.parametrize("inside", [None, TOKEN_REVIEW])

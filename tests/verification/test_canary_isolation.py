@@ -32,6 +32,7 @@ from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import (
     TEST_CACHE,
+    TEST_DATA_TOKEN,
     TEST_INTERNAL_TOKEN,
     S3Server,
     VllmServer,
@@ -144,6 +145,7 @@ def isolation_fleet(
             # keep-alive, or each poll races the server closing its idle connection.
             poll_interval_s=2.0,
             replica_token=TEST_INTERNAL_TOKEN,
+            replica_data_token=TEST_DATA_TOKEN,
             catalog_reload_interval_s=0.1,
         )
         gw_internal = f"http://127.0.0.1:{gs.internal_port}"

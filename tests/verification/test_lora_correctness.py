@@ -34,6 +34,8 @@ from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.adapter_files import adapter_checksum
 from lorafleet_core.records import AdapterRecord
 from tests.conftest import (
+    DATA_HEADERS,
+    TEST_DATA_TOKEN,
     S3Server,
     VllmServer,
     session_agent_settings,
@@ -191,7 +193,10 @@ def test_a_merged_pool_replica_serves_what_the_unmerged_adapter_serves(
         with agent_in_thread(settings) as agent:
 
             async def serve(url: str, model: str) -> list[Completion]:
-                async with openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="x") as client:
+                # vLLM has no key here; the agent requires its data credential.
+                async with openai.AsyncOpenAI(
+                    base_url=f"{url}/v1", api_key=TEST_DATA_TOKEN
+                ) as client:
                     return [await complete(client, model, p) for p in registered.prompts]
 
             unmerged = run(serve(vllm_server.url, adapter_id))
@@ -199,11 +204,13 @@ def test_a_merged_pool_replica_serves_what_the_unmerged_adapter_serves(
             raw = httpx.post(
                 f"{agent.data_url}/v1/completions",
                 json={"model": adapter_id, "prompt": "hi", "max_tokens": 1},
+                headers=DATA_HEADERS,
                 timeout=30,
             )
             other = httpx.post(
                 f"{agent.data_url}/v1/completions",
                 json={"model": registered.names[SPECS[0].name], "prompt": "hi", "max_tokens": 1},
+                headers=DATA_HEADERS,
                 timeout=30,
             )
             state = httpx.get(f"{agent.internal_url}/internal/replicas/r0/state", timeout=10)

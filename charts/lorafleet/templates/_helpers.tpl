@@ -89,6 +89,18 @@ it expires (the callers re-read it when it changes); secret: the pool Secret's s
 {{- end }}
 {{- end -}}
 
+{{/*
+The agents' data-port token (lorafleet_agent.data_auth): a shared secret in every mode (the
+data path must not wait on the API server), the pool Secret's `data-token`. The gateway sends
+it with each completion; the operator holds it only to copy it into the Secrets of merged
+pools it creates.
+*/}}
+{{- define "lorafleet.dataTokenEnv" -}}
+- name: {{ .prefix }}REPLICA_DATA_TOKEN
+  valueFrom:
+    secretKeyRef: {name: {{ printf "%s-internal" .root.Values.gateway.pool | quote }}, key: data-token}
+{{- end -}}
+
 {{- define "lorafleet.agentTokenMount" -}}
 {{- if eq .Values.internalAuth.mode "tokenReview" }}
 - {name: agent-token, mountPath: {{ include "lorafleet.agentTokenDir" . }}, readOnly: true}

@@ -7,11 +7,17 @@ lorafleet_gateway` with `LORAFLEET_GATEWAY_*`, vLLM's OpenAI server).
 
 Secrets travel in the environment, never on a command line (`ps` shows argv to every user):
 each vLLM gets its own API key (`VLLM_API_KEY`) that only its agent also gets, and the agents'
-internal credential goes to the agents and the gateway only.
+internal credential goes to the agents and the gateway only. The agents' data credential (what
+the gateway sends with each completion, lorafleet_agent.data_auth) is derived from the run's
+internal credential (`data_token_of`): one generated secret per run to hand around, yet a
+different value, so neither port accepts the other's token, and the control API (which gets
+the internal token) is never handed it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import importlib.metadata
 import sys
 from dataclasses import dataclass, field
@@ -37,6 +43,11 @@ COMPILE_FLAGS = (
     "--optimization-level",
     "-O",
 )
+
+
+def data_token_of(internal_token: str) -> str:
+    """The run's data-port token: HMAC-SHA256 of a fixed label under the internal token."""
+    return hmac.new(internal_token.encode(), b"lorafleet data port", hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -168,6 +179,7 @@ def agent_process(
         env[f"{AGENT_ENV_PREFIX}VLLM_API_KEY"] = replica.vllm_api_key
     if internal_token:
         env[f"{AGENT_ENV_PREFIX}INTERNAL_TOKEN"] = internal_token
+        env[f"{AGENT_ENV_PREFIX}DATA_TOKEN"] = data_token_of(internal_token)
     return ProcessSpec(
         name=f"{replica.id}/agent",
         argv=[python, "-m", "lorafleet_agent"],
@@ -201,6 +213,7 @@ def gateway_process(
     }
     if replica_token:
         env[f"{p}REPLICA_TOKEN"] = replica_token
+        env[f"{p}REPLICA_DATA_TOKEN"] = data_token_of(replica_token)
     return ProcessSpec(
         name="gateway",
         argv=[python, "-m", "lorafleet_gateway"],

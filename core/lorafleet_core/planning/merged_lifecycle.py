@@ -48,6 +48,7 @@ from lorafleet_core.planning.merge_advice import HYSTERESIS, merged_replicas_nee
 from lorafleet_core.planning.pool import controller_refs
 from lorafleet_core.planning.replica_config import (
     AGENT_TOKEN_SECRET_KEY,
+    DATA_TOKEN_SECRET_KEY,
     VLLM_API_KEY_SECRET_KEY,
     internal_secret_name,
 )
@@ -230,6 +231,7 @@ def plan_internal_secret(
     mode: str,
     agent_token: str | None,
     vllm_api_key: str,
+    data_token: str | None = None,
 ) -> SecretPlan:
     """The merged pool's own inside Secret, owned by the pool (garbage collected with it).
 
@@ -237,10 +239,19 @@ def plan_internal_secret(
     caller already holds (the gateway and the operator send one token to all replicas, the
     shared pool's `agent-token`), so in `secret` mode it is copied from the operator's own
     credential; in `tokenReview` mode the agents verify callers' ServiceAccount tokens and the
-    Secret holds no token at all. `vllm_api_key` comes from the caller (randomness is I/O).
+    Secret holds no agents' token. The data-port token (`data-token`) is the gateway's one
+    token for every replica's data port, in every mode: copied from the operator's copy
+    (`REPLICA_DATA_TOKEN`), which it holds for this alone. `vllm_api_key` comes from the
+    caller (randomness is I/O).
     """
     name = internal_secret_name(pool.metadata.name)
-    data = {VLLM_API_KEY_SECRET_KEY: vllm_api_key}
+    if not data_token:
+        return SecretPlan(
+            missing=f"Secret {name} is needed but the operator holds no agents' data token to "
+            "copy (REPLICA_DATA_TOKEN); create it with the shared pool's data-token, "
+            "agent-token and a new vllm-api-key"
+        )
+    data = {VLLM_API_KEY_SECRET_KEY: vllm_api_key, DATA_TOKEN_SECRET_KEY: data_token}
     if mode != "tokenReview":
         if not agent_token:
             return SecretPlan(

@@ -18,10 +18,12 @@ from lorafleet_core.models import ReplicaPoolSpec
 AGENT_ENV_PREFIX = "LORAFLEET_AGENT_"
 
 # The pool's inside secrets, in the Secret `<pool>-internal` (the chart creates it for its pool):
-# vLLM's API key (only vLLM and the agent read it) and the agents' internal token (the agent and
-# the gateway read it).
+# vLLM's API key (only vLLM and the agent read it), the agents' internal token (the agent and
+# the gateway read it) and the agents' data-port token (the agent and the gateway read it; in
+# every mode: lorafleet_agent.data_auth says why it is its own shared secret).
 VLLM_API_KEY_SECRET_KEY = "vllm-api-key"  # noqa: S105 (a key name, not a secret)
 AGENT_TOKEN_SECRET_KEY = "agent-token"  # noqa: S105 (a key name, not a secret)
+DATA_TOKEN_SECRET_KEY = "data-token"  # noqa: S105 (a key name, not a secret)
 
 
 def internal_secret_name(pool_name: str) -> str:
@@ -63,11 +65,15 @@ def _field(env_name: str, path: str) -> dict[str, Any]:
 
 
 def agent_secret_env(pool_name: str, inside: InsideAuth = SECRET_MODE) -> list[dict[str, Any]]:
-    """Agent container env: vLLM's API key (from the pool's Secret) and the internal credential
-    (the Secret's token, or the TokenReview settings), plus what its API access needs."""
+    """Agent container env: vLLM's API key and the data-port token (from the pool's Secret) and
+    the internal credential (the Secret's token, or the TokenReview settings), plus what its
+    API access needs."""
     secret = internal_secret_name(pool_name)
     p = AGENT_ENV_PREFIX
-    env = [_from_secret(f"{p}VLLM_API_KEY", secret, VLLM_API_KEY_SECRET_KEY)]
+    env = [
+        _from_secret(f"{p}VLLM_API_KEY", secret, VLLM_API_KEY_SECRET_KEY),
+        _from_secret(f"{p}DATA_TOKEN", secret, DATA_TOKEN_SECRET_KEY),
+    ]
     if inside.mode == "tokenReview":
         env += [
             {"name": f"{p}INTERNAL_AUTH", "value": "tokenReview"},

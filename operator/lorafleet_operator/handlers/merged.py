@@ -80,7 +80,8 @@ _SECRETS_DONE: set[tuple[str, str, str]] = set()
 
 async def ensure_internal_secret(pool: ReplicaPool, body: kopf.Body, namespace: str) -> None:
     """Create the Secret of a merged pool the operator created, owned by the pool; a Warning
-    Event when it cannot (secret mode and no agents' token to copy). A pool a person created
+    Event when it cannot (no agents' data token, or secret mode and no agents' token, to
+    copy). A pool a person created
     brings its own Secret (docs/operator.md)."""
     uid = str(body.get("metadata", {}).get("uid") or "")
     key = (namespace, pool.metadata.name, uid)
@@ -88,8 +89,11 @@ async def ensure_internal_secret(pool: ReplicaPool, body: kopf.Body, namespace: 
         return
     settings = runtime().settings
     token = bearer_token_reader(settings.replica_token, settings.replica_token_file)()
+    data_token = bearer_token_reader(
+        settings.replica_data_token, settings.replica_data_token_file
+    )()
     plan = plan_internal_secret(
-        pool, uid, settings.replica_internal_auth, token, secrets.token_urlsafe(36)
+        pool, uid, settings.replica_internal_auth, token, secrets.token_urlsafe(36), data_token
     )
     if plan.body is None:
         kopf.event(
