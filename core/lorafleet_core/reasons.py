@@ -43,6 +43,8 @@ OWNERS_ASSIGNED = "OwnersAssigned"
 REPLICA_REJECTED = "ReplicaRejected"  # every owner refused the files (phase Failed)
 SERVABLE = "Servable"
 REFERENCED_BY_ALIAS = "ReferencedByAlias"
+# A merged ReplicaPool serves the adapter merged into its base weights (spec.merged.adapter).
+IN_USE_BY_MERGED_POOL = "InUseByMergedPool"
 
 # LoRAAdapter MergedPoolRecommended (planning.merge_advice).
 SUSTAINED_TRAFFIC = "SustainedTrafficExceedsReplica"

@@ -174,6 +174,8 @@ class FleetSync(FleetIndex):
         await self._run_all([self._warn(*w) for w in plan.warnings])
         for adapter, aliases in plan.blocked_deletions.items():
             log.info("deletion of %s/%s waits for aliases %s", ns, adapter, aliases)
+        for adapter, pools in plan.blocked_by_pools.items():
+            log.info("deletion of %s/%s waits for merged pools %s", ns, adapter, pools)
         return plan
 
     def _pod_jobs(self, plan: FleetPlan) -> list[Awaitable[None]]:

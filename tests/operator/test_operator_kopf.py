@@ -580,3 +580,50 @@ def test_auto_merged_pool_gets_its_secret_then_drains_and_is_deleted_when_traffi
     finally:
         for srv in servers:
             srv.close()
+
+
+def test_deleting_the_adapter_of_an_auto_merged_pool_drains_and_deletes_the_pool_first(
+    cluster, operator
+):
+    h = "sha256:" + "7" * 64  # its own base model
+    servers = make_pool(
+        cluster,
+        "gone",
+        2,
+        base_hash=h,
+        autoscaling={"enabled": False, "pollIntervalSeconds": 0.3},
+        autoMerge={"enabled": True, "maxPools": 1, "coolDownSeconds": 600, "drainSeconds": 3},
+    )
+    try:
+        make_adapter(cluster, "gone-hot", base_hash=h)
+        eventually(lambda: status(cluster, "loraadapters", "gone-hot").get("phase") == "Ready")
+        hot = {"requests": 300, "gpu_hits": 300, "tokens_per_second": 2500.0}
+        for srv in servers:  # and it stays hot: only the deletion drains its pool
+            srv.set_load(adapters={"gone-hot": hot}, tokens_per_second={"gone-hot": 2500.0})
+        eventually(
+            lambda: cluster.get(cluster.path("replicapools", "gone-hot-merged")), within_s=60
+        )
+        cluster.delete(cluster.path("loraadapters", "gone-hot"))
+        blocked = eventually(
+            lambda: (
+                (c := cond(status(cluster, "loraadapters", "gone-hot"), "DeletionBlocked")) and c
+            ),
+            within_s=30,
+        )
+        assert blocked["reason"] == "InUseByMergedPool"
+        assert "gone-hot-merged" in blocked["message"]
+        [msg] = eventually(lambda: _events_on(cluster, "gone-hot", "MergedPoolDraining"))
+        assert "gone-hot is being deleted" in msg
+        eventually(
+            lambda: cluster.get(cluster.path("replicapools", "gone-hot-merged")) is None,
+            what="the merged pool's deletion",
+            within_s=60,
+        )
+        eventually(
+            lambda: cluster.get(cluster.path("loraadapters", "gone-hot")) is None,
+            what="the adapter's deletion, after its pool",
+            within_s=40,
+        )
+    finally:
+        for srv in servers:
+            srv.close()

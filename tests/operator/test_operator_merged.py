@@ -132,3 +132,36 @@ def test_an_adapter_of_another_base_model_is_refused_without_a_job(cluster, oper
         cluster.get(cluster.path("jobs", merge_job_name("other", "other-v1"), group="batch/v1"))
         is None
     )
+
+
+def adapter_condition(cluster: Cluster, name: str, type_: str) -> dict[str, Any]:
+    obj = cluster.get(cluster.path("loraadapters", name)) or {}
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == type_), {})
+
+
+def test_deleting_an_adapter_a_merged_pool_serves_waits_until_no_pool_lists_it(cluster, operator):
+    create(cluster, "loraadapters", adapter_body("keep-v1"))
+    create(cluster, "replicapools", pool_body("keep", merged={"adapter": "keep-v1"}, **FAST))
+    eventually(lambda: merge_of(cluster, "keep").get("phase") in ("Pending", "Merging"))
+    cluster.delete(cluster.path("loraadapters", "keep-v1"))
+    blocked = eventually(
+        lambda: (c := adapter_condition(cluster, "keep-v1", "DeletionBlocked")) and c,
+        what="DeletionBlocked",
+    )
+    assert (blocked["status"], blocked["reason"]) == ("True", "InUseByMergedPool")
+    assert "ReplicaPool keep serves it merged" in blocked["message"]
+    held = cluster.get(cluster.path("loraadapters", "keep-v1"))
+    assert held is not None
+    assert held["metadata"].get("deletionTimestamp")  # asked to go, held by the finalizer
+    # A person's pool is never drained or deleted for it; once they delete it, the adapter goes.
+    assert "lorafleet.dev/draining-since" not in (
+        (cluster.get(cluster.path("replicapools", "keep")) or {})["metadata"].get("annotations")
+        or {}
+    )
+    cluster.delete(cluster.path("replicapools", "keep"))
+    eventually(
+        lambda: cluster.get(cluster.path("loraadapters", "keep-v1")) is None,
+        what="the adapter's deletion",
+        within_s=40,
+    )

@@ -6,7 +6,7 @@ import dataclasses
 from datetime import datetime, timedelta
 
 from lorafleet_core import reasons as R
-from lorafleet_core.models import ConditionStatus, ReplicaPool, ReplicaPoolStatus
+from lorafleet_core.models import AdapterAlias, ConditionStatus, ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.names import ANNOTATION_DRAINING_SINCE, LABEL_MERGED_ADAPTER, LABEL_MERGED_FROM
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.fleet import FleetPlan, FleetSnapshot, plan_fleet
@@ -17,7 +17,7 @@ from lorafleet_core.planning.merged_lifecycle import (
 )
 from lorafleet_core.planning.pool_status import PoolObservation, plan_pool_status
 from lorafleet_operator.sync_merged import patched
-from tests.operator.factories import T0, pool
+from tests.operator.factories import T0, alias_body, pool
 from tests.operator.test_planning_merge_advice import PARAMS, applied, hot_states, snap
 
 COOL, DRAIN = 600, 120
@@ -210,3 +210,80 @@ def test_draining_since_is_read_as_a_time_and_a_bad_value_restarts_the_drain():
         datetime.fromisoformat(restart.patch["metadata"]["annotations"][ANNOTATION_DRAINING_SINCE])
         == now
     )
+
+
+def deleting(s: FleetSnapshot, name: str = "hot") -> FleetSnapshot:
+    """`s` with `kubectl delete lora <name>` issued (its finalizer holds it)."""
+    return dataclasses.replace(
+        s,
+        adapters=[
+            dataclasses.replace(e, deleting=True) if e.name == name else e for e in s.adapters
+        ],
+    )
+
+
+def blocked(plan: FleetPlan, name: str = "hot"):
+    return find(plan.adapter_status[name].conditions, R.DELETION_BLOCKED)
+
+
+def test_deleting_an_adapter_a_persons_merged_pool_serves_waits_for_that_pool():
+    mine = pool("mine-merged", merged={"adapter": "hot"})
+    s = deleting(snap(100.0, SHARED, mine))
+    plan = plan_fleet(s, T0, PARAMS)
+    c = blocked(plan)
+    assert c is not None
+    assert (c.status, c.reason) == (ConditionStatus.TRUE, R.IN_USE_BY_MERGED_POOL)
+    assert "ReplicaPool mine-merged serves it merged" in c.message
+    assert plan.blocked_by_pools == {"hot": ["mine-merged"]}
+    assert plan.adapter_status["hot"].owners  # still placed and served meanwhile
+    assert plan.pool_changes == []  # a person's pool is never drained or deleted here
+    # The person deletes the pool: nothing holds the adapter, it leaves placement.
+    plan = plan_fleet(dataclasses.replace(s, pools=[SHARED]), T0, PARAMS)
+    assert "hot" not in plan.adapter_status
+    assert plan.blocked_by_pools == {}
+
+
+def test_an_alias_and_a_merged_pool_both_name_the_blockers_aliases_first():
+    mine = pool("mine-merged", merged={"adapter": "hot"})
+    plain = snap(100.0, SHARED, mine)
+    alias = AdapterAlias.model_validate(alias_body("hot-prod", "acme/hot:prod", "hot"))
+    plan = plan_fleet(deleting(dataclasses.replace(plain, aliases=[alias])), T0, PARAMS)
+    c = blocked(plan)
+    assert c is not None
+    assert c.reason == R.REFERENCED_BY_ALIAS
+    assert "repoint: hot-prod" in c.message
+    assert "mine-merged" in c.message
+
+
+def test_a_hot_adapter_held_only_by_an_alias_gets_no_merged_pool_while_it_is_deleted():
+    alias = AdapterAlias.model_validate(alias_body("hot-prod", "acme/hot:prod", "hot"))
+    hot = dataclasses.replace(snap(1000.0, SHARED), aliases=[alias])
+    assert plan_fleet(hot, T0, PARAMS).pools_to_create  # not deleting: one is created
+    plan = plan_fleet(deleting(hot), T0, PARAMS)
+    assert plan.pools_to_create == []
+    assert plan.blocked_deletions == {"hot": ["hot-prod"]}
+
+
+def test_deleting_the_adapter_of_an_auto_merged_pool_drains_it_at_once_then_deletes_both():
+    s, plan, pools = created_world()
+    s = deleting(step(s, plan, 1000.0, pools))  # still hot: traffic alone would keep it
+    t1 = T0 + timedelta(minutes=1)
+    plan = plan_fleet(s, t1, PARAMS)
+    c = blocked(plan)
+    assert c is not None
+    assert c.reason == R.IN_USE_BY_MERGED_POOL
+    assert "hot-merged" in c.message
+    [drain] = plan.pool_changes
+    assert (drain.pool, drain.reason) == ("hot-merged", R.MERGED_POOL_DRAINING)
+    assert drain.patch == {"metadata": {"annotations": {ANNOTATION_DRAINING_SINCE: t1.isoformat()}}}
+    assert "hot is being deleted" in drain.message
+    pools = apply_changes(pools, plan)
+    s = deleting(step(s, plan, 1000.0, pools))
+    assert plan_fleet(s, t1 + timedelta(seconds=DRAIN - 1), PARAMS).pool_changes == []
+    plan = plan_fleet(s, t1 + timedelta(seconds=DRAIN), PARAMS)
+    assert changes(plan) == [("hot-merged", R.MERGED_POOL_DELETED)]
+    assert blocked(plan) is not None  # until the pool is gone from the world
+    pools = apply_changes(pools, plan)
+    plan = plan_fleet(deleting(step(s, plan, 1000.0, pools)), t1 + timedelta(seconds=DRAIN), PARAMS)
+    assert "hot" not in plan.adapter_status  # released: the finalizer may go
+    assert plan.pools_to_create == []  # a deleting adapter gets no new merged pool

@@ -38,6 +38,7 @@ from lorafleet_core.planning.conditions import condition, merge_conditions
 from lorafleet_core.reasons import (
     BASE_MODEL_MISMATCH,
     DELETION_BLOCKED,
+    IN_USE_BY_MERGED_POOL,
     INVALID_CHECKSUM,
     INVALID_SPEC,
     NO_MATCHING_POOL,
@@ -303,6 +304,7 @@ class AdapterInputs:
     ready_replicas: int = 0
     failed_on: Mapping[str, str] = field(default_factory=dict)  # replica -> reason
     blocked_by_aliases: list[str] = field(default_factory=list)
+    blocked_by_merged_pools: list[str] = field(default_factory=list)  # deleting, still served
     stats: AdapterStats | None = None  # planned by planning.adapter_stats (rate-bounded)
     placements: list[Placement] = field(default_factory=list)  # idem
     merge_advice: Condition | None = None  # MergedPoolRecommended (planning.merge_advice)
@@ -366,18 +368,9 @@ def plan_adapter_status(
             )
     if inputs.merge_advice is not None:
         conds.append(inputs.merge_advice)
-    if inputs.blocked_by_aliases:
-        names = ", ".join(sorted(inputs.blocked_by_aliases))
-        conds.append(
-            condition(
-                DELETION_BLOCKED,
-                True,
-                REFERENCED_BY_ALIAS,
-                f"deletion waits until no AdapterAlias points here; repoint: {names}",
-                now,
-                gen,
-            )
-        )
+    blocked = _deletion_blocked(inputs.blocked_by_aliases, inputs.blocked_by_merged_pools)
+    if blocked is not None:
+        conds.append(condition(DELETION_BLOCKED, True, *blocked, now, gen))
     return LoRAAdapterStatus(
         phase=phase,
         conditions=merge_conditions(old.conditions, conds),
@@ -387,3 +380,22 @@ def plan_adapter_status(
         stats=inputs.stats,
         placements=list(inputs.placements) if owners else [],
     )
+
+
+def _deletion_blocked(aliases: list[str], pools: list[str]) -> tuple[str, str] | None:
+    """(reason, message) of DeletionBlocked: aliases first (a tenant's model name would break),
+    then merged pools (their replicas serve these weights merged into the base)."""
+    pool_text = (
+        f"ReplicaPool {', '.join(sorted(pools))} serves it merged into its base weights; "
+        "deletion waits until no ReplicaPool lists it in spec.merged.adapter (a pool the "
+        "operator created for it is drained and deleted; delete one you created)"
+        if pools
+        else ""
+    )
+    if aliases:
+        names = ", ".join(sorted(aliases))
+        message = f"deletion waits until no AdapterAlias points here; repoint: {names}"
+        return REFERENCED_BY_ALIAS, message + (f"; also {pool_text}" if pools else "")
+    if pools:
+        return IN_USE_BY_MERGED_POOL, pool_text
+    return None

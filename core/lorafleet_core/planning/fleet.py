@@ -8,7 +8,7 @@ world yields byte-identical output and the caller writes nothing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -102,6 +102,8 @@ class FleetPlan:
     alias_status: dict[str, AdapterAliasStatus] = field(default_factory=dict)
     alias_deploys: dict[str, str] = field(default_factory=dict)  # alias -> newly served
     blocked_deletions: dict[str, list[str]] = field(default_factory=dict)  # adapter -> aliases
+    # adapter -> merged ReplicaPools that list it (spec.merged.adapter): they block its deletion
+    blocked_by_pools: dict[str, list[str]] = field(default_factory=dict)
     dropped: dict[str, list[str]] = field(default_factory=dict)  # pod -> not pre-warmed
     # MergedPoolRecommended newly True (or a new reason): adapter -> (reason, message), the
     # Event to emit on the LoRAAdapter; and merged ReplicaPools to create (autoMerge).
@@ -116,6 +118,16 @@ class FleetPlan:
 
 def ready_replicas(pods: Sequence[PodView], pool: str) -> list[str]:
     return sorted(p.name for p in pods if p.pool == pool and p.ready and not p.deleting)
+
+
+def merged_pools_serving(pools: Iterable[ReplicaPool], adapter: str) -> list[str]:
+    """The merged ReplicaPools whose weights are `adapter` merged into the base (they hold its
+    deletion: the finalizer stays until none lists it; the kopf delete handler asks too)."""
+    return sorted(
+        p.metadata.name
+        for p in pools
+        if p.spec.merged is not None and p.spec.merged.adapter == adapter
+    )
 
 
 def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = None) -> FleetPlan:
@@ -142,12 +154,20 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
     # 1. validate; collect what each pool must place.
     validations: dict[str, Validation] = {}
     by_pool: dict[str, list[AdapterEntry]] = defaultdict(list)
+    deleting: set[str] = set()
     for entry in snap.adapters:
-        blocked = entry.deleting and bool(referenced.get(entry.name))
+        serving = merged_pools_serving(snap.pools, entry.name) if entry.deleting else []
+        blocked = entry.deleting and (bool(referenced.get(entry.name)) or bool(serving))
         if entry.deleting and not blocked:
             continue  # leaving: drop from placement; the finalizer waits for this plan
         if blocked:
-            plan.blocked_deletions[entry.name] = sorted(referenced[entry.name])
+            # Still placed and served meanwhile, like any adapter (its deletion may never
+            # happen: the alias can stay, the pool a person made can stay).
+            deleting.add(entry.name)
+            if referenced.get(entry.name):
+                plan.blocked_deletions[entry.name] = sorted(referenced[entry.name])
+            if serving:
+                plan.blocked_by_pools[entry.name] = serving
         if entry.adapter is None:
             assert entry.invalid is not None
             validations[entry.name] = entry.invalid
@@ -224,6 +244,7 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             ready_replicas=len(replicas_of.get(v.pool or "", [])),
             failed_on=failed_on.get(entry.name, {}),
             blocked_by_aliases=plan.blocked_deletions.get(entry.name, []),
+            blocked_by_merged_pools=plan.blocked_by_pools.get(entry.name, []),
             stats=stats,
             placements=adapter_stats.plan_placements(
                 entry.name,
@@ -243,7 +264,12 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             recommendations[entry.name] = held
             sustained[entry.name] = stats.tokens_per_second if stats else 0.0
     plan.pool_changes = plan_merged_lifecycle(
-        snap.pools, recommendations, sustained, params.replica_capacity_tps, now
+        snap.pools,
+        recommendations,
+        sustained,
+        params.replica_capacity_tps,
+        now,
+        deleting=frozenset(deleting),
     )
 
     # 4. aliases, against the adapters' *planned* phases.
@@ -318,7 +344,9 @@ def _note_advice(plan: FleetPlan, entry: AdapterEntry, advice: MergeAdvice | Non
     new = advice.condition
     if old is None or (old.status, old.reason) != (new.status, new.reason):
         plan.merge_events[entry.name] = (new.reason, new.message)
-    if advice.create is not None:
+    # An adapter being deleted (held by an alias) gets no merged pool: one would only hold
+    # its deletion longer and be drained at once.
+    if advice.create is not None and not entry.deleting:
         plan.pools_to_create.append(advice.create)
 
 

@@ -18,6 +18,9 @@ moves by 25%):
   (and the replicas' preStop drain as a second guard), the pool is deleted; its StatefulSet,
   Service, PDB and Secret go with it by ownerReferences.
 - Traffic back above the threshold while draining: the drain is cancelled.
+- The adapter being deleted (`kubectl delete lora`): its pool drains at once, whatever the
+  traffic, and is deleted after drainSeconds; the adapter's finalizer waits for that
+  (planning.fleet: `InUseByMergedPool`), so its weights stay registered while served.
 
 Only pools the operator created are ever touched: labelled managed-by the operator and
 merged-from a shared pool, and controlled (ownerReference) by the adapter they serve. A merged
@@ -125,13 +128,15 @@ def plan_merged_lifecycle(
     tps: Mapping[str, float],
     capacity_tps: float,
     now: datetime,
+    deleting: frozenset[str] = frozenset(),
 ) -> list[PoolChange]:
     """The changes due now to the merged pools the operator created.
 
     `recommendations` are the adapters' MergedPoolRecommended conditions as planned this pass
     (lastTransitionTime: when the status last changed), `tps` their sustained tokens/s.
     An adapter with no condition (not placed, or gone: its pool is garbage collected) leaves
-    its pool alone.
+    its pool alone. An adapter in `deleting` (its deletion waits for its pool) has its pool
+    drained now and deleted after drainSeconds.
     """
     by_name = {p.metadata.name: p for p in pools}
     out: list[PoolChange] = []
@@ -140,6 +145,9 @@ def plan_merged_lifecycle(
             continue
         assert pool.spec.merged is not None
         name, adapter = pool.metadata.name, pool.spec.merged.adapter
+        if adapter in deleting:
+            out.extend(_drain_for_deletion(pool, adapter, settings_for(pool, by_name), now))
+            continue
         cond = recommendations.get(adapter)
         if cond is None:
             continue
@@ -187,6 +195,36 @@ def plan_merged_lifecycle(
                 )
             )
     return out
+
+
+def _drain_for_deletion(
+    pool: ReplicaPool, adapter: str, auto: AutoMergeSpec, now: datetime
+) -> list[PoolChange]:
+    name = pool.metadata.name
+    since = draining_since(pool)
+    if since is None:
+        return [
+            PoolChange(
+                name,
+                adapter,
+                reasons.MERGED_POOL_DRAINING,
+                f"{adapter} is being deleted: gateways route it to its shared pool again; "
+                f"{name} is deleted after drainSeconds {auto.drain_seconds}, then {adapter}",
+                {"metadata": {"annotations": {ANNOTATION_DRAINING_SINCE: now.isoformat()}}},
+            )
+        ]
+    if (now - since).total_seconds() >= auto.drain_seconds:
+        return [
+            PoolChange(
+                name,
+                adapter,
+                reasons.MERGED_POOL_DELETED,
+                f"{name} drained for drainSeconds {auto.drain_seconds}; deleted ({adapter} "
+                "is being deleted)",
+                delete=True,
+            )
+        ]
+    return []
 
 
 def _scale(pool: ReplicaPool, adapter: str, tps: float, capacity_tps: float) -> list[PoolChange]:

@@ -1,4 +1,4 @@
-"""LoRAAdapter: keep the index current; on deletion, wait for aliases and for pre-warm.
+"""LoRAAdapter: keep the index current; on deletion, wait for aliases, merged pools and pre-warm.
 
 Status (phase, conditions, owners) is written by the namespace's FleetSync, not here.
 """
@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 
 from lorafleet_core.names import GROUP, PLURAL_ADAPTER, VERSION
+from lorafleet_core.planning.fleet import merged_pools_serving
 from lorafleet_operator.errors import NotReadyError, mapped
 from lorafleet_operator.runtime import runtime
 
@@ -31,12 +32,17 @@ async def adapter_event(
 @kopf.on.delete(GROUP, VERSION, PLURAL_ADAPTER)
 @mapped
 async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
-    """Refuse (hold the finalizer) while an alias serves or targets the adapter.
+    """Refuse (hold the finalizer) while an alias serves or targets the adapter, or a merged
+    ReplicaPool serves it.
 
     Deleting an adapter an alias points to would break that tenant's model name, so the
     deletion waits, the adapter keeps serving and its status says `DeletionBlocked` with the
-    aliases to repoint. Otherwise: drop it from placement and return only once the owners'
-    annotations no longer list it.
+    aliases to repoint. A merged pool (spec.merged.adapter) serves its weights merged into the
+    base and re-merges from its record when it restarts: the deletion waits for it too
+    (`DeletionBlocked`, reason `InUseByMergedPool`, naming the pools); one the operator created
+    is drained and deleted (planning.merged_lifecycle), one a person created waits for them.
+    Otherwise: drop it from placement and return only once the owners' annotations no longer
+    list it.
     """
     assert namespace is not None
     fleet = runtime().fleet(namespace)
@@ -46,6 +52,13 @@ async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, 
         raise NotReadyError(
             f"LoRAAdapter {name} is referenced by AdapterAlias {', '.join(referencing)}; "
             "point them to another adapter first",
+            delay=DELETE_RETRY_SECONDS,
+        )
+    pools = merged_pools_serving(fleet.pools.values(), name)
+    if pools:
+        raise NotReadyError(
+            f"LoRAAdapter {name} is served merged by ReplicaPool {', '.join(pools)}; it is "
+            "deleted once no pool lists it in spec.merged.adapter",
             delay=DELETE_RETRY_SECONDS,
         )
     await fleet.flush()
