@@ -45,7 +45,8 @@ if [[ -n "${REPLICA_IMAGE:-}" ]]; then kind load docker-image "$REPLICA_IMAGE" -
 # The pool's inside secrets (the chart creates them for its pool; this scenario has no chart).
 kubectl -n "$NS" create secret generic gpu-internal \
   --from-literal=vllm-api-key="$(openssl rand -hex 24)" \
-  --from-literal=agent-token="$(openssl rand -hex 24)" --dry-run=client -o yaml | kubectl apply -f -
+  --from-literal=agent-token="$(openssl rand -hex 24)" \
+  --from-literal=data-token="$(openssl rand -hex 24)" --dry-run=client -o yaml | kubectl apply -f -
 
 step "CRDs"
 kubectl apply -f "$ROOT/crds/"
@@ -149,7 +150,8 @@ then echo "ok: the API server refuses a spec change (CEL self == oldSelf)"; else
 step "merged pool: merge Job, status.merge, garbage collection"
 kubectl -n "$NS" create secret generic acme-merged-internal \
   --from-literal=vllm-api-key="$(openssl rand -hex 24)" \
-  --from-literal=agent-token="$(openssl rand -hex 24)" --dry-run=client -o yaml | kubectl apply -f -
+  --from-literal=agent-token="$(openssl rand -hex 24)" \
+  --from-literal=data-token="$(openssl rand -hex 24)" --dry-run=client -o yaml | kubectl apply -f -
 kubectl -n "$NS" apply -f - <<YAML
 apiVersion: lorafleet.dev/v1alpha1
 kind: ReplicaPool

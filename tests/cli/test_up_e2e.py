@@ -177,7 +177,17 @@ def test_the_inside_of_a_replica_is_authenticated(up: Up) -> None:
     assert httpx.post(f"{url}/load", json={"record": record}, timeout=30).status_code == 401
     assert httpx.post(f"{url}/unload", timeout=30).status_code == 401
     assert httpx.get(f"{internal}/internal/replicas/{rid}/state", timeout=10).status_code == 200
-    assert up.ask("demo/otter:prod")[0].startswith("OTTER-9")  # the gateway holds the token
+    # The data port serves only the gateway: a local process naming an adapter id directly
+    # (skipping API keys and tenant isolation) is refused, the internal token is not it either.
+    adapter_id = up.ask("demo/otter:prod")[1]
+    body = {"model": adapter_id, "prompt": "hi", "max_tokens": 2}
+    for headers in ({}, {"authorization": "Bearer wrong"}):
+        bypass = httpx.post(
+            f"{replica['dataUrl']}/v1/completions", json=body, headers=headers, timeout=30
+        )
+        assert bypass.status_code == 401, bypass.text
+        assert bypass.json()["error"]["code"] == "unauthorized"
+    assert up.ask("demo/otter:prod")[0].startswith("OTTER-9")  # the gateway holds the tokens
 
 
 def test_vllm_killed_mid_stream_ends_the_stream_cleanly_and_serving_resumes_without_404(
