@@ -653,7 +653,10 @@ def test_gateway_survives_disruptions_and_drains_on_shutdown():
 def test_notes_warn_about_per_pod_limits_and_unselected_monitors():
     text = notes({"monitoring": {"serviceMonitor": True}})
     assert "up to 2x its limit" in text
+    assert "maxConcurrentRequests (64) is per gateway pod" in text
     assert "monitoring.labels is empty" in text
+    uncapped = notes({"gateway": {"rateLimits": {"maxConcurrentRequests": 0}}})
+    assert "maxConcurrentRequests" not in uncapped
     quiet = notes(ci_values("gpu-cluster-values.yaml"))
     assert "WARNING" not in quiet
     assert "monitoring.labels is empty" not in quiet
