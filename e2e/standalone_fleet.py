@@ -83,12 +83,14 @@ def prepare(state: Path, opts: FleetOptions) -> tuple[str, list[str]]:
     if opts.owners_per_adapter is not None:
         pool["spec"]["ownersPerAdapter"] = opts.owners_per_adapter
     write_object(manifests, pool)
-    # A load test measures the fleet: lift the demo tenant's rate limits well above it.
+    # A load test measures the fleet: lift the demo tenant's rate limits (and its cap on
+    # requests at once, 64 per gateway by default) well above it.
     keys = TenantKeys(
         tenant=demo.DEMO_TENANT,
         key_hashes=(hash_key(setup.api_key),),
         requests_per_second=10_000,
         tokens_per_minute=100_000_000,
+        max_concurrent_requests=100_000,
     )
     write_object(manifests, keys.to_secret())
     aliases = sorted(setup.models)
