@@ -82,6 +82,13 @@ def test_secret_example_holds_no_plaintext_key():
     assert "lf-" not in body
 
 
+def test_secret_example_is_read_with_every_limit():
+    doc = yaml.safe_load((EXAMPLES / "tenant-keys-secret.yaml").read_text())
+    keys = TenantKeys.from_secret(doc)
+    assert (keys.requests_per_second, keys.tokens_per_minute) == (20.0, 200_000)
+    assert keys.max_concurrent_requests == 64
+
+
 # --- bad manifests: (kind, how to break it, what the message must name) -------------------------
 
 
