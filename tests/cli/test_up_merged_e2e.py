@@ -58,6 +58,7 @@ def test_the_merged_replica_answers_like_the_unmerged_adapter(up: Up) -> None:
     r = httpx.post(
         f"{replica['dataUrl']}/v1/chat/completions",
         json={"model": ZEBRA, "messages": PROMPT, "max_tokens": 8, "temperature": 0},
+        headers=up.data_headers(replica["id"]),  # the gateway's data credential
         timeout=60,
     )
     assert r.status_code == 200, r.text
@@ -68,6 +69,7 @@ def test_the_merged_replica_answers_like_the_unmerged_adapter(up: Up) -> None:
     r = httpx.post(
         f"{shared['dataUrl']}/v1/chat/completions",
         json={"model": ZEBRA, "messages": PROMPT, "max_tokens": 8, "temperature": 0},
+        headers=up.data_headers(shared["id"]),
         timeout=60,
     )
     assert r.status_code == 200, r.text

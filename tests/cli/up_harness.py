@@ -49,6 +49,15 @@ class Up:
         doc: dict[str, Any] = json.loads((self.state / "reconcile.json").read_text())
         return doc
 
+    def data_headers(self, replica_id: str) -> dict[str, str]:
+        """The agent's data-port credential, sent as the gateway sends it, for a test that asks a
+        replica directly. `up` writes it to no file; it is in the agent's environment, which
+        only processes of the same user can read."""
+        pid = self.status()["processes"][f"{replica_id}/agent"]["pid"]
+        entries = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        env = dict(e.split("=", 1) for e in entries if "=" in e)
+        return {"authorization": f"Bearer {env['LORAFLEET_AGENT_DATA_TOKEN']}"}
+
     def client(self) -> openai.OpenAI:
         key = (self.state / "demo-api-key").read_text().strip()
         url = self.status()["gateway"]["url"]
