@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core.apikeys import TenantKeys
+from lorafleet_core.client_gone import unless_client_leaves
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_core.openai_stream import usage_tokens
 from lorafleet_core.request_ids import RequestIdMiddleware
@@ -82,6 +83,8 @@ class CompletionEndpoint:
                 raise
             out.status, out.error = exc.status, exc.code
             await exc.response()(scope, receive, send)
+        except ClientDisconnect:  # left before its answer started (unless_client_leaves)
+            out.status = "client_closed"
         except Exception as exc:
             if not watched.started:
                 _log.exception("unexpected error in the request path")
@@ -136,7 +139,12 @@ class CompletionEndpoint:
             if plan.fallback is not None:  # a Ready merged pool could not take it
                 gw.metrics.child(gw.metrics.routing, "merged_fallback").inc()
                 out.log["merged_fallback"] = plan.fallback
-            opened = await gw.upstream.open(req, record, plan.candidates, held, no_load=plan.merged)
+            # Until the answer starts nothing else would notice the client leave: the wait for
+            # the first byte (a whole non-stream answer), spills included, ends with it.
+            opened = await unless_client_leaves(
+                receive,
+                gw.upstream.open(req, record, plan.candidates, held, no_load=plan.merged),
+            )
             if opened.replica_id in plan.merged:
                 opened.tier = MERGED_TIER  # served by the adapter's merged weights
             out.log["pool"] = snap.pool_of.get(opened.replica_id)
@@ -317,7 +325,7 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
 
     # Plain Starlette, not FastAPI: the request path is hot and parses its own body; the
     # dependency machinery would add to every first token. The one middleware is pure ASGI.
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/v1/chat/completions", CompletionEndpoint(gw, "chat"), methods=["POST"]),
             Route("/v1/completions", CompletionEndpoint(gw, "completion"), methods=["POST"]),
@@ -340,6 +348,11 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         ],
         lifespan=lifespan,
     )
+    # A path with a trailing slash is an unknown URL (404), as at OpenAI. Starlette's default
+    # answered it 307 with an empty body, before any key check, pointing at whatever host the
+    # request's Host header named.
+    app.router.redirect_slashes = False
+    return app
 
 
 def _model_card(model: str, tenant: str) -> dict[str, Any]:
@@ -350,7 +363,11 @@ def create_internal_app(gw: Gateway) -> FastAPI:
     """Metrics and probes, served on the internal port only (errors in OpenAI's shape too,
     no OpenAPI schema)."""
     app = FastAPI(
-        title="lorafleet gateway (internal)", docs_url=None, redoc_url=None, openapi_url=None
+        title="lorafleet gateway (internal)",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        redirect_slashes=False,
     )
 
     async def http_error(request: Request, exc: Exception) -> Response:

@@ -82,3 +82,43 @@ def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engin
         )
         released = unload(agent, record.id)
         assert released.status_code == 200, released.text  # no reference left behind
+
+
+def test_a_client_leaving_before_a_non_stream_answer_stops_the_engine_and_releases_counts(
+    run_agent, make_record, vllm_server
+):
+    """A non-stream answer starts only when vLLM has generated all of it: the agent used to
+    wait that long for a client already gone (uvicorn does not cancel the request), and vLLM
+    generated it all for nobody."""
+    record = make_record("zebra", unique_id("leave-json"))
+    body = {
+        "model": record.id,
+        "prompt": "Tell me a story",
+        "max_tokens": 230,
+        "n": 32,
+        "ignore_eos": True,
+    }
+    raw = json.dumps(body).encode()
+    with run_agent() as agent:
+        assert load(agent, record).status_code == 200
+        url = urlparse(agent.data_url)
+        with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
+                b"content-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(raw), raw)
+            )
+            eventually(lambda: _running_in_vllm(vllm_server.url) >= 1, what="generating")
+        # The socket is closed here, long before the answer.
+        eventually(
+            lambda: _running_in_vllm(vllm_server.url) == 0,
+            within_s=15,
+            what="vLLM aborted the abandoned request",
+        )
+        eventually(
+            lambda: (s := state(agent))["queue_depth"] == 0 and s["tokens_in_flight"] == 0,
+            within_s=5,
+            what="the replica's counters given back",
+        )
+        released = unload(agent, record.id)
+        assert released.status_code == 200, released.text  # no reference left behind
