@@ -11,6 +11,11 @@ refusal is logged (the gateway writes its structured request line).
   that arrive whole in one read (up to the read size, 256 KiB with uvloop) never cross that
   count, so their parsed size (URL, names, values) is checked again when they are complete,
   before any request starts.
+- Trailers (header fields after a chunked body): uvicorn appended each one to the headers of
+  the request already running, without any limit (300 MB of them grew the gateway by 300 MB
+  in two seconds, no key needed outside `/v1/`), so a trailer could also pose as a request
+  header (a second `Authorization`). Here trailers are dropped, never seen by the app, and
+  counted: past `max_header_bytes` the request is answered 431 and the connection closed.
 - Header timeout: uvicorn times out idle keep-alive connections but not a request whose headers
   never finish, nor a connection that never sends a byte. Here headers must be complete within
   `header_timeout_s` of the connection opening or the request's first byte; otherwise 408 and
@@ -113,6 +118,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
     _headers_too_large = False
     _write_timer: TimerHandle | None = None
     _header_bytes = 0
+    _trailer_bytes = 0
     _reading_headers = True
     _header_timer: TimerHandle | None = None
     _body_timer: TimerHandle | None = None
@@ -158,6 +164,17 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
             self._header_bytes += len(data)
             if self._header_bytes > self.max_header_bytes:
                 self._refuse_too_large()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._reading_headers:
+            super().on_header(name, value)
+            return
+        # A trailer: the request (and its headers, which the app may read at any time) has
+        # started. Nothing here uses trailers: they are dropped, and bounded like headers.
+        self._trailer_bytes += len(name) + len(value) + 4
+        if self._trailer_bytes > self.max_header_bytes:
+            self._headers_too_large = True
+            raise _HeadersTooLarge  # httptools stops and re-raises: send_400_response runs
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -215,6 +232,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
     def _start_header_clock(self) -> None:
         self._reading_headers = True
         self._header_bytes = 0
+        self._trailer_bytes = 0
         if self._header_timer is not None:
             self._header_timer.cancel()
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
