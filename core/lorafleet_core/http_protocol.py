@@ -13,7 +13,7 @@ refusal is logged (the gateway writes its structured request line).
   before any request starts.
 - Trailers (header fields after a chunked body): uvicorn appended each one to the headers of
   the request already running, without any limit (300 MB of them grew the gateway by 300 MB
-  in two seconds, no key needed outside `/v1/`), so a trailer could also pose as a request
+  in two seconds), so a trailer could also pose as a request
   header (a second `Authorization`). Here trailers are dropped, never seen by the app, and
   counted: past `max_header_bytes` the request is answered 431 and the connection closed.
 - Header timeout: uvicorn times out idle keep-alive connections but not a request whose headers

@@ -145,15 +145,13 @@ def test_a_broken_chunked_body_is_answered_400_not_dropped(env: GatewayEnv):
     assert _sent(env) == before
 
 
-@pytest.mark.parametrize("path", [b"/nope", b"/v1/chat/completions"])
-def test_trailers_after_a_chunked_body_are_bounded_like_headers(env: GatewayEnv, path: bytes):
+def test_trailers_after_a_chunked_body_are_bounded_like_headers(env: GatewayEnv):
     """uvicorn appended every trailer field to the running request's headers, with no
-    limit: 300 MB of trailers (no key needed on a path outside /v1/) grew the gateway by
-    300 MB in under two seconds."""
+    limit: 300 MB of trailers grew the gateway by 300 MB in under two seconds."""
     before = _sent(env)
     trailers = b"".join(b"x-t%d: %s\r\n" % (i, b"a" * 1000) for i in range(1000))  # ~1 MB
     request = (
-        b"POST " + path + b" HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
         b"authorization: " + BEARER.encode() + b"\r\ntransfer-encoding: chunked\r\n\r\n"
         b"%x\r\n%s\r\n0\r\n" % (len(CHAT), CHAT) + trailers + b"\r\n"
     )
