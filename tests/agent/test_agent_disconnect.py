@@ -1,5 +1,6 @@
-"""A client that hangs up mid-stream, against a real agent in front of the session's real vLLM:
-the adapter's reference, the replica's counters and vLLM's own request are all given back.
+"""A client that hangs up mid-stream, or before a non-stream answer, against a real agent in
+front of the session's real vLLM: the adapter's reference, the replica's counters and vLLM's
+own request are all given back.
 
 The agent reaches vLLM through a throttling proxy (tests.fault_proxy): the stream then lasts
 minutes however fast the engine generates, so "held while it streams" is checked while it does
