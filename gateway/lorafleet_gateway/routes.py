@@ -39,6 +39,9 @@ from lorafleet_gateway.validation import CompletionRequest, check_body_headers, 
 
 _log = logging.getLogger("lorafleet.gateway")
 
+# The parameter that bounds a request's output, by endpoint (set when a request has none).
+OUTPUT_BOUND = {"chat": "max_tokens", "completion": "max_tokens", "responses": "max_output_tokens"}
+
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing more than `limit` bytes without reading it all."""
@@ -117,6 +120,11 @@ class CompletionEndpoint:
         if req.max_tokens_param is not None and req.max_tokens > cap:  # the pool's context
             param = req.max_tokens_param
             raise APIError(400, f"'{param}' must be between 1 and {cap}.", param=param)
+        if req.max_tokens_param is None and cap < (snap.max_model_len or 0):
+            # Unbounded, vLLM generates up to the model's whole context (ignore_eos or
+            # min_tokens see that it does), past the cap an explicit bound is held to. vLLM
+            # clamps a bound to what the context leaves; within the limit there is no gap.
+            req.body[OUTPUT_BOUND[self.kind]] = cap
         target = snap.resolve(tenant.tenant, req.model)
         if target is None:
             raise model_not_found(req.model)
