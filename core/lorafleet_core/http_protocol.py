@@ -11,10 +11,21 @@ refusal is logged (the gateway writes its structured request line).
   that arrive whole in one read (up to the read size, 256 KiB with uvloop) never cross that
   count, so their parsed size (URL, names, values) is checked again when they are complete,
   before any request starts.
+- Trailers (header fields after a chunked body): uvicorn appended each one to the headers of
+  the request already running, without any limit (300 MB of them grew the gateway by 300 MB
+  in two seconds), so a trailer could also pose as a request
+  header (a second `Authorization`). Here trailers are dropped, never seen by the app, and
+  counted: past `max_header_bytes` the request is answered 431 and the connection closed.
 - Header timeout: uvicorn times out idle keep-alive connections but not a request whose headers
   never finish, nor a connection that never sends a byte. Here headers must be complete within
   `header_timeout_s` of the connection opening or the request's first byte; otherwise 408 and
   the connection closes.
+
+- Body timeout (`body_timeout_s`, when set): a body must be complete within that long of
+  its headers, else 408 and the connection closes. Without it a client trickling its body a
+  byte at a time held the connection, and what the body had buffered, for as long as it
+  kept sending. The agent's ports set it; the gateway's edge middleware times the body
+  itself (from the request start, with its own refusals and failure accounting).
 
 - Write stall: a client that stops reading (a stream it never consumes) would hold its
   connection, the gateway's reservation and the replica's adapter reference for as long as
@@ -27,7 +38,7 @@ A body the parser refuses after the request started (a malformed chunk size) is 
 too, as long as no response has started: the request is marked disconnected first, so the app
 sees its client gone and whatever it sends is dropped.
 
-All these answers are OpenAI error bodies. The body's limits (413, 408) live in
+All these answers are OpenAI error bodies. The body's size limit (413) lives in
 the servers' own code (the gateway's ASGI edge middleware, the agent's `http_edge`), where
 the request is known.
 
@@ -100,14 +111,17 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 32_768
     header_timeout_s = 10.0
     write_timeout_s = 60.0
+    body_timeout_s: float | None = None
     log_refusal: RefusalLog = staticmethod(_log_refusal)
 
     discarding = False
     _headers_too_large = False
     _write_timer: TimerHandle | None = None
     _header_bytes = 0
+    _trailer_bytes = 0
     _reading_headers = True
     _header_timer: TimerHandle | None = None
+    _body_timer: TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(cast(asyncio.Transport, _LingeringTransport(transport, self)))
@@ -119,6 +133,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_clock()
+        self._stop_body_clock()
         self._stop_write_clock()
         super().connection_lost(exc)
 
@@ -150,6 +165,17 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
             if self._header_bytes > self.max_header_bytes:
                 self._refuse_too_large()
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._reading_headers:
+            super().on_header(name, value)
+            return
+        # A trailer: the request (and its headers, which the app may read at any time) has
+        # started. Nothing here uses trailers: they are dropped, and bounded like headers.
+        self._trailer_bytes += len(name) + len(value) + 4
+        if self._trailer_bytes > self.max_header_bytes:
+            self._headers_too_large = True
+            raise _HeadersTooLarge  # httptools stops and re-raises: send_400_response runs
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._start_header_clock()
@@ -163,6 +189,31 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
             raise _HeadersTooLarge  # httptools stops and re-raises: send_400_response runs
         self._stop_header_clock()
         super().on_headers_complete()
+        if self.body_timeout_s is not None:  # stopped by on_message_complete
+            self._body_timer = self.loop.call_later(self.body_timeout_s, self._body_timeout)
+
+    def on_message_complete(self) -> None:
+        self._stop_body_clock()
+        super().on_message_complete()
+
+    def _stop_body_clock(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_timeout(self) -> None:
+        self._body_timer = None
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or self.transport.is_closing():
+            return
+        if cycle.response_complete:  # answered without its body (a 401): just close
+            self.transport.close()
+            return
+        self._refuse(
+            408,
+            f"The request body was not received within {self.body_timeout_s:g} s.",
+            "request_timeout",
+        )
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn's answer to bytes that are not HTTP is text/plain; ours is OpenAI's shape.
@@ -181,6 +232,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
     def _start_header_clock(self) -> None:
         self._reading_headers = True
         self._header_bytes = 0
+        self._trailer_bytes = 0
         if self._header_timer is not None:
             self._header_timer.cancel()
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
@@ -230,12 +282,15 @@ def hardened_protocol(
     header_timeout_s: float,
     write_timeout_s: float,
     log_refusal: RefusalLog = _log_refusal,
+    *,
+    body_timeout_s: float | None = None,
 ) -> type[asyncio.Protocol]:
     """The protocol class to pass as uvicorn's `http=`, with these limits."""
     limits = {
         "max_header_bytes": max_header_bytes,
         "header_timeout_s": header_timeout_s,
         "write_timeout_s": write_timeout_s,
+        "body_timeout_s": body_timeout_s,
         "log_refusal": staticmethod(log_refusal),
     }
     return type("ConfiguredEdgeProtocol", (EdgeHttpToolsProtocol,), limits)

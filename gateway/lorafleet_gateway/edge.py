@@ -8,7 +8,9 @@
 - except for a `/v1/` request without a valid key (`known_key`): its route answers 401
   before it would look at the body, so the body is not read at all and the connection closes
   after the answer. Otherwise every unauthenticated connection could make the gateway hold up
-  to `max_body_bytes` (300 such connections grew it by 220 MB);
+  to `max_body_bytes` (300 such connections grew it by 220 MB). No route outside `/v1/`
+  takes a body (the probes are GETs), so a body there is never read either: key or not,
+  `POST /nope` with a megabyte trickled in is answered (404) and closed at once;
 - a client that disconnects before its body is complete is counted `client_closed`, not 500;
 - an exception no route handled is answered with an OpenAI-shaped 500 (never text/plain);
 - early failures (400, 401, 404, 405, 408, 413, 422, ...) are charged to a token bucket per
@@ -207,7 +209,7 @@ class EdgeMiddleware:
             if scope["method"] in _BODY_METHODS or _declares_body(scope):
                 if self._without_valid_key(scope):
                     unread = True
-                    inner_receive = _replay(b"", receive)  # the route answers 401 unread
+                    inner_receive = _replay(b"", receive)  # answered (401, 404...) unread
                 else:
                     body = await self._read_body(scope, receive)
                     inner_receive = _replay(body, receive)
@@ -228,8 +230,11 @@ class EdgeMiddleware:
                 self.failures.charge(*(idents or _idents(scope, self.known_key)))
 
     def _without_valid_key(self, scope: Scope) -> bool:
-        """A request to the key-protected `/v1/` API without a valid key."""
-        if self.known_key is None or not scope.get("path", "").startswith("/v1/"):
+        """A request outside the `/v1/` API (no route there reads a body), or to it without
+        a valid key."""
+        if not scope.get("path", "").startswith("/v1/"):
+            return True
+        if self.known_key is None:
             return False
         token = _presented_key(scope)
         return token is None or not self.known_key(token)

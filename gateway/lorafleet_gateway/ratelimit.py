@@ -145,8 +145,16 @@ class RateLimiter:
         bucket.tokens = min(bucket.capacity, bucket.tokens + (estimated - actual))
 
 
+MAX_RETRY_AFTER_S = 3600.0
+
+
 def retry_after_headers(seconds: float) -> dict[str, str]:
-    """`Retry-After` (whole seconds, rounded up, as HTTP requires) and OpenAI's `retry-after-ms`."""
+    """`Retry-After` (whole seconds, rounded up, as HTTP requires) and OpenAI's `retry-after-ms`.
+
+    At most MAX_RETRY_AFTER_S: a tenant limit of 1e-320 requests/s made the wait infinite,
+    and every refusal of that tenant a 500 (no integer is infinity); a NaN counts as the most.
+    """
+    seconds = min(seconds, MAX_RETRY_AFTER_S) if seconds == seconds else MAX_RETRY_AFTER_S
     return {
         "retry-after": str(max(1, math.ceil(seconds))),
         "retry-after-ms": str(max(1, math.ceil(seconds * 1000))),

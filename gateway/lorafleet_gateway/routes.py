@@ -19,6 +19,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core.apikeys import TenantKeys
+from lorafleet_core.client_gone import unless_client_leaves
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_core.openai_stream import usage_tokens
 from lorafleet_core.request_ids import RequestIdMiddleware
@@ -38,6 +39,9 @@ from lorafleet_gateway.upstream import Opened
 from lorafleet_gateway.validation import CompletionRequest, check_body_headers, parse_request
 
 _log = logging.getLogger("lorafleet.gateway")
+
+# The parameter that bounds a request's output, by endpoint (set when a request has none).
+OUTPUT_BOUND = {"chat": "max_tokens", "completion": "max_tokens", "responses": "max_output_tokens"}
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -83,6 +87,8 @@ class CompletionEndpoint:
                 raise
             out.status, out.error = exc.status, exc.code
             await exc.response()(scope, receive, send)
+        except ClientDisconnect:  # left before its answer started (unless_client_leaves)
+            out.status = "client_closed"
         except Exception as exc:
             if not watched.started:
                 _log.exception("unexpected error in the request path")
@@ -115,6 +121,11 @@ class CompletionEndpoint:
         if req.max_tokens_param is not None and req.max_tokens > cap:  # the pool's context
             param = req.max_tokens_param
             raise APIError(400, f"'{param}' must be between 1 and {cap}.", param=param)
+        if req.max_tokens_param is None and cap < (snap.max_model_len or 0):
+            # Unbounded, vLLM generates up to the model's whole context (ignore_eos or
+            # min_tokens see that it does), past the cap an explicit bound is held to. vLLM
+            # clamps a bound to what the context leaves; within the limit there is no gap.
+            req.body[OUTPUT_BOUND[self.kind]] = cap
         target = snap.resolve(tenant.tenant, req.model)
         if target is None:
             raise model_not_found(req.model)
@@ -145,7 +156,12 @@ class CompletionEndpoint:
                 left = plan.left_pool or ""
                 gw.metrics.child(gw.metrics.merged_fallback, left, plan.fallback).inc()
                 out.log["merged_fallback"] = plan.fallback
-            opened = await gw.upstream.open(req, record, plan.candidates, held, no_load=plan.merged)
+            # Until the answer starts nothing else would notice the client leave: the wait for
+            # the first byte (a whole non-stream answer), spills included, ends with it.
+            opened = await unless_client_leaves(
+                receive,
+                gw.upstream.open(req, record, plan.candidates, held, no_load=plan.merged),
+            )
             if opened.replica_id in plan.merged:
                 opened.tier = MERGED_TIER  # served by the adapter's merged weights
             out.log["pool"] = snap.pool_of.get(opened.replica_id)
@@ -326,7 +342,7 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
 
     # Plain Starlette, not FastAPI: the request path is hot and parses its own body; the
     # dependency machinery would add to every first token. The one middleware is pure ASGI.
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/v1/chat/completions", CompletionEndpoint(gw, "chat"), methods=["POST"]),
             Route("/v1/completions", CompletionEndpoint(gw, "completion"), methods=["POST"]),
@@ -349,6 +365,11 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
         ],
         lifespan=lifespan,
     )
+    # A path with a trailing slash is an unknown URL (404), as at OpenAI. Starlette's default
+    # answered it 307 with an empty body, before any key check, pointing at whatever host the
+    # request's Host header named.
+    app.router.redirect_slashes = False
+    return app
 
 
 def _model_card(model: str, tenant: str) -> dict[str, Any]:
@@ -359,7 +380,11 @@ def create_internal_app(gw: Gateway) -> FastAPI:
     """Metrics and probes, served on the internal port only (errors in OpenAI's shape too,
     no OpenAPI schema)."""
     app = FastAPI(
-        title="lorafleet gateway (internal)", docs_url=None, redoc_url=None, openapi_url=None
+        title="lorafleet gateway (internal)",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        redirect_slashes=False,
     )
 
     async def http_error(request: Request, exc: Exception) -> Response:

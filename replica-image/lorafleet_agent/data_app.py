@@ -34,6 +34,7 @@ from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, reques
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
 from lorafleet_core import request_ids
+from lorafleet_core.client_gone import ClientDisconnect, unless_client_leaves
 from lorafleet_core.names import (
     HEADER_ADAPTER_ID,
     HEADER_ADAPTER_TIER,
@@ -144,7 +145,13 @@ def build_data_app(
             request_id = request_ids.current.get()  # vllm_client sends it on to vLLM
             try:
                 # Retries once after a resync when vLLM lost the registration (it restarted).
-                resp = await manager.open_completion(adapter_id, path, body)
+                # A gateway that hangs up meanwhile cancels it: vLLM sees its client leave and
+                # stops generating (nothing else here would notice before the answer starts).
+                resp = await unless_client_leaves(
+                    request.receive, manager.open_completion(adapter_id, path, body)
+                )
+            except ClientDisconnect:
+                return Response(status_code=499)  # nobody is left to read it
             except (httpx.HTTPError, VllmError, FetchError, VerificationError, CacheFull):
                 # Nothing reached vLLM's engine: 503 lets the gateway try another replica.
                 return _error(503, "vLLM is not answering", "engine_unavailable", **headers)
@@ -160,7 +167,9 @@ def build_data_app(
             )
             if resp.status_code != 200 or not body.get("stream"):
                 try:
-                    content = await resp.aread()
+                    content = await unless_client_leaves(request.receive, resp.aread())
+                except ClientDisconnect:
+                    return Response(status_code=499)
                 finally:
                     await resp.aclose()
                 if resp.status_code == 200:

@@ -25,8 +25,14 @@ from starlette.exceptions import HTTPException
 from lorafleet_core.openai_errors import error_body
 from lorafleet_core.strict_json import StrictJsonError, loads_strict
 
-# FastAPI(**APP_OPTIONS): no /docs, /redoc or /openapi.json on either port.
-APP_OPTIONS: dict[str, Any] = {"docs_url": None, "redoc_url": None, "openapi_url": None}
+# FastAPI(**APP_OPTIONS): no /docs, /redoc or /openapi.json on either port; a trailing slash
+# is a 404, not a 307 pointing at whatever host the request's Host header named.
+APP_OPTIONS: dict[str, Any] = {
+    "docs_url": None,
+    "redoc_url": None,
+    "openapi_url": None,
+    "redirect_slashes": False,
+}
 MAX_JSON_DEPTH = 256  # above the gateway's default 64: a backstop, not a second policy
 
 

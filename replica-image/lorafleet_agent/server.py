@@ -114,9 +114,12 @@ class Agent:
     async def serve(self, started: threading.Event | None = None) -> None:
         """Run until `stop()`; ports 0 pick free ports (read data_port/internal_port after)."""
         s = self.settings
-        # Header size and time, stalled readers: lorafleet_core.http_protocol (uvicorn's own
-        # protocol waits for headers for ever and buffers them at any size).
-        http = hardened_protocol(MAX_HEADER_BYTES, s.header_timeout_s, s.write_timeout_s)
+        # Header size and time, body time, stalled readers: lorafleet_core.http_protocol
+        # (uvicorn's own protocol waits for headers and bodies for ever, buffers headers at
+        # any size).
+        http = hardened_protocol(
+            MAX_HEADER_BYTES, s.header_timeout_s, s.write_timeout_s, body_timeout_s=s.body_timeout_s
+        )
         self._servers = [
             uvicorn.Server(
                 uvicorn.Config(app, host=s.host, port=port, log_level="warning", http=http)

@@ -147,6 +147,10 @@ class AgentSettings(BaseSettings):
     # its own stalled client first and so the stream behind it).
     header_timeout_s: float = Field(default=10.0, gt=0)
     write_timeout_s: float = Field(default=120.0, gt=0)
+    body_timeout_s: float = Field(
+        default=30.0, gt=0, description="a request body must be complete this long after its "
+        "headers (else 408); the gateway sends each body whole"
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _merged_settings_go_together(self) -> AgentSettings:

@@ -1,5 +1,6 @@
-"""A client that hangs up mid-stream, against a real agent in front of the session's real vLLM:
-the adapter's reference, the replica's counters and vLLM's own request are all given back.
+"""A client that hangs up mid-stream, or before a non-stream answer, against a real agent in
+front of the session's real vLLM: the adapter's reference, the replica's counters and vLLM's
+own request are all given back.
 
 The agent reaches vLLM through a throttling proxy (tests.fault_proxy): the stream then lasts
 minutes however fast the engine generates, so "held while it streams" is checked while it does
@@ -80,6 +81,56 @@ def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engin
             lambda: _running_in_vllm(vllm_server.url) == 0,
             within_s=15,
             what="vLLM aborted the abandoned requests",
+        )
+        released = unload(agent, record.id)
+        assert released.status_code == 200, released.text  # no reference left behind
+
+
+def _generated_by_vllm(url: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    found = re.findall(r"^vllm:generation_tokens_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)
+    return sum(float(v) for v in found)
+
+
+def test_a_client_leaving_before_a_non_stream_answer_stops_the_engine_and_releases_counts(
+    run_agent, make_record, vllm_server
+):
+    """A non-stream answer starts only when vLLM has generated all of it: the agent used to
+    wait that long for a client already gone (uvicorn does not cancel the request), and vLLM
+    generated every token of it for nobody."""
+    record = make_record("zebra", unique_id("leave-json"))
+    n, max_tokens = 64, 230
+    body = {
+        "model": record.id,
+        "prompt": "Tell me a story",
+        "max_tokens": max_tokens,
+        "n": n,
+        "ignore_eos": True,
+    }
+    raw = json.dumps(body).encode()
+    with run_agent() as agent:
+        assert load(agent, record).status_code == 200
+        url = urlparse(agent.data_url)
+        before = _generated_by_vllm(vllm_server.url)
+        with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
+            sock.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
+                b"content-type: application/json\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(raw), raw)
+            )
+            eventually(lambda: _running_in_vllm(vllm_server.url) >= 1, what="generating")
+        # The socket is closed here, long before the answer.
+        eventually(
+            lambda: _running_in_vllm(vllm_server.url) == 0,
+            within_s=60,
+            what="vLLM ended the abandoned request",
+        )
+        # Aborted, not finished: far fewer tokens than the whole answer.
+        assert _generated_by_vllm(vllm_server.url) - before < n * max_tokens / 2
+        eventually(
+            lambda: (s := state(agent))["queue_depth"] == 0 and s["tokens_in_flight"] == 0,
+            within_s=5,
+            what="the replica's counters given back",
         )
         released = unload(agent, record.id)
         assert released.status_code == 200, released.text  # no reference left behind

@@ -8,6 +8,7 @@ whole (20 MB), or FastAPI's `{"detail": ...}` instead of an OpenAI error body.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -172,6 +173,10 @@ def test_framework_errors_are_openai_shaped_and_no_schema_is_served(agent: Runni
         resp = httpx.get(base + "/internal/replicas/r0/adapters/a1/load")
     assert _error(resp, 405)["code"] == "method_not_allowed"
     assert "POST" in resp.headers["allow"]
+    # A trailing slash is an unknown URL, not a 307 to the host the Host header names.
+    resp = httpx.get(base + "/healthz/", headers={"host": "evil.example"})
+    assert _error(resp, 404)["code"] == "unknown_url"
+    assert "location" not in resp.headers
 
 
 @pytest.mark.parametrize(
@@ -210,6 +215,42 @@ def test_headers_that_never_finish_are_408_and_closed_on_both_ports(
     assert json.loads(body)["error"]["code"] == "request_timeout"
 
 
+@pytest.mark.parametrize("port", ["data", "internal"])
+def test_a_body_trickled_a_byte_at_a_time_is_408_and_closed_on_both_ports(
+    slow_agent: RunningAgent, port: str
+):
+    """Slowloris on the body: headers complete, then a byte every 0.1 s. It held the
+    connection (and what the body had buffered) for as long as the client kept sending."""
+    url = slow_agent.data_url if port == "data" else slow_agent.internal_url
+    path = "/v1/chat/completions" if port == "data" else "/internal/replicas/r0/adapters/a/load"
+    host, _, number = url.removeprefix("http://").partition(":")
+    with socket.create_connection((host, int(number)), timeout=10) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nhost: agent\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {TEST_INTERNAL_TOKEN}\r\ncontent-length: 1000\r\n\r\n".encode()
+        )
+        sock.settimeout(0.1)
+        out = b""
+        for _ in range(100):  # 10 s of trickling at most
+            try:
+                sock.sendall(b" ")
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break  # the agent closed
+            if not chunk:
+                break
+            out += chunk
+        sock.settimeout(5)
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(65536):
+                out += chunk
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), out[:300]
+    assert json.loads(body)["error"]["code"] == "request_timeout"
+
+
 def test_headers_over_the_limit_are_431(agent: RunningAgent):
     host, _, number = agent.internal_url.removeprefix("http://").partition(":")
     with socket.create_connection((host, int(number)), timeout=10) as sock:
@@ -226,7 +267,7 @@ def test_headers_over_the_limit_are_431(agent: RunningAgent):
 
 @pytest.fixture(scope="module")
 def slow_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgent]:
-    """An agent whose header timeout a test can wait out."""
+    """An agent whose header and body timeouts a test can wait out."""
     settings = AgentSettings(
         replica_id="r0",
         vllm_url=f"http://127.0.0.1:{free_port()}",
@@ -237,6 +278,7 @@ def slow_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningAgen
         internal_token=TEST_INTERNAL_TOKEN,
         data_token=TEST_DATA_TOKEN,
         header_timeout_s=0.5,
+        body_timeout_s=0.5,
     )
     with agent_in_thread(settings, wait_ready=False) as running:
         yield running

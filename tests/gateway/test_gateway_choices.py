@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -109,5 +110,48 @@ def test_max_tokens_is_capped_by_the_pools_context_length(tmp_path: Path) -> Non
             model="acme/support:prod", messages=MSG_DEFAULT, max_tokens=500
         )
         assert ok.choices
+    finally:
+        stop_env(env)
+
+
+def test_a_request_without_an_output_bound_is_held_to_max_tokens_limit_on_a_long_context(
+    tmp_path: Path,
+) -> None:
+    """Unbounded, vLLM generates up to the model's whole context (ignore_eos or min_tokens see
+    that it does): 32k tokens per choice on a 32k pool, past `max_tokens_limit`, which an
+    explicit max_tokens above is refused for. vLLM clamps the bound to what the context
+    leaves, so on a pool whose context is within the limit nothing is added."""
+    env = start_env(tmp_path, n_replicas=1, max_tokens_limit=4096)
+    replica = env.replicas["replica-0"]
+    cases: list[tuple[str, dict[str, object], str]] = [
+        ("/chat/completions", {"messages": MSG_DEFAULT, "ignore_eos": True}, "max_tokens"),
+        ("/completions", {"prompt": "hi", "min_tokens": 100_000}, "max_tokens"),
+        ("/responses", {"input": "hi"}, "max_output_tokens"),
+    ]
+
+    def sent_bounds(path: str, body: dict[str, object]) -> dict[str, object]:
+        resp = httpx.post(
+            env.base_url + path,
+            json={"model": "acme/support:prod", **body},
+            headers={"authorization": f"Bearer {KEYS['acme']}"},
+        )
+        assert resp.status_code == 200, resp.text
+        return {k: v for k, v in replica.requests[-1].items() if k.startswith("max_")}
+
+    try:
+        for context, added in ((32_768, 4096), (512, None), (None, None)):
+            pool = m.pool(owners=2)
+            if context is not None:
+                pool["spec"]["engine"] = {"maxModelLen": context}
+            version = env.gw.holder.current.version
+            m.write(env.folder, "pool.yaml", [pool])
+            eventually(
+                lambda v=version: env.gw.holder.current.version > v,  # type: ignore[misc]
+                what="catalog reload",
+            )
+            for path, body, param in cases:
+                assert sent_bounds(path, body) == ({param: added} if added else {}), context
+                explicit = "max_completion_tokens" if path == "/chat/completions" else param
+                assert sent_bounds(path, {**body, explicit: 7}) == {explicit: 7}
     finally:
         stop_env(env)

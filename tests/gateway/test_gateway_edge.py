@@ -395,3 +395,19 @@ def test_a_body_without_a_valid_key_is_answered_401_without_being_read(
         sock.sendall(HEAD + b"content-length: 1000000\r\n\r\n{")
         status, error = _status_and_error(_read_all(sock))
     assert (status, error["code"]) == (408, "request_timeout")
+
+
+@pytest.mark.parametrize("path", [b"/nope", b"/healthz", b"/v2/chat/completions"])
+def test_a_body_outside_the_api_is_never_read_with_or_without_a_key(env: GatewayEnv, path: bytes):
+    """No route outside /v1/ takes a body. Read anyway, it let a client without a key hold a
+    connection and up to max_body_bytes for body_timeout_s, past the /v1/ rule above."""
+    for auth in (b"", b"authorization: Bearer " + KEYS["acme"].encode() + b"\r\n"):
+        with _connect(env) as sock:
+            sock.sendall(
+                b"POST " + path + b" HTTP/1.1\r\nhost: gw\r\n" + auth
+                + b"content-length: 1000000\r\n\r\n{"
+            )  # fmt: skip
+            raw = _read_all(sock)  # answered, and closed, without waiting for the body
+        status, _ = _status_and_error(raw)
+        assert status in (404, 405), raw[:300]
+        assert b"connection: close" in raw.lower()

@@ -145,6 +145,40 @@ def test_a_broken_chunked_body_is_answered_400_not_dropped(env: GatewayEnv):
     assert _sent(env) == before
 
 
+def test_trailers_after_a_chunked_body_are_bounded_like_headers(env: GatewayEnv):
+    """uvicorn appended every trailer field to the running request's headers, with no
+    limit: 300 MB of trailers grew the gateway by 300 MB in under two seconds."""
+    before = _sent(env)
+    trailers = b"".join(b"x-t%d: %s\r\n" % (i, b"a" * 1000) for i in range(1000))  # ~1 MB
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        b"authorization: " + BEARER.encode() + b"\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"%x\r\n%s\r\n0\r\n" % (len(CHAT), CHAT) + trailers + b"\r\n"
+    )
+    status, error = _raw(env, request)
+    assert (status, error["code"]) == (431, "request_header_fields_too_large")
+    assert _sent(env) == before
+
+
+def test_a_small_trailer_is_accepted_and_ignored(env: GatewayEnv):
+    before = _sent(env)
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n"
+        b"authorization: " + BEARER.encode() + b"\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"%x\r\n%s\r\n0\r\nauthorization: Bearer %s\r\n\r\n"
+        % (len(CHAT), CHAT, KEYS["globex"].encode())
+    )
+    host, port = env.server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    # Served as acme's: a trailer is never read as one of the request's headers.
+    assert out.startswith(b"HTTP/1.1 200"), out[:300]
+    assert _sent(env) == before + 1
+
+
 def test_the_internal_port_answers_errors_in_openai_shape_and_serves_no_schema(env: GatewayEnv):
     for path in ("/nope", "/v1/chat/completions", "/openapi.json", "/docs"):
         assert _error(httpx.get(env.internal_url + path), 404)["code"] == "unknown_url"

@@ -163,6 +163,22 @@ def test_unknown_path_is_404_in_openai_shape(env: GatewayEnv):
     assert "POST /v1/nope" in str(error["message"])
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/v1/chat/completions/"), ("POST", "/v1/completions/"), ("GET", "/healthz/")],
+)
+def test_a_trailing_slash_is_404_never_a_redirect_to_the_host_the_client_named(
+    env: GatewayEnv, method: str, path: str
+):
+    """Starlette would answer 307 with an empty body and a Location built from the request's
+    Host header (any host the client names), before the key is checked."""
+    resp = httpx.request(
+        method, env.server.url + path, content=CHAT + "}", headers={**AUTH, "host": "evil.example"}
+    )
+    assert _error(resp, 404)["code"] == "unknown_url"
+    assert "location" not in resp.headers
+
+
 def _schema_format(schema: object) -> dict[str, object]:
     return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
 

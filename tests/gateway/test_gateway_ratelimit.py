@@ -84,3 +84,16 @@ def test_retry_after_headers():
     h = retry_after_headers(0.123)
     assert h == {"retry-after": "1", "retry-after-ms": "123"}
     assert retry_after_headers(2.5)["retry-after"] == "3"
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), float("nan"), 1e300])
+def test_retry_after_is_a_sane_number_whatever_the_wait(seconds: float):
+    assert retry_after_headers(seconds) == {"retry-after": "3600", "retry-after-ms": "3600000"}
+
+
+async def test_a_tiny_request_rate_is_refused_with_a_bounded_retry_after():
+    rl = RateLimiter(Limits(5e-324, 10**6), clock=Clock())
+    assert (await rl.acquire("t", 1)).allowed
+    decision = await rl.acquire("t", 1)
+    assert not decision.allowed
+    assert retry_after_headers(decision.retry_after_s)["retry-after"] == "3600"
