@@ -78,7 +78,7 @@ def problems(body: Mapping[str, Any], pools: Iterable[Mapping[str, Any]]) -> lis
     """Every reason the fleet would refuse the LoRAAdapter `body`; [] when it is acceptable."""
     out: list[str] = []
     name = str((body.get("metadata") or {}).get("name", ""))
-    if len(name) > 253 or not re.match(DNS_SUBDOMAIN, name):
+    if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN, name):
         out.append(f"adapter_id: {name!r} is not a DNS subdomain (lower-case, digits, '-', '.')")
     out += validate(schema_of(names.KIND_ADAPTER), dict(body))
     if out:

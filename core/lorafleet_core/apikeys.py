@@ -58,7 +58,9 @@ KeyHash = Annotated[str, StringConstraints(pattern=SHA256_REF)]
 
 
 class TenantKeys(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan: a limit of "inf" or "nan" in a Secret would reach the rate limiter's
+    # arithmetic (and the Redis script) as a number.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     tenant: str = Field(pattern=DNS_LABEL, max_length=63)
     # Validated per item so a malformed line fails as a pydantic ValidationError naming it.

@@ -116,7 +116,8 @@ def test_a_client_leaving_before_a_non_stream_answer_stops_the_engine_and_releas
             sock.sendall(
                 b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
                 b"content-type: application/json\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(raw), raw)
+                b"authorization: Bearer %s\r\n"
+                b"content-length: %d\r\n\r\n%s" % (TEST_DATA_TOKEN.encode(), len(raw), raw)
             )
             eventually(lambda: _running_in_vllm(vllm_server.url) >= 1, what="generating")
         # The socket is closed here, long before the answer.

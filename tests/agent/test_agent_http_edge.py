@@ -223,11 +223,12 @@ def test_a_body_trickled_a_byte_at_a_time_is_408_and_closed_on_both_ports(
     connection (and what the body had buffered) for as long as the client kept sending."""
     url = slow_agent.data_url if port == "data" else slow_agent.internal_url
     path = "/v1/chat/completions" if port == "data" else "/internal/replicas/r0/adapters/a/load"
+    token = TEST_DATA_TOKEN if port == "data" else TEST_INTERNAL_TOKEN  # past the key check
     host, _, number = url.removeprefix("http://").partition(":")
     with socket.create_connection((host, int(number)), timeout=10) as sock:
         sock.sendall(
             f"POST {path} HTTP/1.1\r\nhost: agent\r\ncontent-type: application/json\r\n"
-            f"authorization: Bearer {TEST_INTERNAL_TOKEN}\r\ncontent-length: 1000\r\n\r\n".encode()
+            f"authorization: Bearer {token}\r\ncontent-length: 1000\r\n\r\n".encode()
         )
         sock.settimeout(0.1)
         out = b""

@@ -58,6 +58,9 @@ def test_secret_as_read_from_the_api_uses_base64_data():
         {"tenant": "acme", "key_hashes": ("sha256:abc",)},
         {"tenant": "Acme", "key_hashes": (hash_key("k"),)},
         {"tenant": "acme", "key_hashes": (hash_key("k"),), "requests_per_second": 0},
+        {"tenant": "acme", "key_hashes": (hash_key("k"),), "requests_per_second": "inf"},
+        {"tenant": "acme", "key_hashes": (hash_key("k"),), "requests_per_second": "nan"},
+        {"tenant": "acme\n", "key_hashes": (hash_key("k"),)},
     ],
 )
 def test_invalid_tenant_keys_are_refused(fields):

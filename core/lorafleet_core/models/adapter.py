@@ -87,7 +87,7 @@ class LoRAAdapterSpec(SpecModel):
     def _modules_are_names(self) -> LoRAAdapterSpec:
         import re
 
-        bad = [m for m in self.target_modules if not re.match(MODULE_NAME, m)]
+        bad = [m for m in self.target_modules if not re.fullmatch(MODULE_NAME, m)]
         if bad:
             raise ValueError(f"targetModules must be Python identifiers, got {bad}")
         if len(set(self.target_modules)) != len(self.target_modules):
