@@ -87,9 +87,9 @@ class PrewarmWatcher:
         records = await asyncio.to_thread(read_owned, self.path)
         if records is None or records == self._last:
             return
-        self._last = records
+        previous, self._last = self._last, records
         began = self.clock()
-        await self._pass(records)
+        await self._pass(records, previous)
         if not self._passed:
             self._passed = True
             log.info(
@@ -98,11 +98,16 @@ class PrewarmWatcher:
                 self.clock() - began,
             )
 
-    async def _pass(self, records: list[AdapterRecord]) -> None:
+    async def _pass(
+        self, records: list[AdapterRecord], previous: list[AdapterRecord] | None
+    ) -> None:
         # One home for the split (lorafleet_core.planning.prewarm.prewarm_pass, which the
         # simulator drives too); one fetch at a time, so the pass takes a single share of the
-        # object store link beside the requests' own loads.
-        plan = prewarm_pass(records, self.manager.slots.cpu_slots)
+        # object store link beside the requests' own loads. A later pass registers only what
+        # the annotation newly lists: registering the whole list again evicted from RAM what
+        # traffic was using (simulated ramp: evictions 10 -> 40/min per replica).
+        listed_before = frozenset(previous) if previous is not None else frozenset()
+        plan = prewarm_pass(records, self.manager.slots.cpu_slots, listed_before)
         for record in plan.register:
             try:
                 self.manager.add_record(record)

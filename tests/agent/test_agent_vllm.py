@@ -324,10 +324,16 @@ def test_prewarm_pulls_owned_adapters_from_the_downward_api_file(run_agent, make
         headers, text = complete(agent, recs[0].id)
         assert headers["x-adapter-tier"] == "ram"
         assert text.startswith("FALCON-3")
+        # Traffic moved otter out of RAM; a later annotation still lists it.
+        assert unload(agent, recs[1].id).status_code == 200
         extra = make_record("zebra", unique_id("pw"))
         publish([*recs, extra])
         wait_ram(agent, {extra.id})
         assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 3
+        # The later pass registered only the new one: otter stays on disk, out of RAM.
+        after = state(agent)
+        assert recs[1].id not in after["ram_adapters"]
+        assert recs[1].id in after["disk_adapters"]
 
 
 def test_prewarm_fills_host_ram_in_the_annotations_order_not_by_id(

@@ -121,6 +121,7 @@ def test_prewarm_pass_registers_the_first_ram_slots_in_list_order_and_pulls_the_
     assert (list(plan.register), list(plan.to_disk)) == (["c", "a"], ["b", "e", "d"])
     assert list(prewarm_pass(owned, 9).register) == owned
     assert list(prewarm_pass(owned, 0).to_disk) == owned
-    # A later pass of the experiment: only what the previous list lacked, where it stands.
+    # A later pass: registers only what the previous list lacked ("c" stays where traffic
+    # left it), pulls everything else to disk, in list order.
     later = prewarm_pass(owned, 2, listed_before={"c", "e"})
-    assert (list(later.register), list(later.to_disk)) == (["a"], ["b", "d"])
+    assert (list(later.register), list(later.to_disk)) == (["a"], ["c", "b", "e", "d"])

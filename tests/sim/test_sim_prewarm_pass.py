@@ -101,7 +101,7 @@ def test_a_pod_owning_more_than_its_annotation_holds_prewarms_only_what_the_anno
     assert set(joined(eng).cache.disk.order()) == set(listed)
 
 
-def test_changes_only_leaves_a_later_pass_to_what_the_annotation_newly_lists(monkeypatch):
+def test_a_later_pass_registers_only_what_the_annotation_newly_lists(monkeypatch):
     passes: list[tuple[str, PrewarmPass[str]]] = []
     start_pass = Replica.start_pass
 
@@ -122,9 +122,11 @@ def test_changes_only_leaves_a_later_pass_to_what_the_annotation_newly_lists(mon
 
     had, with_0_gone = owned_by_1(MEMBERS[:3]), owned_by_1(MEMBERS[1:3])
     # replica-0 fails, so replica-1 takes some of its adapters; it comes back and takes them.
-    whole = passes_of_replica_1(FP)
+    whole = passes_of_replica_1(replace(FP, prewarm_changes_only=False))
     assert [list(p.register) for p in whole] == [with_0_gone, had]
     only_new = passes_of_replica_1(replace(FP, prewarm_changes_only=True))
     gained = [n for n in with_0_gone if n not in had]
     assert gained
     assert [list(p.register) for p in only_new] == [gained, []]
+    # what it listed before is still pulled to disk (skipped where present): no RAM slot
+    assert [list(p.to_disk) for p in only_new] == [had, had]

@@ -161,10 +161,11 @@ class FleetParams:
     # by the last operator interval's tokens/s (lorafleet_core.planning.prewarm.prewarm_order);
     # false = id order, as the operator's annotation lists them.
     prewarm_by_traffic: bool = False
-    # Experiment (not in the agent): a pass after the first pre-warms only the adapters the
-    # previous annotation did not list (false = the agent's whole owned list on every change,
-    # re-registering its first RAM slots' worth over what traffic put in RAM).
-    prewarm_changes_only: bool = False
+    # The agent's later passes (lorafleet_core.planning.prewarm.prewarm_pass `listed_before`):
+    # register only what the new annotation newly lists, pull the rest to disk. False = the
+    # whole owned list registered again on every change, over what traffic put in RAM
+    # (measured in the ramp: evictions 10 -> 40/min per replica, GPU hits 88.9 -> 83.9%).
+    prewarm_changes_only: bool = True
     # Experiment (not in the operator): the N hottest adapters by tokens/s of the last operator
     # interval are also pre-warmed on their next rendezvous replica, where spills land.
     prewarm_next_hot: int = 0

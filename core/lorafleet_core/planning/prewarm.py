@@ -51,17 +51,18 @@ def prewarm_pass(
     object store. The agent (`lorafleet_agent.prewarm`) runs it one adapter at a time, and the
     simulator (`lorafleet_cli.sim`) drives the same split.
 
-    `listed_before` (experiment, `FleetParams.prewarm_changes_only` in the simulator): entries
-    the previous annotation already listed are left out, so a later pass touches only what
-    the operator newly assigned, each where its position puts it.
+    `listed_before` (a later pass: the entries the previous annotation listed): only what the
+    operator newly assigned is registered; what it listed before and traffic has since moved
+    out of RAM stays out (the cache's LRU knows better than the list; registering it again
+    evicted what requests were using). Everything else is pulled to disk, where it costs no
+    RAM slot (present copies are skipped).
     """
     cut = max(0, ram_slots)
     if not listed_before:
         return PrewarmPass(register=owned[:cut], to_disk=owned[cut:])
-    return PrewarmPass(
-        register=[x for x in owned[:cut] if x not in listed_before],
-        to_disk=[x for x in owned[cut:] if x not in listed_before],
-    )
+    register = [x for x in owned[:cut] if x not in listed_before]
+    chosen = set(register)
+    return PrewarmPass(register=register, to_disk=[x for x in owned if x not in chosen])
 
 
 @dataclass(frozen=True)
