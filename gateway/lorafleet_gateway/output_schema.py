@@ -7,6 +7,11 @@ back to itself without ever reaching a real schema (`{"$ref": "#"}`, or `a -> b 
 that is not an object. Both are the client's mistake, so the gateway answers 400 naming the
 parameter instead of a 502 that blames the replica. Recursion *through* a schema (a linked
 list's `next: {"$ref": "#"}`, a tree in `$defs`) compiles, and is passed on.
+
+Size is bounded too: a 5,000-entry `structured_outputs.choice` list (540 KB) took vLLM
+80-200 s to compile, and every other request on the replica waited 2-8 s meanwhile
+(measured on the CPU stack). Choice lists, regexes and grammars past the bounds below are
+refused with 400 `invalid_request`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from urllib.parse import unquote
 from lorafleet_gateway.errors import APIError
 
 _MAX_CHAIN = 64  # a longer $ref chain is refused as well: nothing legitimate needs one
+MAX_CHOICES = 256  # labels of a classifier; more is a grammar no replica should compile
+MAX_CONSTRAINT_CHARS = 32_768  # a choice list's total, a regex or a grammar
 
 
 def _bad(message: str, param: str) -> APIError:
@@ -89,3 +96,28 @@ def check_output_constraints(body: dict[str, Any], kind: str) -> None:
             raise _bad("'structured_outputs' must be an object.", "structured_outputs")
         if isinstance(outputs.get("json"), dict):
             _check_ref_chains(outputs["json"], "structured_outputs.json")
+        _check_sizes(outputs)
+
+
+def _check_sizes(outputs: dict[str, Any]) -> None:
+    choice = outputs.get("choice")
+    if isinstance(choice, list):
+        total = sum(len(c) for c in choice if isinstance(c, str))
+        if len(choice) > MAX_CHOICES or total > MAX_CONSTRAINT_CHARS:
+            raise APIError(
+                400,
+                f"'structured_outputs.choice' is limited to {MAX_CHOICES} entries and "
+                f"{MAX_CONSTRAINT_CHARS} characters in all (got {len(choice)}, {total}).",
+                param="structured_outputs.choice",
+                code="invalid_request",
+            )
+    for key in ("regex", "grammar"):
+        value = outputs.get(key)
+        if isinstance(value, str) and len(value) > MAX_CONSTRAINT_CHARS:
+            raise APIError(
+                400,
+                f"'structured_outputs.{key}' is limited to {MAX_CONSTRAINT_CHARS} characters "
+                f"(got {len(value)}).",
+                param=f"structured_outputs.{key}",
+                code="invalid_request",
+            )

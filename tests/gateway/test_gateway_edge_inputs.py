@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from lorafleet_gateway.output_schema import MAX_CHOICES, MAX_CONSTRAINT_CHARS
 from tests.gateway.conftest import (
     KEYS,
     MSG_DEFAULT,
@@ -231,6 +232,42 @@ def test_schemas_the_engine_cannot_compile_are_400(
     if param is not None:
         assert error["param"] == param
     assert _sent(env) == before
+
+
+@pytest.mark.parametrize(
+    ("outputs", "param"),
+    [
+        ({"choice": [f"label-{i}" for i in range(MAX_CHOICES + 1)]}, "structured_outputs.choice"),
+        ({"choice": ["x" * (MAX_CONSTRAINT_CHARS // 2 + 1)] * 2}, "structured_outputs.choice"),
+        ({"regex": "a" * (MAX_CONSTRAINT_CHARS + 1)}, "structured_outputs.regex"),
+        ({"grammar": "r" * (MAX_CONSTRAINT_CHARS + 1)}, "structured_outputs.grammar"),
+    ],
+)
+def test_constraints_too_large_to_compile_in_time_are_400(
+    env: GatewayEnv, outputs: dict[str, object], param: str
+):
+    """A 5,000-entry choice list took the engine minutes to compile while other requests
+    waited; past the bounds nothing reaches a replica."""
+    before = _sent(env)
+    body = {
+        "model": "acme/support:prod",
+        "messages": [{"role": "user", "content": "hi"}],
+        "structured_outputs": outputs,
+    }
+    error = _error(_post(env, json.dumps(body), "/chat/completions"), 400)
+    assert (error["code"], error["param"]) == ("invalid_request", param)
+    assert _sent(env) == before
+
+
+def test_constraints_within_the_bounds_reach_the_engine(env: GatewayEnv):
+    before = _sent(env)
+    body = {
+        "model": "acme/support:prod",
+        "messages": [{"role": "user", "content": "hi"}],
+        "structured_outputs": {"choice": [f"label-{i}" for i in range(MAX_CHOICES)]},
+    }
+    _post(env, json.dumps(body), "/chat/completions")
+    assert _sent(env) == before + 1
 
 
 @pytest.mark.parametrize("schema", [LINKED_LIST, TREE, {"$ref": "#/nowhere"}])
