@@ -24,6 +24,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._conns: list[socket.socket] = []
         self._rate: float | None = None  # bytes/s engine -> agent; None: full speed
+        self.hung_up = 0  # connections the agent's side closed (its recv saw end of stream)
         self._listener = self._listen(0)
         self.port: int = self._listener.getsockname()[1]
         self._start_accepting()
@@ -75,6 +76,9 @@ class FaultProxy:
                     piece = data[i : i + 256]
                     dst.sendall(piece)
                     time.sleep(len(piece) / rate)  # the slow link itself, not synchronisation
+            if not back:
+                with self._lock:
+                    self.hung_up += 1
         except OSError:
             pass
         finally:

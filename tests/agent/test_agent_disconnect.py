@@ -39,10 +39,6 @@ def _running_in_vllm(url: str) -> float:
     return _vllm_metric(url, "num_requests_running")
 
 
-def _generated_by_vllm(url: str) -> float:
-    return _vllm_metric(url, "generation_tokens_total")
-
-
 def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engine(
     run_agent, make_record, vllm_server
 ):
@@ -111,10 +107,11 @@ def test_a_client_leaving_before_a_non_stream_answer_stops_the_engine_and_releas
         "ignore_eos": True,
     }
     raw = json.dumps(body).encode()
-    with run_agent() as agent:
+    proxy = FaultProxy(vllm_server.port)  # full speed: it only watches the agent's connection
+    with contextlib.closing(proxy), run_agent(vllm_url=proxy.url) as agent:
         assert load(agent, record).status_code == 200
         url = urlparse(agent.data_url)
-        before = _generated_by_vllm(vllm_server.url)
+        hung_up = proxy.hung_up
         with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
             sock.sendall(
                 b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
@@ -123,14 +120,14 @@ def test_a_client_leaving_before_a_non_stream_answer_stops_the_engine_and_releas
                 b"content-length: %d\r\n\r\n%s" % (TEST_DATA_TOKEN.encode(), len(raw), raw)
             )
             eventually(lambda: _running_in_vllm(vllm_server.url) >= 1, what="generating")
-        # The socket is closed here, long before the answer.
+        # The socket is closed here, long before the answer: the agent hangs up on vLLM (what
+        # the agent does; vLLM's abort on a hang-up is vLLM's). Its answer takes seconds.
+        eventually(lambda: proxy.hung_up > hung_up, within_s=30, what="the agent hung up")
         eventually(
             lambda: _running_in_vllm(vllm_server.url) == 0,
             within_s=60,
             what="vLLM ended the abandoned request",
         )
-        # Aborted, not finished: far fewer tokens than the whole answer.
-        assert _generated_by_vllm(vllm_server.url) - before < n * max_tokens / 2
         eventually(
             lambda: (s := state(agent))["queue_depth"] == 0 and s["tokens_in_flight"] == 0,
             within_s=5,
