@@ -35,6 +35,16 @@ def _vllm_metric(url: str, name: str) -> float:
     return sum(float(v) for v in found)
 
 
+def _send_completion(sock: socket.socket, raw: bytes) -> None:
+    """A completion request written by hand, so the test decides when the client hangs up."""
+    sock.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
+        b"content-type: application/json\r\n"
+        b"authorization: Bearer %s\r\n"
+        b"content-length: %d\r\n\r\n%s" % (TEST_DATA_TOKEN.encode(), len(raw), raw)
+    )
+
+
 def _running_in_vllm(url: str) -> float:
     return _vllm_metric(url, "num_requests_running")
 
@@ -61,12 +71,7 @@ def test_a_client_leaving_mid_stream_releases_the_reference_counts_and_the_engin
         url = urlparse(agent.data_url)
         for _ in range(2):  # twice: a leak would add up
             with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
-                sock.sendall(
-                    b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
-                    b"content-type: application/json\r\n"
-                    b"authorization: Bearer %s\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (TEST_DATA_TOKEN.encode(), len(raw), raw)
-                )
+                _send_completion(sock, raw)
                 first = sock.recv(4096)
                 assert first.startswith(b"HTTP/1.1 200"), first[:200]
                 eventually(lambda: state(agent)["running_requests"] == 1, what="stream running")
@@ -113,12 +118,7 @@ def test_a_client_leaving_before_a_non_stream_answer_stops_the_engine_and_releas
         url = urlparse(agent.data_url)
         hung_up = proxy.hung_up
         with socket.create_connection((url.hostname, url.port), timeout=60) as sock:
-            sock.sendall(
-                b"POST /v1/completions HTTP/1.1\r\nhost: agent\r\n"
-                b"content-type: application/json\r\n"
-                b"authorization: Bearer %s\r\n"
-                b"content-length: %d\r\n\r\n%s" % (TEST_DATA_TOKEN.encode(), len(raw), raw)
-            )
+            _send_completion(sock, raw)
             eventually(lambda: _running_in_vllm(vllm_server.url) >= 1, what="generating")
         # The socket is closed here, long before the answer: the agent hangs up on vLLM (what
         # the agent does; vLLM's abort on a hang-up is vLLM's). Its answer takes seconds.
