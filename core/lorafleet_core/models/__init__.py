@@ -10,7 +10,8 @@ lorafleet code runs). Cross-field rules are written as CEL in `json_schema_extra
 model validators here.
 
 Split by resource: `common` (patterns, CamelModel, Condition, ObjectMeta), `adapter`, `alias`,
-`pool` (and `merged`, its merged mode). Import from `lorafleet_core.models`; the submodules
+`pool` (with `pool_engine`: base model and vLLM settings, `pool_template`: the replica pods'
+template, and `merged`, its merged mode). Import from `lorafleet_core.models`; the submodules
 are an implementation detail.
 """
 
@@ -54,16 +55,14 @@ from lorafleet_core.models.pool import (
     POOL_NAME,
     AutoMergeSpec,
     AutoscalingSpec,
-    BaseModelRef,
     CacheSpec,
-    EngineSpec,
-    PodMetadata,
     ReplicaBounds,
-    ReplicaPodTemplate,
     ReplicaPool,
     ReplicaPoolSpec,
     ReplicaPoolStatus,
 )
+from lorafleet_core.models.pool_engine import BaseModelRef, EngineSpec
+from lorafleet_core.models.pool_template import PodMetadata, ReplicaPodTemplate
 
 AnyResource = LoRAAdapter | AdapterAlias | ReplicaPool
 
