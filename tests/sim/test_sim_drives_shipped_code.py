@@ -15,7 +15,7 @@ import lorafleet_core.planning.prewarm as planning_prewarm
 import lorafleet_gateway.router as router
 from lorafleet_agent import manager as agent_manager
 from lorafleet_agent import prewarm as agent_prewarm
-from lorafleet_cli.sim import engine, gateway, replica
+from lorafleet_cli.sim import control_plane, engine, gateway, replica
 from lorafleet_cli.sim import prewarm as sim_prewarm
 from lorafleet_cli.sim.engine import Engine
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
@@ -30,13 +30,13 @@ def used(module: object, name: str) -> object:
 def test_engine_calls_the_gateway_router_and_the_operator_planners():
     assert used(engine, "plan_route") is router.plan_route
     assert used(engine, "Thresholds") is router.Thresholds
-    assert used(engine, "rendezvous_owners") is placement.owners
-    assert used(engine, "plan_owner_count") is planning_adapters.plan_owner_count
-    assert used(engine, "recommend") is autoscale.recommend
-    assert used(engine, "stabilize") is autoscale.stabilize
-    assert used(engine, "prewarm_order") is planning_prewarm.prewarm_order
+    assert used(control_plane, "rendezvous_owners") is placement.owners
+    assert used(control_plane, "plan_owner_count") is planning_adapters.plan_owner_count
+    assert used(control_plane, "recommend") is autoscale.recommend
+    assert used(control_plane, "stabilize") is autoscale.stabilize
+    assert used(control_plane, "prewarm_order") is planning_prewarm.prewarm_order
     # The pre-warm pass: the operator's annotations and the agent's split of its pass.
-    assert used(engine, "prewarm_pass") is planning_prewarm.prewarm_pass
+    assert used(control_plane, "prewarm_pass") is planning_prewarm.prewarm_pass
     assert used(agent_prewarm, "prewarm_pass") is planning_prewarm.prewarm_pass
     assert used(sim_prewarm, "plan_owned_annotations") is planning_prewarm.plan_owned_annotations
     assert used(gateway, "blended_tokens") is router.blended_tokens
@@ -52,7 +52,7 @@ def test_the_routing_ab_compares_the_gateways_own_policies():
         assert eng.thresholds.policy == policy
     random_run = Engine(w, ReplicaParams(), FleetParams(replicas=4), router="random").run()
     assert {engine.OUTCOMES[o] for o in random_run.outcome} == {"random"}
-    for module in (engine, gateway):  # no routing draw of the simulator's own
+    for module in (engine, control_plane, gateway):  # no routing draw of the simulator's own
         assert "randrange" not in Path(inspect.getfile(module)).read_text()
 
 

@@ -1,9 +1,7 @@
 """The event loop: arrivals, the gateway's routing, replica steps, the operator's planners.
 
-Shipped decision code called here: `plan_route` (per request, per gateway pod),
-`plan_owned_annotations` + `prewarm_pass` (each pod's owned set and its agent's pre-warm pass,
-`lorafleet_cli.sim.prewarm`), `plan_owner_count` (owner counts from measured tokens/s,
-every `operator_interval_s`), `autoscale.recommend` + `stabilize` (when autoscaling is on).
+Shipped decision code called here: `plan_route` (per request, per gateway pod); the operator's
+planners and the autoscaler run in `ControlPlane` (lorafleet_cli.sim.control_plane), mixed in.
 Everything is deterministic for a seed: one random generator, events ordered by (time, seq).
 """
 
@@ -12,22 +10,18 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lorafleet_cli.sim.control_plane import ControlPlane
 from lorafleet_cli.sim.gateway import GatewayView
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.prewarm import OwnedAnnotations, apply_pass_instantly
+from lorafleet_cli.sim.prewarm import OwnedAnnotations
 from lorafleet_cli.sim.replica import Replica
 from lorafleet_cli.sim.workload import Workload
-from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
-from lorafleet_core.placement import owners as rendezvous_owners
-from lorafleet_core.planning.adapters import plan_owner_count
-from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
-from lorafleet_core.planning.prewarm import PrewarmPass, prewarm_order, prewarm_pass
-from lorafleet_core.replica_state import MergedServing, ReplicaState
+from lorafleet_core.planning.autoscale import ScaleState
+from lorafleet_core.replica_state import MergedServing
 from lorafleet_gateway.pool_router import (
     MERGED,
     AdapterPools,
@@ -56,7 +50,7 @@ class FleetEvent:
     down_s: float | None = None  # `fail`: back after this long (default: start + warm-up)
 
 
-class Engine:
+class Engine(ControlPlane):
     def __init__(
         self,
         workload: Workload,
@@ -310,122 +304,6 @@ class Engine:
     def _stop(self, replica: Replica, now: float) -> None:
         replica.stop()
         replica.stopped_at = now
-
-    def live_ids(self) -> tuple[str, ...]:
-        """The shared pool's serving replicas (a merged pool's never own adapters)."""
-        return tuple(r.id for r in self.replicas if r.alive and not r.draining and r.merged is None)
-
-    def _membership_changed(self, now: float, initial: bool = False) -> None:
-        """The operator re-plans owners over the live replicas; agents whose owned-adapters
-        annotation changed run a pre-warm pass over it."""
-        self._members = self.live_ids()
-        if self._members:
-            self._replan(initial)
-
-    def _replan(self, initial: bool = False) -> None:
-        base = self.fp.owners_per_adapter
-        k_by: dict[str, int] | int = (
-            {**dict.fromkeys(self.names, base), **self.k} if self.k or base != 2 else base
-        )
-        changed = self.annotations.plan(self._members, k_by, self.tps)
-        for rid, (names, before) in changed.items():
-            replica = self._by_id[rid]
-            # The agent takes the annotation's order (by id); `prewarm_by_traffic`
-            # (experiment): an operator writing it hottest first by the last tokens/s.
-            if self.fp.prewarm_by_traffic:
-                names = prewarm_order(names, self.tps)
-            listed = before if self.fp.prewarm_changes_only else frozenset()
-            plan = prewarm_pass(names, self.rp.ram_slots, listed)
-            if not initial:
-                replica.start_pass(plan)
-            elif self.fp.prewarm:
-                self._instant_prewarm(replica, plan)
-
-    def _instant_prewarm(self, replica: Replica, plan: PrewarmPass[str]) -> None:
-        apply_pass_instantly(replica.cache, plan, self.rp.adapter_bytes)
-
-    # ------------------------------------------------------------------ operator
-
-    def _operator(self, now: float, _: Any) -> None:
-        interval = self.fp.operator_interval_s
-        measured: Counter[str] = Counter()
-        for r in self.replicas:
-            measured.update(r.tokens_served)
-            r.tokens_served.clear()
-        members = self._members
-        base = self.fp.owners_per_adapter
-        self.tps = {name: tokens / interval for name, tokens in measured.items()}
-        replan = self.annotations.dropped_any  # the kept adapters follow traffic
-        for name in set(measured) | set(self.k):
-            current = self.k.get(name, base)
-            k = plan_owner_count(
-                measured[name] / interval,
-                current,
-                base,
-                self.capacity_tps,
-                len(members),
-            )
-            if k == current:
-                continue
-            if k == base:
-                del self.k[name]
-            else:
-                self.k[name] = k
-            replan = True
-        if replan and members:
-            self._replan()
-        if self.fp.prewarm_next_hot and members:
-            self._prewarm_next_replica(measured, members)
-        if now < self.duration:
-            self.schedule(now + interval, self._operator, None)
-
-    def _prewarm_next_replica(self, measured: Counter[str], members: tuple[str, ...]) -> None:
-        """Experiment: the hottest adapters also pre-warmed on their next rendezvous replica,
-        where their spills land (docs/performance.md, "Residency-aware routing")."""
-        base = self.fp.owners_per_adapter
-        for name, _ in measured.most_common(self.fp.prewarm_next_hot):
-            k = self.k.get(name, base)
-            order = rendezvous_owners(name, members, k + 1)
-            if len(order) > k and not self._by_id[order[k]].cache.slots.is_registered(name):
-                self._by_id[order[k]].prewarm([name])
-
-    def _autoscale(self, now: float, _: Any) -> None:
-        fp = self.fp
-        states = [
-            ReplicaState(
-                replica_id=r.id, tokens_in_flight=r.tokens_in_flight, queue_depth=r.queue_depth
-            )
-            for r in self.replicas
-            if r.alive and not r.draining and r.merged is None  # the shared pool's autoscaler
-        ]
-        spec = AutoscalingSpec(
-            target_tokens_in_flight=fp.target_tokens_in_flight,
-            target_queue_depth=fp.target_queue_depth,
-        )
-        raw = recommend(
-            Load.of(states), spec, ReplicaBounds(min=fp.min_replicas, max=fp.max_replicas)
-        )
-        decision = stabilize(
-            self.scale_state, self.desired, raw, now, fp.scale_up_window_s, fp.scale_down_window_s
-        )
-        self.scale_state = decision.state
-        while self.desired < decision.desired:
-            self.desired += 1
-            self._new_replica(now, ready_at=now + self._start_delay())
-        if decision.desired < self.desired:
-            active = [
-                r
-                for r in self.replicas
-                if not r.draining and r.stopped_at is None and r.merged is None
-            ]
-            active = active[: self.desired]
-            for replica in reversed(active[decision.desired :]):
-                self._drain(replica, now)
-            self.desired = decision.desired
-        if decision.reason in ("ScaleUp", "ScaleDown"):
-            self.scale_events.append((now, self.desired, decision.reason))
-        if now < self.duration:
-            self.schedule(now + fp.autoscale_interval_s, self._autoscale, None)
 
     def _tick(self, now: float, _: Any) -> None:
         """A sample every 10 s for the plots (replicas, evictions, GPU slot swaps)."""
