@@ -9,7 +9,8 @@ only what the real stack gets from hardware: vLLM's continuous batching with chu
 adapter load times and object-store bandwidth (`params.py` holds every such number).
 
 Modules: params (the replica and fleet model's numbers), workload (trace or Poisson arrivals,
-Zipf or tenant-mix adapters), replica (one vLLM replica + agent), engine (event loop, gateway),
-control_plane (the operator's planners and the autoscaler, mixed into the engine), report
-(figures, markdown/JSON/PNG), scenarios (named runs), capacity (search).
+Zipf or tenant-mix adapters), replica (one vLLM replica + agent; batching: its vLLM's step
+loop, mixed in), engine (event loop, gateway), control_plane (the operator's planners and the
+autoscaler, mixed into the engine), report (figures, markdown/JSON/PNG), scenarios (named
+runs), capacity (search).
 """
