@@ -1,7 +1,7 @@
 """A record conflict, told to Kubernetes: a Warning Event on the LoRAAdapter of that id.
 
 A second, different record for an adapter id the agent holds is refused (409, a metric, an
-ERROR log: lorafleet_agent.manager). On a cluster an SRE looks at `kubectl describe lora <id>`,
+ERROR log: lorafleet_agent.held_records). On a cluster an SRE looks at `kubectl describe lora <id>`,
 so the agent also posts a core/v1 Event there: reason `RecordConflict`, type Warning, a message
 naming the replica and both checksums shortened (no secrets: checksums and ids are not).
 When the LoRAAdapter does not exist (someone posts records for an id the registry never had),

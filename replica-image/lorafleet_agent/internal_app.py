@@ -16,9 +16,10 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from lorafleet_agent.held_records import RecordConflict
 from lorafleet_agent.http_edge import APP_OPTIONS, BodyRefused, install_openai_errors, read_json
 from lorafleet_agent.internal_auth import Authenticator
-from lorafleet_agent.manager import AdapterManager, CacheFull, RecordConflict
+from lorafleet_agent.manager import AdapterManager, CacheFull
 from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.verifier import VerificationError

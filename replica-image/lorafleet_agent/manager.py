@@ -1,5 +1,7 @@
 """The adapter manager: records, tiers, loads, reference counts and evictions on one replica.
 
+Which records it holds, and which it refuses, is `HeldRecords` (lorafleet_agent.held_records).
+
 Invariants (the tests check each):
 - only adapters whose registry record the agent holds are ever fetched or registered;
 - vLLM sees an adapter only after it passed verification (lorafleet_agent.verifier);
@@ -29,22 +31,18 @@ from dataclasses import dataclass
 import httpx
 
 from lorafleet_agent.disk_cache import DiskCache
+from lorafleet_agent.held_records import HeldRecords
 from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
 from lorafleet_agent.object_store import FetchError, ObjectStore
 from lorafleet_agent.slots import SlotTracker
-from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
+from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files
 from lorafleet_agent.vllm_client import VllmClient, is_unknown_model
-from lorafleet_core import reasons
 from lorafleet_core.cache_policy import CachePolicy
 from lorafleet_core.records import AdapterRecord
 from lorafleet_core.tiers import Tier, slowest
 
 log = logging.getLogger(__name__)
-
-
-class RecordConflict(ValueError):
-    """A different record arrived under an id the agent already holds (ids are immutable)."""
 
 
 class CacheFull(RuntimeError):
@@ -57,7 +55,7 @@ class Lease:
     tier: Tier  # where the adapter was when the request arrived
 
 
-class AdapterManager:
+class AdapterManager(HeldRecords):
     def __init__(
         self,
         *,
@@ -109,66 +107,6 @@ class AdapterManager:
             for name in await self.vllm.lora_names():
                 await self.vllm.unload_lora(name)
         self.ready = True
-
-    # ---------------------------------------------------------------- records
-
-    def is_merged(self, adapter_id: str) -> bool:
-        return self.merged is not None and adapter_id == self.merged.adapter_id
-
-    def admits(self, adapter_id: str) -> bool:
-        """Whether a request for the adapter may be served here (a held record or merged)."""
-        return adapter_id in self.records or self.is_merged(adapter_id)
-
-    def add_record(self, record: AdapterRecord) -> None:
-        """Hold a registry record (pre-warm or load call); refuses a policy violation at once."""
-        if self.merged is not None and not self.is_merged(record.id):
-            self._fail(
-                record.id,
-                VerificationError(
-                    reasons.MERGED_POOL,
-                    f"this replica serves only adapter {self.merged.adapter_id} merged into "
-                    "its weights; LoRA is disabled here",
-                ),
-            )
-            raise VerificationError(reasons.MERGED_POOL, self.failed[record.id])
-        held = self.records.get(record.id)
-        if held is not None and held != record:
-            # Ids are immutable and records come only from the registry's authority: a second,
-            # different record means the registry or a caller is wrong. Never swap weights.
-            self.metrics.record_conflicts.inc()
-            log.error(
-                "refused a second, different record for adapter %s (held checksum %s, "
-                "offered %s); the held record stays, neither is served",
-                record.id,
-                held.checksum,
-                record.checksum,
-            )
-            if self.on_conflict is not None:
-                self.on_conflict(held, record)
-            message = f"adapter id {record.id} is immutable; this replica holds a different record"
-            # Fail closed (a LoRAAdapter recreated under its name with other weights gives
-            # this; vLLM cannot swap weights under a name): neither is served, /state lists it,
-            # until a load call brings the held record again or the agent restarts.
-            self._fail(
-                record.id,
-                VerificationError(
-                    reasons.RECORD_CONFLICT,
-                    f"{message} and serves neither (recreated with other weights?); publish "
-                    "other weights under a new LoRAAdapter name",
-                ),
-            )
-            raise RecordConflict(message)
-        try:
-            check_record(record, self.policy)
-        except VerificationError as exc:
-            self._fail(record.id, exc)
-            raise
-        self.records[record.id] = record
-
-    def _fail(self, adapter_id: str, exc: VerificationError) -> None:
-        self.failed[adapter_id] = f"{exc.reason}: {exc}"
-        self.metrics.rejections.labels(exc.reason).inc()
-        log.warning("adapter %s refused: %s", adapter_id, exc)
 
     # ---------------------------------------------------------------- tiers
 
@@ -417,4 +355,4 @@ class AdapterManager:
         return tier
 
 
-__all__ = ["AdapterManager", "CacheFull", "FetchError", "Lease", "MergedModel", "RecordConflict"]
+__all__ = ["AdapterManager", "CacheFull", "FetchError", "Lease", "MergedModel"]

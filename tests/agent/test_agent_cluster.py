@@ -89,7 +89,7 @@ def test_a_service_account_token_loads_and_a_conflict_becomes_one_growing_event(
         out = oai.completions.create(model=rec.id, prompt="hello", max_tokens=8, temperature=0)
         assert out.choices[0].text.startswith("ZEBRA-7")
 
-        with caplog.at_level(logging.ERROR, logger="lorafleet_agent.manager"):
+        with caplog.at_level(logging.ERROR, logger="lorafleet_agent.held_records"):
             for _ in range(3):
                 r = post_load(agent, squatter, gateway)
                 assert r.status_code == 409

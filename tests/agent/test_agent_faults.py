@@ -82,7 +82,7 @@ def test_a_second_different_record_for_a_held_id_is_refused_loudly(
     )
     with run_agent() as agent:
         assert load(agent, rec).status_code == 200
-        with caplog.at_level(logging.ERROR, logger="lorafleet_agent.manager"):
+        with caplog.at_level(logging.ERROR, logger="lorafleet_agent.held_records"):
             r = load(agent, squatter)
         assert r.status_code == 409
         error = r.json()["error"]
