@@ -1,0 +1,285 @@
+"""One completion route's ASGI app: a request from arrival to its log line (chat,
+completions and responses; the apps are lorafleet_gateway.routes)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
+
+from lorafleet_core.apikeys import TenantKeys
+from lorafleet_core.client_gone import unless_client_leaves
+from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
+from lorafleet_core.openai_stream import usage_tokens
+from lorafleet_core.tiers import MERGED_TIER
+from lorafleet_gateway.auth import authenticate, single_authorization
+from lorafleet_gateway.catalog import CatalogSnapshot
+from lorafleet_gateway.concurrency import ConcurrencyLimited
+from lorafleet_gateway.errors import APIError, error_response, model_not_found
+from lorafleet_gateway.pool_router import plan_pool_route
+from lorafleet_gateway.relay import RelayResult, json_usage, relay_stream
+from lorafleet_gateway.reqlog import log_request
+from lorafleet_gateway.reservation import RateLimited, Reservation
+from lorafleet_gateway.runtime import Gateway
+from lorafleet_gateway.upstream import Opened
+from lorafleet_gateway.validation import CompletionRequest, check_body_headers, parse_request
+
+_log = logging.getLogger("lorafleet.gateway")
+
+# The parameter that bounds a request's output, by endpoint (set when a request has none).
+OUTPUT_BOUND = {"chat": "max_tokens", "completion": "max_tokens", "responses": "max_output_tokens"}
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing more than `limit` bytes without reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"Request body exceeds {limit} bytes.", code="request_too_large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"Request body exceeds {limit} bytes.", code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class CompletionEndpoint:
+    """ASGI app of one completion route: one request from arrival to its log line.
+
+    The order is the request's: authenticate, parse, resolve the alias, reserve its tokens
+    (`Reservation`, released once however the request ends), route, `upstream.open` (one
+    `try_replica` per candidate), answer or relay the stream, and only then the metrics and the
+    log line (nothing more may delay the first byte). The response is sent inside the
+    reservation, so a stream holds its tokens until its last byte or the client leaving.
+    """
+
+    def __init__(self, gw: Gateway, kind: str) -> None:
+        self.gw = gw
+        self.kind = kind
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gw = self.gw
+        out = _Outcome(self.kind)
+        gw.metrics.in_flight.inc()  # decremented in _finish, which every path reaches once
+        watched = _WatchedSend(send)
+        try:
+            await self._serve(Request(scope, receive), out, scope, receive, watched)
+        except APIError as exc:
+            if isinstance(exc, RateLimited | ConcurrencyLimited):
+                gw.metrics.child(gw.metrics.rate_limited, exc.limit).inc()
+            if watched.started:  # cannot happen today: every APIError precedes the answer
+                raise
+            out.status, out.error = exc.status, exc.code
+            await exc.response()(scope, receive, send)
+        except ClientDisconnect:  # left before its answer started (unless_client_leaves)
+            out.status = "client_closed"
+        except Exception as exc:
+            if not watched.started:
+                _log.exception("unexpected error in the request path")
+                out.status, out.error = 500, "internal_error"
+                response = error_response(
+                    500, "The gateway had an internal error.", code="internal_error"
+                )
+                await response(scope, receive, send)
+            elif not isinstance(exc, OSError | ClientDisconnect):
+                _log.exception("unexpected error while answering")
+        except BaseException:  # cancelled: the client went away before an answer
+            if out.status is None:
+                out.status = "client_closed"
+            raise
+        finally:
+            self._finish(out)
+
+    async def _serve(
+        self, request: Request, out: _Outcome, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        gw = self.gw
+        snap = gw.holder.current  # this request's catalog version, whatever changes later
+        tenant = authenticate_request(snap, request)
+        out.log["tenant"] = tenant.tenant
+        check_body_headers(request.headers)  # 415 for a body that is not plain JSON
+        body = await read_body(request, gw.bounds.max_body_bytes)
+        req = parse_request(body, self.kind, gw.bounds)
+        out.log["model"] = req.model
+        cap = snap.max_tokens_cap(gw.bounds.max_tokens_limit)
+        if req.max_tokens_param is not None and req.max_tokens > cap:  # the pool's context
+            param = req.max_tokens_param
+            raise APIError(400, f"'{param}' must be between 1 and {cap}.", param=param)
+        if req.max_tokens_param is None and cap < (snap.max_model_len or 0):
+            # Unbounded, vLLM generates up to the model's whole context (ignore_eos or
+            # min_tokens see that it does), past the cap an explicit bound is held to. vLLM
+            # clamps a bound to what the context leaves; within the limit there is no gap.
+            req.body[OUTPUT_BOUND[self.kind]] = cap
+        target = snap.resolve(tenant.tenant, req.model)
+        if target is None:
+            raise model_not_found(req.model)
+        record = snap.adapters[target.adapter_id]
+        out.log["adapter_id"] = record.id
+        limits = gw.limits_for(tenant)
+        async with Reservation(
+            gw.limiter,
+            gw.tracker,
+            tenant.tenant,
+            req.tokens_estimate,
+            limits,
+            concurrency=gw.concurrency,
+            max_concurrent=gw.max_concurrent_for(tenant),
+        ) as held:
+            plan = plan_pool_route(
+                record.id,
+                snap.pools_for(record.id),
+                gw.tracker.views(),
+                snap.pool_of,
+                snap.owner_count(record.id),
+                gw.thresholds,
+            )
+            gw.metrics.child(gw.metrics.routing, plan.outcome).inc()
+            out.log["route"] = plan.outcome
+            if plan.fallback is not None:  # a Ready merged pool could not take it
+                gw.metrics.child(gw.metrics.routing, "merged_fallback").inc()
+                left = plan.left_pool or ""
+                gw.metrics.child(gw.metrics.merged_fallback, left, plan.fallback).inc()
+                out.log["merged_fallback"] = plan.fallback
+            # Until the answer starts nothing else would notice the client leave: the wait for
+            # the first byte (a whole non-stream answer), spills included, ends with it.
+            opened = await unless_client_leaves(
+                receive,
+                gw.upstream.open(req, record, plan.candidates, held, no_load=plan.merged),
+            )
+            if opened.replica_id in plan.merged:
+                opened.tier = MERGED_TIER  # served by the adapter's merged weights
+            out.log["pool"] = snap.pool_of.get(opened.replica_id)
+            try:
+                await self._answer(opened, record.id, req, held, out, scope, receive, send)
+            finally:
+                await opened.response.aclose()
+
+    async def _answer(
+        self,
+        opened: Opened,
+        adapter_id: str,
+        req: CompletionRequest,
+        held: Reservation,
+        out: _Outcome,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        headers = {
+            HEADER_ADAPTER_ID: adapter_id,
+            HEADER_ADAPTER_TIER: opened.tier,
+            HEADER_REPLICA_ID: opened.replica_id,
+        }
+        out.log.update(replica=opened.replica_id, tier=opened.tier, attempts=opened.attempts)
+        if opened.loaded_on_demand:
+            out.log["loaded_on_demand"] = True
+        if opened.chunks is None:  # non-stream, or an error answer
+            if opened.status == 200:
+                held.answered()
+                usage = json_usage(opened.first)
+                self._charge(held, usage, out)
+                prompt, completion = usage_tokens(usage or {})
+                self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
+            # else the engine refused it (e.g. prompt too long): nothing generated, no charge
+            out.status = opened.status
+            media = opened.response.headers.get("content-type", "application/json")
+            response = Response(opened.first, opened.status, headers=headers, media_type=media)
+            await response(scope, receive, send)
+            return
+        held.answered()
+        result = RelayResult()
+        stream = StreamingResponse(
+            relay_stream(opened, req.include_usage, result),
+            media_type="text/event-stream",
+            headers=headers,
+        )
+        try:
+            await stream(scope, receive, send)
+        finally:
+            self._stream_ended(opened, held, result, out)
+            self._meter_stream(held, adapter_id, req, result)
+
+    def _stream_ended(
+        self, opened: Opened, held: Reservation, result: RelayResult, out: _Outcome
+    ) -> None:
+        gw = self.gw
+        ttft = opened.first_at - out.t0
+        gw.metrics.child(gw.metrics.ttft, opened.tier).observe(ttft)
+        out.log["ttft_ms"] = round(ttft * 1000, 2)
+        gw.metrics.tenants.observe(held.tenant, ttft > gw.settings.ttft_target_s)
+        self._charge(held, result.usage, out)
+        completion = out.log.get("completion_tokens") or 0
+        if result.completed and completion > 1 and result.finished_at:
+            gw.metrics.tpot.observe((result.finished_at - opened.first_at) / (completion - 1))
+        if result.error:
+            out.status, out.error = "stream_error", result.error
+        elif not result.completed:
+            out.status = "client_closed"
+        else:
+            out.status = 200
+
+    def _meter_stream(
+        self, held: Reservation, adapter_id: str, req: CompletionRequest, result: RelayResult
+    ) -> None:
+        if result.usage is not None:
+            prompt, completion = usage_tokens(result.usage)
+        else:  # ended before its usage event: counted by what was sent (usage.py)
+            prompt, completion = req.prompt_tokens_estimate, result.content_events
+        self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
+
+    def _charge(self, held: Reservation, usage: dict[str, Any] | None, out: _Outcome) -> None:
+        if usage is None:
+            return  # usage unknown (error or aborted stream): the estimate stays charged
+        prompt, completion = usage_tokens(usage)
+        out.log.update(prompt_tokens=prompt, completion_tokens=completion)
+        held.used(prompt + completion)
+        self.gw.metrics.child(self.gw.metrics.tokens, "prompt").inc(prompt)
+        self.gw.metrics.child(self.gw.metrics.tokens, "completion").inc(completion)
+
+    def _finish(self, out: _Outcome) -> None:
+        status = out.status if out.status is not None else "client_closed"
+        self.gw.metrics.child(self.gw.metrics.requests, out.log["endpoint"], str(status)).inc()
+        self.gw.metrics.in_flight.dec()
+        out.log["status"] = status
+        out.log["duration_ms"] = round((time.perf_counter() - out.t0) * 1000, 2)
+        if out.error:
+            out.log["error"] = out.error
+        log_request(**out.log)
+
+
+class _Outcome:
+    """What one request's log line and request counter will say."""
+
+    __slots__ = ("error", "log", "status", "t0")
+
+    def __init__(self, kind: str) -> None:
+        self.t0 = time.perf_counter()
+        self.log: dict[str, Any] = {"endpoint": kind, "tenant": None, "model": None}
+        self.status: int | str | None = None
+        self.error: str | None = None
+
+
+class _WatchedSend:
+    """`send` that remembers whether the response has started (then no error answer fits)."""
+
+    __slots__ = ("send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
+def authenticate_request(snap: CatalogSnapshot, request: Request) -> TenantKeys:
+    """The tenant of the request's one API key (401 without a valid one)."""
+    return authenticate(snap.keys, single_authorization(request.headers.getlist("authorization")))
