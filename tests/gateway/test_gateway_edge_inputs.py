@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_gateway.output_schema import MAX_CHOICES, MAX_CONSTRAINT_CHARS
+from lorafleet_gateway.output_schema import MAX_CHOICES, MAX_CONSTRAINT_CHARS, MAX_SCHEMA_CHARS
 from tests.gateway.conftest import (
     KEYS,
     MSG_DEFAULT,
@@ -268,6 +268,93 @@ def test_constraints_within_the_bounds_reach_the_engine(env: GatewayEnv):
     }
     _post(env, json.dumps(body), "/chat/completions")
     assert _sent(env) == before + 1
+
+
+def _enum_schema(values: int) -> dict[str, object]:
+    """An object whose one property is an enum of `values` 100-character labels."""
+    labels = [f"label-{i:05d}-" + "x" * 88 for i in range(values)]
+    return {"type": "object", "properties": {"a": {"type": "string", "enum": labels}}}
+
+
+BIG = _enum_schema(400)  # ~41 KB of JSON: past MAX_SCHEMA_CHARS
+FITS = _enum_schema(300)  # ~31 KB
+
+
+def _tools(parameters: object, *, flat: bool = False) -> list[dict[str, object]]:
+    spec = {"name": "f", "parameters": parameters}
+    return [{"type": "function", **spec}] if flat else [{"type": "function", "function": spec}]
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "param"),
+    [
+        # Real vLLM took 79 s to compile a 5,000-value enum given as a response_format schema
+        # (a concurrent request waited seconds meanwhile), 14 s for 5,000 properties.
+        ("/chat/completions", {"response_format": _schema_format(BIG)},
+         "response_format.json_schema.schema"),
+        ("/chat/completions", {"structured_outputs": {"json": BIG}}, "structured_outputs.json"),
+        ("/chat/completions", {"structured_outputs": {"json": json.dumps(BIG)}},
+         "structured_outputs.json"),
+        ("/chat/completions", {"structured_outputs": {"structural_tag": json.dumps(BIG)}},
+         "structured_outputs.structural_tag"),
+        ("/chat/completions",
+         {"response_format": {"type": "structural_tag", "format": {"schema": BIG}}},
+         "response_format"),
+        # A forced tool call compiles every tool's parameters into one grammar.
+        ("/chat/completions", {"tools": _tools(FITS) * 2, "tool_choice": "required"}, "tools"),
+        ("/completions", {"response_format": _schema_format(BIG)},
+         "response_format.json_schema.schema"),
+        ("/responses",
+         {"text": {"format": {"type": "json_schema", "name": "x", "schema": BIG}}},
+         "text.format.schema"),
+        ("/responses", {"tools": _tools(BIG, flat=True)}, "tools"),
+    ],
+)  # fmt: skip
+def test_schemas_too_large_to_compile_in_time_are_400(
+    env: GatewayEnv, path: str, extra: dict[str, object], param: str
+):
+    before = _sent(env)
+    error = _error(_post(env, json.dumps(_body(path, extra)), path), 400)
+    assert (error["code"], error["param"]) == ("invalid_request", param)
+    assert str(MAX_SCHEMA_CHARS) in str(error["message"])
+    assert _sent(env) == before
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"response_format": _schema_format(FITS)},
+        {"structured_outputs": {"json": json.dumps(FITS)}},
+        {"tools": _tools(FITS), "tool_choice": "required"},
+    ],
+)
+def test_schemas_within_the_bound_reach_the_engine(env: GatewayEnv, extra: dict[str, object]):
+    before = _sent(env)
+    body = _body("/chat/completions", extra)
+    assert _post(env, json.dumps(body)).status_code == 200
+    assert _sent(env) == before + 1
+
+
+def test_a_schema_sent_as_json_text_is_held_to_the_bodys_rules(env: GatewayEnv):
+    """vLLM parses `structured_outputs.json` text itself: 10,000 levels deep it would
+    recurse past Python's limit; a $ref loop would fail its compiler."""
+    before = _sent(env)
+    for text in ("[" * 10_000 + "]" * 10_000, '{"type": "object", "x": NaN}', '{"$ref": "#"}'):
+        body = _body("/chat/completions", {"structured_outputs": {"json": text}})
+        error = _error(_post(env, json.dumps(body)), 400)
+        assert (error["code"], error["param"]) == ("invalid_schema", "structured_outputs.json")
+    assert _sent(env) == before
+
+
+def _body(path: str, extra: dict[str, object]) -> dict[str, object]:
+    body: dict[str, object] = {"model": "acme/support:prod", **extra}
+    if path == "/chat/completions":
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    elif path == "/completions":
+        body["prompt"] = "hi"
+    else:
+        body["input"] = "hi"
+    return body
 
 
 @pytest.mark.parametrize("schema", [LINKED_LIST, TREE, {"$ref": "#/nowhere"}])
