@@ -69,7 +69,10 @@ end
 redis.call('HSET', KEYS[1], 'r', string.format('%.17g', r), 't', string.format('%.17g', t),
            'rts', string.format('%.17g', now), 'tts', string.format('%.17g', now),
            'tr', string.format('%.17g', trate), 'tc', string.format('%.17g', tcap))
-redis.call('EXPIRE', KEYS[1], math.ceil(math.max(rcap / rps, tcap / trate)) + 1)
+-- Capped at 100 years and written as an integer: Redis refuses an EXPIRE of '1e+20', which
+-- a tenant limit of 1e-20 requests/s made, and the script's error failed every tenant open.
+local ttl = math.min(math.ceil(math.max(rcap / rps, tcap / trate)) + 1, 3153600000)
+redis.call('EXPIRE', KEYS[1], string.format('%d', ttl))
 return {status, string.format('%.17g', wait), limit}
 """
 

@@ -87,6 +87,25 @@ async def test_tenant_state_expires_once_the_buckets_would_be_full(redis_server)
         await shared.aclose()
 
 
+@pytest.mark.parametrize("rps", [1e-20, 1e-320])
+async def test_a_tenant_with_a_tiny_rate_is_refused_and_others_keep_their_limits(
+    redis_server, rps: float
+):
+    """Any positive rate is a valid tenant limit. 1e-20 requests/s made an EXPIRE of
+    '1e+20', which Redis refused: the script failed, the limiter marked the backend down
+    and, failing open, admitted every tenant unchecked (failing closed, refused them all)."""
+    shared, slow, other = limiter(redis_server.url), tenant(), tenant()
+    try:
+        admitted = [(await shared.acquire(slow, 10, Limits(rps, 1000))).allowed for _ in range(3)]
+        assert admitted == [True, False, False]  # the burst of one, then the wait
+        assert shared.backend_up
+        assert await shared.client.ttl(shared.key(slow)) > 0
+        others = [(await shared.acquire(other, 10)).allowed for _ in range(7)]
+        assert others == [True] * 5 + [False] * 2
+    finally:
+        await shared.aclose()
+
+
 def test_two_processes_sharing_one_redis_enforce_one_tenant_limit(redis_server):
     rps, seconds, t = 40.0, 5.0, tenant()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
