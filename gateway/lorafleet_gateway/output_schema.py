@@ -18,7 +18,7 @@ So are JSON schemas, through every door that reaches the compiler (`response_for
 Responses `text.format`, and the `parameters` of `tools`, which `tool_choice` "required" or a
 named function compiles): a `response_format` schema with a 5,000-value enum (540 KB)
 took vLLM 79 s to compile, 5,000 optional properties (179 KB) 14 s, a 100 KB `pattern` 4.8 s
-while a concurrent plain request waited 3 s; schemas of 32 KiB compiled in 0.3-0.4 s. A
+while a concurrent plain request waited 3 s; schemas of 32 KiB compiled in 0.3-0.9 s. A
 schema is measured as its compact JSON text, descriptions included (they are rarely more
 than a fraction of it).
 """
