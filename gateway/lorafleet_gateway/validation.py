@@ -62,6 +62,28 @@ def _bad(message: str, param: str | None = None, code: str | None = None) -> API
     return APIError(400, message, param=param, code=code)
 
 
+def _check_prompt_logprobs(body: dict[str, Any], kind: str) -> None:
+    """Refuse what makes vLLM compute prompt logprobs: `prompt_logprobs`, and `echo` on chat
+    (vLLM then takes `top_logprobs`, default 0) or with `logprobs` on completions.
+
+    Every request here runs on a LoRA adapter, and vLLM's prompt logprobs with LoRA are
+    broken (vllm-project/vllm#16668, #51594): eight such requests at once killed the engine
+    (`einsum(): subscript b has size 8 ... size 237` in the LoRA logits path, EngineDeadError),
+    every other tenant's requests on the replica with it; alone they can be silently wrong."""
+    param = None
+    if body.get("prompt_logprobs") is not None:
+        param = "prompt_logprobs"
+    elif body.get("echo") and (kind == "chat" or body.get("logprobs") is not None):
+        param = "echo"
+    if param is not None:
+        raise _bad(
+            "Prompt logprobs are not supported (prompt_logprobs, or echo with logprobs): "
+            "vLLM cannot compute them for LoRA adapters. Logprobs of generated tokens are.",
+            param,
+            "unsupported_parameter",
+        )
+
+
 def _check_messages(messages: Any, bounds: Bounds) -> int:
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty array.", "messages")
@@ -262,6 +284,7 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
     # vLLM's beam search runs a new engine request per beam per token: n=4 beams of 200
     # tokens took 17 s against 1.7 s sampled, for the same estimate and the same usage, and
     # the agent counted one request where vLLM ran four (the router's load signal).
+    _check_prompt_logprobs(body, kind)
     if body.get("use_beam_search") not in (None, False):
         raise _bad(
             "Beam search is not supported: sample instead (use_beam_search must be false).",

@@ -215,3 +215,39 @@ def test_a_repeated_key_counts_once_and_what_is_forwarded_is_what_was_checked(en
     assert _sent(env) == before
     req = parse_request(theirs_first.encode(), "chat", Bounds())
     assert upstream_body(req, "acme-support-v1").count(b'"model"') == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "extra", "param"),
+    [
+        ("/completions", {"prompt_logprobs": 0}, "prompt_logprobs"),
+        ("/completions", {"prompt_logprobs": 20}, "prompt_logprobs"),
+        ("/completions", {"echo": True, "logprobs": 0}, "echo"),
+        ("/chat/completions", {"echo": True}, "echo"),  # vLLM takes top_logprobs (0)
+        ("/chat/completions", {"prompt_logprobs": 1}, "prompt_logprobs"),
+    ],
+)
+def test_prompt_logprobs_are_refused_they_kill_vllms_lora_engine(
+    env: GatewayEnv, path: str, extra: dict[str, object], param: str
+):
+    """Eight such requests at once killed real vLLM's engine (LoRA + prompt logprobs)."""
+    before = _sent(env)
+    error = _error(_post(env, json.dumps(_completion(path, extra)), path), 400)
+    assert (error["code"], error["param"]) == ("unsupported_parameter", param)
+    assert _sent(env) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("/completions", {"echo": True}),
+        ("/completions", {"logprobs": 5}),
+        ("/chat/completions", {"logprobs": True, "top_logprobs": 5, "echo": False}),
+    ],
+)
+def test_logprobs_of_generated_tokens_and_a_plain_echo_reach_the_engine(
+    env: GatewayEnv, path: str, extra: dict[str, object]
+):
+    before = _sent(env)
+    assert _post(env, json.dumps(_completion(path, extra)), path).status_code == 200
+    assert _sent(env) == before + 1

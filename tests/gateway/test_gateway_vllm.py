@@ -354,3 +354,37 @@ def test_routing_policy_random_spreads_an_adapter_and_affinity_keeps_it_on_its_o
         owner = ranked(records["zebra"].id, ["gw-r0", "gw-r1"])[0]
         assert served == {owner: 24}, served
         assert not routed
+
+
+def test_prompt_logprobs_never_reach_the_engine_which_they_kill(fleet):
+    """Real vLLM with LoRA: eight concurrent echo + logprobs / prompt_logprobs requests made
+    its engine die (EngineDeadError in the LoRA logits path), taking every request on the
+    replica with it. The gateway refuses them; the engine serves on."""
+    base_url, _records, _folder, _gw = fleet
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+    prompt = "weather " * 200
+
+    def ask(i: int) -> int:
+        try:
+            if i % 2:  # vLLM turns echo + logprobs into prompt logprobs
+                client.completions.create(
+                    model="acme/bot:prod", prompt=prompt, max_tokens=8, echo=True, logprobs=20
+                )
+            else:
+                client.completions.create(
+                    model="acme/bot:prod",
+                    prompt=prompt,
+                    max_tokens=8,
+                    extra_body={"prompt_logprobs": 20},
+                )
+        except openai.BadRequestError as exc:
+            return exc.status_code
+        return 200
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        assert list(pool.map(ask, range(8))) == [400] * 8
+    after = client.completions.create(
+        model="acme/bot:prod", prompt="Tell me about the weather today", max_tokens=12,
+        temperature=0,
+    )  # fmt: skip
+    assert MARKERS["zebra"] in after.choices[0].text
