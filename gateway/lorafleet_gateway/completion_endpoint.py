@@ -14,14 +14,14 @@ from starlette.types import Message, Receive, Scope, Send
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.client_gone import unless_client_leaves
 from lorafleet_core.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
-from lorafleet_core.openai_stream import usage_tokens
+from lorafleet_core.openai_stream import answer_usage, usage_tokens
 from lorafleet_core.tiers import MERGED_TIER
 from lorafleet_gateway.auth import authenticate, single_authorization
 from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.concurrency import ConcurrencyLimited
 from lorafleet_gateway.errors import APIError, error_response, model_not_found
 from lorafleet_gateway.pool_router import plan_pool_route
-from lorafleet_gateway.relay import RelayResult, json_usage, relay_stream
+from lorafleet_gateway.relay import RelayResult, relay_stream
 from lorafleet_gateway.reqlog import log_request
 from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.runtime import Gateway
@@ -182,7 +182,7 @@ class CompletionEndpoint:
         if opened.chunks is None:  # non-stream, or an error answer
             if opened.status == 200:
                 held.answered()
-                usage = json_usage(opened.first)
+                usage = answer_usage(opened.first)
                 self._charge(held, usage, out)
                 prompt, completion = usage_tokens(usage or {})
                 self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)

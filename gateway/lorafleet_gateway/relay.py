@@ -11,7 +11,6 @@ response has ended.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -25,7 +24,6 @@ from lorafleet_core.openai_stream import (
     event_usage,
     is_content_event,
     is_usage_only,
-    usage_of,
 )
 from lorafleet_core.sse import SseFramer
 from lorafleet_gateway.errors import sse_error_event
@@ -42,15 +40,6 @@ class RelayResult:
     finished_at: float = 0.0
     completed: bool = False
     content_events: int = 0  # events relayed that carry generated text (usage.py)
-
-
-def json_usage(body: bytes) -> dict[str, Any] | None:
-    """The `usage` object of a non-stream answer (any endpoint: lorafleet_core.openai_stream)."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    return usage_of(obj) if isinstance(obj, dict) else None
 
 
 def count_content_events(events: list[bytes]) -> int:

@@ -17,7 +17,6 @@ says why it is its own token): 401 before the body is read.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -43,7 +42,7 @@ from lorafleet_core.names import (
     HEADER_TOKENS_ESTIMATE,
 )
 from lorafleet_core.openai_errors import error_body
-from lorafleet_core.openai_stream import usage_of, usage_tokens
+from lorafleet_core.openai_stream import answer_usage, usage_tokens
 from lorafleet_core.tiers import parse_tier
 
 log = logging.getLogger("lorafleet.agent.requests")
@@ -241,10 +240,6 @@ async def _settle(
 
 
 def _count_json_usage(stats: RequestStats, adapter_id: str, content: bytes) -> None:
-    try:
-        obj = json.loads(content)
-    except ValueError:
-        return
-    usage = usage_of(obj) if isinstance(obj, dict) else None
+    usage = answer_usage(content)
     if usage is not None:
         stats.count_tokens(adapter_id, usage_tokens(usage)[1])

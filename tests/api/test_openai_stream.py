@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
 
 from lorafleet_core.openai_stream import (
+    WHOLE_PARSE_BYTES,
+    answer_usage,
     ends_stream,
     event_usage,
     is_content_event,
@@ -61,3 +64,42 @@ def test_role_only_and_finish_only_chunks_generate_nothing_tool_call_pieces_do()
     call = {"index": 0, "function": {"arguments": '{"ci'}}
     assert is_content_event(_data({"choices": [{"delta": {"content": "", "tool_calls": [call]}}]}))
     assert is_content_event(_data({"choices": [{"delta": {"reasoning_content": "hm"}}]}))
+
+
+def _echo_answer(prompt_tokens: int) -> bytes:
+    """A completions answer shaped as vLLM writes one for `echo` + `logprobs` +
+    `prompt_logprobs` (20 alternatives per prompt token), usage last; some alternatives are
+    the token `usage` itself."""
+    alternatives = {
+        str(i): {"logprob": -1.5, "rank": i, "decoded_token": "usage" if i == 3 else f"t{i}"}
+        for i in range(21)
+    }
+    top = {("usage" if i == 2 else f"t{i}"): -0.5 for i in range(20)}
+    choice = {
+        "index": 0,
+        "text": 'echo "usage": {"prompt_tokens": 1}',  # escaped in JSON: not a key
+        "logprobs": {"tokens": ["x"] * prompt_tokens, "top_logprobs": [top] * prompt_tokens},
+        "prompt_logprobs": [None] + [alternatives] * (prompt_tokens - 1),
+    }
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 8, "total_tokens": 8}
+    return json.dumps({"id": "cmpl-1", "choices": [choice], "usage": usage}).encode()
+
+
+def test_the_usage_of_a_large_answer_is_read_without_parsing_it_whole():
+    """A 10 MB answer took 238 ms to parse whole (the gateway's event loop blocked) to read
+    three integers; the tail holds them."""
+    small, large = _echo_answer(10), _echo_answer(8_000)
+    assert len(small) <= WHOLE_PARSE_BYTES < len(large)
+    assert answer_usage(small) == json.loads(small)["usage"]
+    tracemalloc.start()
+    try:
+        usage = answer_usage(large)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert usage == {"prompt_tokens": 8_000, "completion_tokens": 8, "total_tokens": 8}
+    assert peak < 64 * 1024, peak  # a window of the tail, not the document
+    chat = json.dumps({"choices": [], "usage": usage, "prompt_logprobs": [None] * 100_000})
+    assert answer_usage(chat.encode()) == usage  # vLLM's chat answer: prompt_logprobs last
+    assert answer_usage(b"x" * (WHOLE_PARSE_BYTES + 1)) is None
+    assert answer_usage(b'{"usage": 1}' + b" " * WHOLE_PARSE_BYTES) is None

@@ -19,9 +19,11 @@ import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from lorafleet_cli.demo_assets import DemoAssets
+from lorafleet_core.openai_stream import WHOLE_PARSE_BYTES
 from lorafleet_core.placement import ranked
 from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.runtime import Gateway
+from lorafleet_gateway.usage import USAGE_COMPLETION, USAGE_PROMPT
 from tests.conftest import (
     S3Server,
     VllmServer,
@@ -388,3 +390,33 @@ def test_prompt_logprobs_never_reach_the_engine_which_they_kill(fleet):
         temperature=0,
     )  # fmt: skip
     assert MARKERS["zebra"] in after.choices[0].text
+
+
+def test_a_large_answer_is_metered_by_its_usage_without_being_parsed_whole(fleet):
+    """n choices with 20 logprobs per token make vLLM's answer ~0.6 KB per generated token
+    (16 MB for n=4 x 4096 tokens on a large pool); past WHOLE_PARSE_BYTES the gateway and the
+    agent read its usage from the tail (lorafleet_core.openai_stream.answer_usage). Real
+    vLLM's answer must still meter right."""
+    base_url, records, _folder, gw = fleet
+    resp = httpx.post(
+        f"{base_url}/completions",
+        json={
+            "model": "acme/bot:prod",
+            "prompt": "Tell me about the weather today",
+            "max_tokens": 200,
+            "n": 4,
+            "logprobs": 20,
+            "ignore_eos": True,
+        },
+        headers={"authorization": f"Bearer {KEY}"},
+        timeout=120,
+    )
+    assert resp.status_code == 200, resp.text[:300]
+    assert len(resp.content) > WHOLE_PARSE_BYTES
+    usage = resp.json()["usage"]
+    labels = {"tenant": "acme", "adapter": records["zebra"].id}
+    registry = gw.metrics.registry
+    assert usage["completion_tokens"] == 800
+    assert registry.get_sample_value(USAGE_PROMPT + "_total", labels) == usage["prompt_tokens"]
+    completion = registry.get_sample_value(USAGE_COMPLETION + "_total", labels)
+    assert completion == usage["completion_tokens"]
