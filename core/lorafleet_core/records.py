@@ -87,6 +87,22 @@ def decode_owned(value: str) -> list[AdapterRecord]:
     return [AdapterRecord.model_validate(row) for row in data]
 
 
+def owned_ids(value: str | None) -> list[str]:
+    """The ids an annotation value lists, in its order, without validating each record: the
+    operator reads its own earlier write back as the kept set's memory (planning.prewarm), the
+    simulator its agents' lists. A value that does not parse lists nothing (the next plan
+    overwrites it)."""
+    if not value or not value.strip():
+        return []
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return []
+    if not isinstance(data, list):
+        return []
+    return [row["id"] for row in data if isinstance(row, dict) and isinstance(row.get("id"), str)]
+
+
 def parse_downward_annotations(text: str) -> dict[str, str]:
     """Parse a downward-API annotations file: one `key="value"` per line, value Go-quoted.
 

@@ -6,8 +6,13 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lorafleet_core.planning.prewarm import plan_owned_annotations, prewarm_order, prewarm_pass
-from lorafleet_core.records import AdapterRecord, decode_owned, encode_owned
+from lorafleet_core.planning.prewarm import (
+    KEPT_COLD_TPS,
+    plan_owned_annotations,
+    prewarm_order,
+    prewarm_pass,
+)
+from lorafleet_core.records import AdapterRecord, decode_owned, encode_owned, owned_ids
 from tests.operator.factories import adapter
 
 REPLICAS = [f"pool-{i}" for i in range(26)]
@@ -125,3 +130,108 @@ def test_prewarm_pass_registers_the_first_ram_slots_in_list_order_and_pulls_the_
     # left it), pulls everything else to disk, in list order.
     later = prewarm_pass(owned, 2, listed_before={"c", "e"})
     assert (list(later.register), list(later.to_disk)) == (["a"], ["c", "b", "e", "d"])
+
+
+# The kept set's hysteresis: one pod (k=1) owning N adapters whose annotation holds ROOM of
+# them. Ids have one length, so every row has one size and ROOM is exact.
+N_OWNED, ROOM = 60, 12
+ONE_POD = ["only-0"]
+
+
+OWNED = records(N_OWNED)
+# Brackets, ROOM rows and the commas between them.
+BOUND = 2 + ROOM * (len(encode_owned(OWNED[:1])) - 2) + ROOM - 1
+
+
+def _kept(recs, traffic, listed=None):
+    plan = plan_owned_annotations(recs, ONE_POD, 1, BOUND, traffic, listed)
+    value = plan.annotations["only-0"]
+    return value, frozenset(owned_ids(value))
+
+
+traffic_figures = st.lists(
+    st.one_of(st.just(0.0), st.floats(0.0, 5_000.0)), min_size=N_OWNED, max_size=N_OWNED
+)
+# Noise on every figure, up to just under a factor of sqrt(2) either way.
+noise_factors = st.lists(st.floats(-0.49, 0.49), min_size=N_OWNED, max_size=N_OWNED)
+
+
+@settings(max_examples=100, deadline=None)
+@given(figures=traffic_figures, noises=st.lists(noise_factors, min_size=1, max_size=4))
+def test_traffic_noise_never_changes_the_kept_set(figures, noises):
+    recs = OWNED
+    traffic = {r.id: tps for r, tps in zip(recs, figures, strict=True)}
+    value, kept = _kept(recs, traffic)
+    assert len(kept) == ROOM
+    # Pass after pass, each with its own noise around the same traffic: the same bytes.
+    for noise in noises:
+        noisy = {a: tps * 2**f for (a, tps), f in zip(traffic.items(), noise, strict=True)}
+        again, kept_again = _kept(recs, noisy, {"only-0": kept})
+        assert kept_again == kept
+        assert again == value
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    figures=traffic_figures,
+    hot=st.lists(st.integers(0, N_OWNED - 1), min_size=1, max_size=ROOM, unique=True),
+    factor=st.floats(2.01, 100.0),
+)
+def test_a_challenger_clearly_hotter_than_the_kept_ones_gets_in_on_the_next_pass(
+    figures, hot, factor
+):
+    recs = OWNED
+    traffic = {r.id: tps for r, tps in zip(recs, figures, strict=True)}
+    _, kept = _kept(recs, traffic)
+    # A real shift: the `hot` adapters now send more than twice what any adapter sent (and
+    # than the cold floor); everything else as before.
+    peak = max(max(figures), KEPT_COLD_TPS) * factor
+    shifted = {**traffic, **{recs[i].id: peak for i in hot}}
+    value, after = _kept(recs, shifted, {"only-0": kept})
+    assert {recs[i].id for i in hot} <= after
+    assert len(after) == ROOM
+    # The adapters that made room were the coldest of the kept ones.
+    left = kept - after
+    stayed = kept & after
+    if left and stayed:
+        score = {a: max(shifted[a], KEPT_COLD_TPS) for a in kept}
+        assert max(score[a] for a in left) <= min(score[a] for a in stayed)
+    # The next pass with the same figures keeps it (a shift is followed once, not again).
+    assert _kept(recs, shifted, {"only-0": after})[0] == value
+
+
+def test_a_gradual_shift_is_followed_within_a_few_passes():
+    recs = OWNED
+    traffic = {r.id: 100.0 + i for i, r in enumerate(recs)}  # the last ROOM are kept
+    _, kept = _kept(recs, traffic)
+    assert kept == {r.id for r in recs[-ROOM:]}
+    rising = recs[0].id  # the coldest, 100 tokens/s, 1.4 times a step
+    passes = 0
+    while rising not in kept:
+        passes += 1
+        traffic[rising] *= 1.4
+        _, kept = _kept(recs, traffic, {"only-0": kept})
+        assert passes <= 5, "a real shift must win within a few passes"
+    # It got in on the first pass it sent more than twice the coldest kept one (148 tokens/s):
+    # 100 x 1.4^3 = 274 did not, 1.4^4 = 384 did.
+    assert passes == 4
+
+
+def test_with_no_traffic_figures_the_listed_kept_set_stays():
+    # An operator that just restarted plans before its first scrape: every figure missing.
+    recs = OWNED
+    traffic = {r.id: float(100 + 10 * i) for i, r in enumerate(recs)}  # hottest last by id
+    value, kept = _kept(recs, traffic)
+    assert _kept(recs, {}, {"only-0": kept}) == (value, kept)
+    # Without the listed memory the same plan would flip to the id/position order.
+    assert _kept(recs, {})[1] != kept
+
+
+def test_a_new_pod_or_one_with_room_ranks_by_traffic_alone():
+    recs = OWNED
+    traffic = {r.id: float(10 * i) for i, r in enumerate(recs)}
+    _, kept = _kept(recs, traffic)
+    assert kept == {r.id for r in recs[-ROOM:]}
+    # Listed for another pod, or listing adapters it no longer owns, changes nothing here.
+    assert _kept(recs, traffic, {"other-pod": {r.id for r in recs[:ROOM]}})[1] == kept
+    assert _kept(recs[ROOM:], traffic, {"only-0": {r.id for r in recs[:ROOM]}})[1] == kept

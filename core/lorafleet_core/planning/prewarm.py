@@ -11,11 +11,20 @@ slots' worth registered with vLLM, then the rest pulled to its disk cache only.
 order by traffic"): the annotation stays in id order.
 
 Size bound: a value never exceeds `max_bytes` (the pool's `cache.ownedAnnotationMaxBytes`;
-Kubernetes caps all of a pod's annotations at 256 KiB together). Past it, a pod keeps the
-adapters with the most traffic first, then those it owns as first choice (primary owner),
-then by id, and stops at the first one that no longer fits. Adapters left out are listed in
-`PrewarmPlan.dropped`; they are not pre-warmed on that pod but still load on first request,
-because the gateway posts the record to the agent's load endpoint.
+Kubernetes caps all of a pod's annotations at 256 KiB together). Past it, a pod keeps (the
+kept set) the adapters with the most traffic first, then those it owns as first choice
+(primary owner), then by id, and stops at the first one that no longer fits. Adapters left
+out are listed in `PrewarmPlan.dropped`; they are not pre-warmed on that pod but still load on
+first request, because the gateway posts the record to the agent's load endpoint.
+
+The kept set has hysteresis (`kept_rank`): an adapter the pod's current annotation lists
+stays until a challenger is clearly hotter (more than twice its tokens/s), and every figure
+below `KEPT_COLD_TPS` counts as that floor. Every change of the kept set makes the agent pull
+(and its disk cache evict) adapters, and the figure it follows is a one-minute window in
+which most of a big pod's owned adapters show one request or none; ranking on it as it is
+rewrote hundreds of rows per pass (docs/performance.md, "Kept set with hysteresis"). With the
+current annotation as the only memory the plan stays a pure function of the observed world,
+and an operator that has no traffic figures yet (just restarted) keeps what is listed.
 """
 
 from __future__ import annotations
@@ -72,6 +81,31 @@ class PrewarmPlan:
     dropped: dict[str, list[str]] = field(default_factory=dict)  # replica -> ids left out
 
 
+# Tokens/s below which an adapter ranks as cold in the kept set: ~one response of the trace's
+# mean 211 generated tokens every 30 s. Below it the agent's one-minute window holds a request
+# or two (or none), which is arrival noise, not a ranking (docs/performance.md measures the
+# floor against 0).
+KEPT_COLD_TPS = 8.0
+# How much hotter (log2: a factor of two) a challenger must be to displace a listed adapter.
+KEPT_MARGIN_BANDS = 1.0
+
+
+def kept_rank(tps: float, listed: bool) -> tuple[float, bool]:
+    """Sort key (ascending = kept first) of one owned adapter in the kept set: its tokens/s
+    on a log2 scale, floored at KEPT_COLD_TPS, plus KEPT_MARGIN_BANDS when the pod's current
+    annotation lists it; a tie goes to the listed one.
+
+    So a listed adapter `a` gives way to a challenger `c` only when max(c, floor) is more than
+    twice max(a, floor): noise of up to a factor of sqrt(2) on every figure never changes the
+    set, a real shift of more than that changes it on the next pass
+    (tests/operator/test_planning_prewarm.py checks both).
+    """
+    if not tps >= 0:  # NaN or negative from a replica's report: cold, never a crash
+        tps = 0.0
+    score = log2(max(tps, KEPT_COLD_TPS)) + (KEPT_MARGIN_BANDS if listed else 0.0)
+    return (-score, not listed)
+
+
 def _traffic_band(tps: float) -> int:
     # Live tokens/s moves a little on every poll; ordering on the exact figure would rewrite
     # (and patch) every pod annotation each pass. A factor-of-two band keeps hot ahead of cold.
@@ -106,11 +140,18 @@ def plan_owned_annotations(
     k_by_adapter: Mapping[str, int] | int,
     max_bytes: int,
     traffic: Mapping[str, float] | None = None,
+    listed: Mapping[str, Container[str]] | None = None,
 ) -> PrewarmPlan:
-    """Owners of every adapter and the annotation value of every replica (even empty ones)."""
+    """Owners of every adapter and the annotation value of every replica (even empty ones).
+
+    `listed`: replica -> the ids its current annotation lists (`owned_ids`), the kept set's
+    memory (`kept_rank`); a replica missing from it (a new pod) ranks by traffic alone.
+    """
     replica_key = tuple(sorted(set(replicas)))
     traffic = traffic or {}
-    owned: dict[str, list[tuple[float, int, str]]] = {r: [] for r in replica_key}
+    listed = listed or {}
+    nothing: frozenset[str] = frozenset()
+    owned: dict[str, list[tuple[tuple[float, bool], int, str]]] = {r: [] for r in replica_key}
     owners: dict[str, list[str]] = {}
     rows: dict[str, str] = {}
     for rec in records:
@@ -118,8 +159,10 @@ def plan_owned_annotations(
         chosen = _owners_cached(rec.id, replica_key, k)
         owners[rec.id] = list(chosen)
         rows[rec.id] = encode_owned_row(rec)
+        tps = traffic.get(rec.id, 0.0)
         for position, replica in enumerate(chosen):
-            owned[replica].append((-traffic.get(rec.id, 0.0), position, rec.id))
+            was = rec.id in listed.get(replica, nothing)
+            owned[replica].append((kept_rank(tps, was), position, rec.id))
 
     annotations: dict[str, str] = {}
     dropped: dict[str, list[str]] = {}
