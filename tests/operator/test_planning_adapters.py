@@ -64,8 +64,16 @@ def test_owner_count_grows_with_traffic_and_shrinks_with_hysteresis():
     assert A.plan_owner_count(0, None, 3, 1000, 1) == 3
 
 
+def test_owner_count_with_no_traffic_figure_yet_stays_where_it_is():
+    # A restarted operator plans before its first scrape: unknown is not zero traffic.
+    assert A.plan_owner_count(None, 4, 2, 1000, 26) == 4
+    assert A.plan_owner_count(0, 4, 2, 1000, 26) == 2
+    assert A.plan_owner_count(None, None, 2, 1000, 26) == 2  # a new adapter: the default
+    assert A.plan_owner_count(None, 9, 2, 1000, 5) == 5  # still never above the replicas
+
+
 @given(
-    tps=st.floats(0, 1e6),
+    tps=st.none() | st.floats(0, 1e6),
     current=st.none() | st.integers(1, 40),
     opa=st.integers(1, 16),
     replicas=st.integers(0, 40),

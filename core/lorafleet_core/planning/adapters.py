@@ -262,7 +262,7 @@ REPLICA_TOKENS_PER_SECOND = DESIGN_MAX_SEQS / DESIGN_DECODE_S
 
 
 def plan_owner_count(
-    tokens_per_second: float,
+    tokens_per_second: float | None,
     current: int | None,
     owners_per_adapter: int,
     replica_capacity_tps: float,
@@ -275,8 +275,12 @@ def plan_owner_count(
     adapter (the rest of the replica serves the long tail). The count grows at once when
     traffic needs it and shrinks only when traffic falls 20% below the smaller count's limit,
     so owners do not flap around a threshold. Never below ownersPerAdapter; above it, never
-    more than the replica count.
+    more than the replica count. None (no figure yet: a restarted operator before its first
+    scrape) keeps the current count: shrinking would move owners only to grow them back.
     """
+    if tokens_per_second is None:
+        held = current if current is not None else owners_per_adapter
+        return max(owners_per_adapter, min(held, MAX_OWNERS, replicas)) if replicas > 0 else held
     per_owner = max(replica_capacity_tps * hot_share, 1e-9)
     # Replicas report the rates; a NaN, an infinity or a sum of two huge ones must not fail
     # the whole namespace's plan (math.ceil raises on them), and owners stay within the

@@ -8,7 +8,7 @@ world yields byte-identical output and the caller writes nothing.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -93,6 +93,13 @@ class FleetSnapshot:
     aliases: Sequence[AdapterAlias]
     pods: Sequence[PodView]
     states: Mapping[str, ReplicaState] = field(default_factory=dict)
+    # pod -> the adapter ids its owned-adapters annotation lists now (records.owned_ids): the
+    # memory of the kept set's hysteresis (planning.prewarm.kept_rank).
+    listed: Mapping[str, Container[str]] = field(default_factory=dict)
+    # Pools with traffic figures: some replica of theirs has answered a scrape since this
+    # operator started. None: every pool (a missing figure is no traffic). Before then an
+    # adapter's traffic is unknown, not zero, and its owner count stays.
+    measured_pools: Container[str] | None = None
 
 
 @dataclass
@@ -185,11 +192,15 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
         replicas = replicas_of[pool_name]
         k_by: dict[str, int] = {}
         records: list[AdapterRecord] = []
+        # Not measured yet (a restarted operator's passes before its first scrape): owner
+        # counts stay as they are, and so does the kept set (kept_rank holds what is listed
+        # when no figure says otherwise), so the restart rewrites nothing.
+        measured_pool = snap.measured_pools is None or pool_name in snap.measured_pools
         for e in entries:
             assert e.adapter is not None
             current = e.status.owner_count if e.status else None
             k_by[e.name] = plan_owner_count(
-                tps.get(e.name, 0.0),
+                tps.get(e.name, 0.0) if measured_pool else None,
                 current,
                 pool.spec.owners_per_adapter,
                 params.replica_capacity_tps,
@@ -198,7 +209,7 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             )
             records.append(AdapterRecord.from_spec(e.name, e.adapter.spec))
         pre = plan_owned_annotations(
-            records, replicas, k_by, pool.spec.cache.owned_annotation_max_bytes, tps
+            records, replicas, k_by, pool.spec.cache.owned_annotation_max_bytes, tps, snap.listed
         )
         plan.pod_annotations.update(pre.annotations)
         plan.dropped.update(pre.dropped)
