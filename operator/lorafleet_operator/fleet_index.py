@@ -29,6 +29,7 @@ from lorafleet_core.planning.adapters import Validation, parse_adapter
 from lorafleet_core.planning.fleet import AdapterEntry, FleetSnapshot, PodView
 from lorafleet_core.planning.pool import INTERNAL_PORT_NAME
 from lorafleet_core.pods import pod_ip, replica_pool, serving, terminating
+from lorafleet_core.records import owned_ids
 from lorafleet_core.replica_state import ReplicaState
 
 # Scrapes in a row a ready replica may miss before its last state is forgotten (set_states).
@@ -83,9 +84,11 @@ class FleetIndex:
         self.pools: dict[str, ReplicaPool] = {}
         self.pods: dict[str, PodView] = {}
         self.pod_values: dict[str, str | None] = {}
+        self._pod_listed: dict[str, frozenset[str]] = {}  # ids of pod_values (set_pod_value)
         self.endpoints: dict[str, Endpoint] = {}
         self.states: dict[str, ReplicaState] = {}
         self._missed: dict[str, int] = {}  # replica -> scrapes missed in a row (set_states)
+        self.measured_pools: set[str] = set()  # pools some replica has answered a scrape of
         self._dirty = asyncio.Event()
         self._last_change = 0.0
 
@@ -162,7 +165,7 @@ class FleetIndex:
             return
         name = str(meta.get("name"))
         view = PodView(name=name, pool=pool, ready=serving(body), deleting=terminating(body))
-        self.pod_values[name] = (meta.get("annotations") or {}).get(ANNOTATION_OWNED_ADAPTERS)
+        self.set_pod_value(name, (meta.get("annotations") or {}).get(ANNOTATION_OWNED_ADAPTERS))
         self.endpoints[name] = Endpoint(
             name,
             pool,
@@ -173,8 +176,16 @@ class FleetIndex:
             self.pods[name] = view
             self._touch()
 
+    def set_pod_value(self, name: str, value: str | None) -> None:
+        """The pod's owned-adapters annotation as last observed or written, and the ids it
+        lists (parsed once per new value: the kept set's memory in every plan)."""
+        if self.pod_values.get(name) != value or name not in self._pod_listed:
+            self._pod_listed[name] = frozenset(owned_ids(value))
+        self.pod_values[name] = value
+
     def remove_pod(self, name: str) -> None:
         self.pod_values.pop(name, None)
+        self._pod_listed.pop(name, None)
         self.endpoints.pop(name, None)
         self.states.pop(name, None)
         self._missed.pop(name, None)
@@ -188,6 +199,10 @@ class FleetIndex:
         MISSED_SCRAPES_KEPT scrapes in a row: one late answer (a busy node, a timeout) is not
         "no traffic", which would shrink its adapters' owner counts and pre-warm, only to grow
         them back on the next scrape. One that stays silent, or is no longer ready, is dropped.
+
+        Until some replica of the pool has answered once, the pool is not in `measured_pools`
+        and the planner treats its traffic as unknown (a restarted operator keeps the owner
+        counts and kept sets it finds instead of planning them for zero traffic).
         """
         ready = {e.replica_id for e in self.pool_endpoints(pool)}
         for rid in [r for r, e in self.endpoints.items() if e.pool == pool]:
@@ -201,6 +216,8 @@ class FleetIndex:
                 self._missed.pop(rid, None)
                 self.states.pop(rid, None)
         self.states.update(states)
+        if states:
+            self.measured_pools.add(pool)
         self._touch()
 
     def aliases_referencing(self, adapter: str) -> list[str]:
@@ -225,4 +242,6 @@ class FleetIndex:
             aliases=list(self.aliases.values()),
             pods=list(self.pods.values()),
             states=dict(self.states),
+            listed=dict(self._pod_listed),
+            measured_pools=frozenset(self.measured_pools),
         )

@@ -216,7 +216,7 @@ class FleetSync(FleetIndex):
     async def _write_pod(self, pod: str, value: str) -> None:
         async with self._sem:
             await self.writer.pod_annotation(self.namespace, pod, value)
-        self.pod_values[pod] = value  # our write is the newest observation
+        self.set_pod_value(pod, value)  # our write is the newest observation
 
     async def _write_adapter(self, entry: AdapterEntry, status: LoRAAdapterStatus) -> None:
         async with self._sem:

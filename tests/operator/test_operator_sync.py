@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.replica_state import ReplicaState
 from lorafleet_operator.fleet_index import MISSED_SCRAPES_KEPT
 from lorafleet_operator.sync import FleetSync
@@ -202,3 +202,57 @@ async def test_a_replica_missing_a_scrape_keeps_its_traffic_until_it_stays_silen
     assert await scraped({"pool-0": busy}) == 4
     fleet.upsert_pod(pod_body("pool-0", ready=False))
     assert await scraped({}) == 2
+
+
+async def test_a_restarted_operator_rewrites_nothing_before_and_after_its_first_scrape():
+    # A pool whose pods own more than their annotation holds (the kept set follows traffic)
+    # and a hot adapter with more owners than the default: what the traffic decided must
+    # survive a restart whose first passes run before any replica has answered a scrape.
+    small = pool(cache={"ownedAnnotationMaxBytes": 4096})
+    pods = [f"pool-{i}" for i in range(3)]
+    traffic = {f"a-{i:02d}": 20.0 * (i + 1) for i in range(40)} | {"a-00": 2000.0}
+    states = {
+        r: ReplicaState(replica_id=r, tokens_per_second=dict(traffic) if r == "pool-0" else {})
+        for r in pods
+    }
+    first_writer = RecordingWriter()
+    first = FleetSync("ns", first_writer, debounce=0.05, max_delay=0.5)
+    task = asyncio.create_task(first.run())
+    try:
+        first.upsert_pool(small)
+        for r in pods:
+            first.upsert_pod(pod_body(r))
+        for name in traffic:
+            first.upsert_adapter(adapter_body(name))
+        first.set_states("pool", states)
+        await first.flush()
+        await first.flush()  # settled: the second pass writes nothing
+    finally:
+        task.cancel()
+    assert first.last_plan is not None
+    assert first.last_plan.dropped, "the pods must own more than their annotation holds"
+    assert first.adapters["a-00"].status is not None
+    assert first.adapters["a-00"].status.owner_count == 3
+
+    # The restarted operator lists what the first one left: annotations and statuses.
+    writer = RecordingWriter()
+    second = FleetSync("ns", writer, debounce=0.05, max_delay=0.5)
+    task = asyncio.create_task(second.run())
+    try:
+        second.upsert_pool(small)
+        for r in pods:
+            body = pod_body(r)
+            value = first.pod_values[r]
+            assert value is not None
+            body["metadata"]["annotations"] = {ANNOTATION_OWNED_ADAPTERS: value}
+            second.upsert_pod(body)
+        for name, entry in first.adapters.items():
+            assert entry.status is not None
+            second.upsert_adapter(adapter_body(name) | {"status": entry.status.wire()})
+        await second.flush()  # before any scrape: traffic unknown
+        assert (writer.pods, writer.adapters) == (Counter(), Counter())
+        second.set_states("pool", states)  # the first scrape: the same traffic
+        await second.flush()
+        assert (writer.pods, writer.adapters) == (Counter(), Counter())
+    finally:
+        task.cancel()
