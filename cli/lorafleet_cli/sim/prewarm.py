@@ -3,9 +3,10 @@
 Shipped code driven here: `lorafleet_core.planning.prewarm.plan_owned_annotations` (owners by
 rendezvous hashing, each pod's annotation in id order, bounded by
 `cache.ownedAnnotationMaxBytes` so a pod owning more keeps its hottest adapters, then those it
-owns first) and `prewarm_pass` (the agent's split of a pass: the first RAM slots' worth
-registered with vLLM, the rest pulled to disk only). The replica runs the pass one adapter at
-a time (`AgentPass`, driving the replica's loads), as the agent's `PrewarmWatcher` does.
+owns first, with hysteresis over what its annotation lists: `kept_rank`) and `prewarm_pass`
+(the agent's split of a pass: the first RAM slots' worth registered with vLLM, the rest
+pulled to disk only). The replica runs the pass one adapter at a time (`AgentPass`, driving
+the replica's loads), as the agent's `PrewarmWatcher` does.
 
 The operator writes an annotation only when its value changes, and the agent starts a pass
 only when the value it reads changes (a fresh agent, after a failure, always does): this
@@ -15,14 +16,13 @@ module keeps the last value per pod so the simulator starts passes exactly then.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lorafleet_core.cache_policy import CachePolicy
 from lorafleet_core.planning.prewarm import PrewarmPass, plan_owned_annotations
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.records import AdapterRecord, owned_ids
 from lorafleet_core.tiers import Tier
 
 if TYPE_CHECKING:
@@ -51,12 +51,6 @@ def sim_record(name: str, size_bytes: int) -> AdapterRecord:
     )
 
 
-def owned_ids(annotation: str) -> list[str]:
-    """The ids of an annotation value, in its order: what the agent's `decode_owned` yields
-    (without validating each record again; the simulator wrote them)."""
-    return [row["id"] for row in json.loads(annotation)] if annotation.strip() else []
-
-
 class OwnedAnnotations:
     """The annotation the operator last wrote on each pod; which pods a re-plan changes."""
 
@@ -76,7 +70,9 @@ class OwnedAnnotations:
         """Re-plan over the live replicas: for each replica whose annotation changed, its
         owned ids (annotation order), which its agent now pre-warms, and the ids its agent
         read before (empty for a fresh agent)."""
-        plan = plan_owned_annotations(self.records, members, k_by, self.max_bytes, traffic)
+        plan = plan_owned_annotations(
+            self.records, members, k_by, self.max_bytes, traffic, self.listed
+        )
         self.dropped_any = bool(plan.dropped)
         changed: dict[str, tuple[list[str], frozenset[str]]] = {}
         for rid, value in plan.annotations.items():

@@ -37,7 +37,7 @@ from lorafleet_core.planning.fleet import (
     plan_fleet,
 )
 from lorafleet_core.planning.merged_lifecycle import PoolChange
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.records import AdapterRecord, owned_ids
 from lorafleet_core.replica_state import ReplicaState
 
 
@@ -163,6 +163,7 @@ def plan(
     adapter_statuses: Mapping[str, LoRAAdapterStatus] | None = None,
     params: FleetParams | None = None,
     held_specs: Mapping[str, Any] | None = None,
+    listed: Mapping[str, str] | None = None,
 ) -> Plan:
     """Validate, place, pre-warm and deploy what the folder declares (operator planners).
 
@@ -174,6 +175,9 @@ def plan(
     in place (a new checksum under the same name and version) is reported and the spec first
     seen keeps being served, so no replica is handed a second, different record for an id it
     holds. Removing the file and adding it again is a new object, as on a cluster.
+
+    `listed` (the last plan's `annotations`): what each replica's list holds now, the memory
+    of the kept set's hysteresis (planning.prewarm) when a replica owns more than it holds.
     """
     kept_specs = held_specs or {}
     out = Plan()
@@ -230,6 +234,7 @@ def plan(
             aliases=aliases,
             pods=pods,
             states=dict(states or {}),
+            listed={r: frozenset(owned_ids(v)) for r, v in (listed or {}).items()},
         ),
         now,
         params,

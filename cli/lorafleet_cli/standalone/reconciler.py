@@ -86,6 +86,7 @@ class Reconciler:
             adapter_statuses=self.last.adapter_statuses if self.last else None,
             params=self.params,
             held_specs=self.last.adapter_specs if self.last is not None else None,
+            listed=self.last.annotations if self.last is not None else None,
         )
         for replica, path in self.annotation_files.items():
             value = result.annotations.get(replica, "[]")
