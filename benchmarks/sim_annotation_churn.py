@@ -13,7 +13,8 @@ Then the run's figures as `lorafleet sim` prints them (the same for the same see
 
 `--kept-cold-tps` / `--kept-margin` replace `lorafleet_core.planning.prewarm.KEPT_COLD_TPS` and
 `KEPT_MARGIN_BANDS` for the run (the kept set's floor and hysteresis; docs/performance.md,
-"Kept set with hysteresis"): the values it was measured against.
+"Kept set with hysteresis"): the values it was measured against. Against a checkout from
+before them (this file copied in) it counts the planner as it was.
 """
 
 from __future__ import annotations
@@ -73,12 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=3600.0, help="measured seconds")
     ap.add_argument("--warmup", type=float, default=600.0, help="simulated first, left out")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
-    ap.add_argument("--kept-cold-tps", type=float, default=prewarm.KEPT_COLD_TPS)
-    ap.add_argument("--kept-margin", type=float, default=prewarm.KEPT_MARGIN_BANDS)
+    hysteresis = hasattr(prewarm, "KEPT_COLD_TPS")
+    ap.add_argument("--kept-cold-tps", type=float, default=getattr(prewarm, "KEPT_COLD_TPS", 0))
+    ap.add_argument("--kept-margin", type=float, default=getattr(prewarm, "KEPT_MARGIN_BANDS", 0))
     args = ap.parse_args(argv)
-    if args.kept_cold_tps <= 0:
+    if hysteresis and args.kept_cold_tps <= 0:
         ap.error("--kept-cold-tps must be > 0 (use 0.001 for no floor)")
-    prewarm.KEPT_COLD_TPS, prewarm.KEPT_MARGIN_BANDS = args.kept_cold_tps, args.kept_margin
+    if hysteresis:
+        prewarm.KEPT_COLD_TPS, prewarm.KEPT_MARGIN_BANDS = args.kept_cold_tps, args.kept_margin
     base = Inputs(seed=args.seed, duration_s=args.duration, warmup_s=args.warmup)
     inputs = replace(
         base,
@@ -99,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     flags = "".join(f" --set {s}" for s in args.set)
     if (args.duration, args.warmup) != (3600.0, 600.0):
         flags = f" --duration {args.duration:g} --warmup {args.warmup:g}{flags}"
-    flags += f" --kept-cold-tps {args.kept_cold_tps:g} --kept-margin {args.kept_margin:g}"
-    print(f"## annotation churn: {run.name}, seed {args.seed}{flags} (whole run)\n")
+    if hysteresis:
+        flags += f" --kept-cold-tps {args.kept_cold_tps:g} --kept-margin {args.kept_margin:g}"
+    planner = "" if hysteresis else ", a planner without the kept set's hysteresis"
+    print(f"## annotation churn: {run.name}, seed {args.seed}{flags} (whole run{planner})\n")
     print("| re-planned on | re-plans | pods rewritten | ids newly listed |\n|---|---|---|---|")
     for cause in CAUSES:
         row = [eng.churn[(cause, what)] for what in ("re-plans", "pods rewritten")]
