@@ -22,7 +22,8 @@ stays until a challenger is clearly hotter (more than twice its tokens/s), and e
 below `KEPT_COLD_TPS` counts as that floor. Every change of the kept set makes the agent pull
 (and its disk cache evict) adapters, and the figure it follows is a one-minute window in
 which most of a big pod's owned adapters show one request or none; ranking on it as it is
-rewrote hundreds of rows per pass (docs/performance.md, "Kept set with hysteresis"). With the
+listed ~60 new rows per interval pass in the simulated ramp, ~3 with the hysteresis
+(docs/performance.md, "Kept set with hysteresis"). With the
 current annotation as the only memory the plan stays a pure function of the observed world,
 and an operator that has no traffic figures yet (just restarted) keeps what is listed.
 """
@@ -83,8 +84,8 @@ class PrewarmPlan:
 
 # Tokens/s below which an adapter ranks as cold in the kept set: ~one response of the trace's
 # mean 211 generated tokens every 30 s. Below it the agent's one-minute window holds a request
-# or two (or none), which is arrival noise, not a ranking (docs/performance.md measures the
-# floor against 0).
+# or two (or none), which is arrival noise, not a ranking (docs/performance.md, "Kept set with
+# hysteresis", measures 0.001-32: a higher floor trades fewer pulls for more remote loads).
 KEPT_COLD_TPS = 8.0
 # How much hotter (log2: a factor of two) a challenger must be to displace a listed adapter.
 KEPT_MARGIN_BANDS = 1.0
