@@ -251,6 +251,11 @@ async def _rounds(
     return {"background_cores": background, "snapshot_cpu_s": snapshot_s, "groups": groups}
 
 
+def _cpus(doc: dict[str, Any], roles: Sequence[str]) -> set[int]:
+    """The CPUs any thread of these roles may run on (`FleetProcesses.affinity`)."""
+    return {c for r in roles for t in doc["affinity"].get(r, {}).values() for c in t}
+
+
 def fit(doc: dict[str, Any]) -> dict[str, float]:
     """The host model's parameters (`ReplicaParams.host_*`) from the probe's groups."""
     one = sorted((g for g in doc["groups"] if g["concurrency"] == 1), key=lambda g: g["max_tokens"])
@@ -264,20 +269,25 @@ def fit(doc: dict[str, Any]) -> dict[str, float]:
         if g["first_token_cpu_s"]
     )
     end = lo["path_cpu_per_request_s"] - ttft - per_token * max(0.0, lo["tokens_per_request"] - 1)
+    # The host's cores are those the path's processes may run on (their measured CPU masks);
+    # a process competes for them only if its own mask reaches one (the `pinned` layout
+    # keeps vLLM's engine off them: benchmarks/calibration_layout.py).
+    cpus = _cpus(doc, HOST_ROLES)
+    on_host = [r for r in doc["background_cores"] if r in HOST_ROLES or _cpus(doc, (r,)) & cpus]
     # The engine's processes use CPU the path could have used while they step (the worker's
     # OMP threads, the EngineCore's scheduler loop): their CPU above the idle rate, per
     # second of engine busy time.
+    engine = [r for r in ENGINE_ROLES if r in on_host or not doc["affinity"].get(r)]
     engine_cpu = sum(
-        g["requests"] * sum(g["cpu_per_request_s"].get(r, 0.0) for r in ENGINE_ROLES) for g in one
+        g["requests"] * sum(g["cpu_per_request_s"].get(r, 0.0) for r in engine) for g in one
     )
     busy = sum(g["vllm"]["request_inference_time_seconds_sum"] for g in one)
-    cpus = {c for r in HOST_ROLES for t in doc["affinity"].get(r, {}).values() for c in t}
     return {
         "host_cores": float(len(cpus)),
         "host_ttft_cpu_s": max(0.0, ttft),
         "host_token_cpu_s": per_token,
         "host_end_cpu_s": max(0.0, end),
-        "host_background": sum(doc["background_cores"].values()),
+        "host_background": sum(doc["background_cores"][r] for r in on_host),
         "host_engine_busy": max(0.0, engine_cpu / busy) if busy > 0 else 0.0,
     }
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import itertools
 import json
 import statistics
 import sys
@@ -44,6 +43,14 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.calibration_probes import TOKENS_PER_WORD
+from benchmarks.calibration_stall_fit import (
+    Chunks,
+    held_gaps,
+    load_fit,
+    sentinel_fit,
+    stop_fit,
+    stops,
+)
 from lorafleet_cli.loadtest.driver import Target
 from lorafleet_cli.loadtest.plan import prompt_text
 from lorafleet_cli.probe.client import make_client, stream_chat
@@ -102,73 +109,6 @@ class Heartbeat(threading.Thread):
         self.join(timeout=15)
 
 
-def stops(
-    pings: list[tuple[str, float, float]],
-    client_gc: list[tuple[float, int, float]],
-    threshold_s: float,
-) -> dict[str, list[tuple[float, float]]]:
-    """Per hop, the stops seen: [(start, seconds)]. A ping slower than the hop's median by
-    `threshold_s` was held by a stop, unless the client itself was collecting then."""
-    gc_windows = [(t, t + d) for t, _, d in client_gc if d >= threshold_s / 2]
-    out: dict[str, list[tuple[float, float]]] = {}
-    for hop in sorted({p[0] for p in pings}):
-        mine = sorted((t, d) for h, t, d in pings if h == hop)
-        base = statistics.median(d for _, d in mine)
-        found: list[tuple[float, float]] = []
-        for t, d in mine:
-            extra = d - base
-            if extra < threshold_s or any(a <= t + d and t <= b for a, b in gc_windows):
-                continue
-            if found and t <= found[-1][0] + found[-1][1]:  # the same stop, seen again
-                start, length = found[-1]
-                found[-1] = (start, max(length, t + extra - start))
-            else:
-                found.append((t, extra))
-        out[hop] = found
-    out["client"] = [(t, d) for t, _, d in client_gc if d >= threshold_s]
-    return out
-
-
-Chunks = list[tuple[float, int]]  # one stream: (arrival time, SSE events in the read)
-
-
-def held_gaps(streams: list[Chunks], threshold_s: float) -> list[tuple[float, float]]:
-    """Stops that held a stream: [(start, seconds)]. A gap of `threshold_s` beyond the stream's
-    median gap, after which two or more events arrive within 3 ms, was a hold (the engine
-    kept generating while the bytes waited); a gap followed by one event is the engine's own
-    (a long step), not a stop of the path."""
-    out = []
-    for chunks in streams:
-        gaps = [b[0] - a[0] for a, b in itertools.pairwise(chunks)]
-        if len(gaps) < 3:
-            continue
-        base = statistics.median(gaps)
-        for i, gap in enumerate(gaps, start=1):
-            if gap - base < threshold_s:
-                continue
-            burst = sum(n for t, n in chunks[i:] if t - chunks[i][0] < 0.003)
-            if burst >= 2:
-                out.append((chunks[i - 1][0], gap - base))
-    return sorted(out)
-
-
-def sentinel_fit(
-    streams: list[Chunks], threshold_s: float, duration_s: float, requests: int
-) -> dict[str, float]:
-    """What `stop_fit` gives, from a sentinel stream that was open all along: every stop of
-    the path while it streamed is seen (no sampling), so stops per second = holds / time
-    streaming; host_pause_per_request scales that to the run's requests."""
-    holds = held_gaps(streams, threshold_s)
-    streaming = sum(c[-1][0] - c[0][0] for c in streams if len(c) > 1)
-    per_s = len(holds) / streaming if streaming > 0 else 0.0
-    return {
-        "holds": len(holds),
-        "streaming_s": streaming,
-        "host_pause_per_request": per_s * duration_s / requests if requests else 0.0,
-        "host_pause_s": statistics.mean(d for _, d in holds) if holds else 0.0,
-    }
-
-
 async def _sentinel(url: str, body: dict[str, Any], headers: dict[str, str],
                     stop: asyncio.Event, out: list[Chunks]) -> None:  # fmt: skip
     """Long streams one after the other until `stop`: every read's time and its events."""
@@ -188,6 +128,23 @@ async def _sentinel(url: str, body: dict[str, Any], headers: dict[str, str],
                 await asyncio.sleep(0.1)
 
 
+async def _keep_busy(url: str, body: dict[str, Any], headers: dict[str, str],
+                     stop: asyncio.Event, out: list[tuple[float, float]]) -> None:  # fmt: skip
+    """Long non-streamed completions one after the other until `stop`: the engine steps all
+    along while the path carries one response per request (sent, answered at)."""
+    async with httpx.AsyncClient(timeout=120.0) as http:
+        while not stop.is_set():
+            sent = time.perf_counter()
+            try:
+                ok = (await http.post(url, json=body, headers=headers)).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                out.append((sent, time.perf_counter()))
+            else:
+                await asyncio.sleep(0.1)
+
+
 async def _paced_load(
     target: Target,
     rate: float,
@@ -195,21 +152,25 @@ async def _paced_load(
     max_tokens: int,
     aliases: int,
     sentinel: list[Chunks] | None = None,
+    busy: list[tuple[float, float]] | None = None,
 ) -> list[RequestResult]:
     """One 8-token request every 1/rate s, cycling over the `aliases` hottest aliases, for
     `duration_s`. Within the RAM slots (3 of 4) nothing is loaded; over them (all 12) nearly
     every request registers its adapter with vLLM from the disk tier. With `sentinel`, a
     long stream of the hottest alias through the gateway is open all along (its reads go
-    there): a stop of any hop holds it."""
+    there): a stop of any hop holds it. With `busy`, the same request unstreamed, again and
+    again: the engine never idles, and the path has little of its own to do for it."""
     client = make_client(target.base_url, target.api_key, 120.0)
     stop = asyncio.Event()
     watch = None
+    body = {"model": target.aliases[0], "prompt": "once upon a time", "max_tokens": 120,
+            "ignore_eos": True, "temperature": 0.0, "stream": True}  # fmt: skip
+    auth = {"authorization": f"Bearer {target.api_key}"}
+    url = target.base_url.rstrip("/") + "/completions"
     if sentinel is not None:
-        body = {"model": target.aliases[0], "prompt": "once upon a time", "max_tokens": 120,
-                "ignore_eos": True, "temperature": 0.0, "stream": True}  # fmt: skip
-        auth = {"authorization": f"Bearer {target.api_key}"}
-        url = target.base_url.rstrip("/") + "/completions"
         watch = asyncio.create_task(_sentinel(url, body, auth, stop, sentinel))
+    elif busy is not None:
+        watch = asyncio.create_task(_keep_busy(url, {**body, "stream": False}, auth, stop, busy))
     t0 = time.perf_counter()
     tasks = []
     try:
@@ -239,55 +200,6 @@ async def _paced_load(
     return list(results)
 
 
-def stop_fit(
-    pings: list[tuple[str, float, float]],
-    client_gc: list[tuple[float, int, float]],
-    threshold_s: float,
-    duration_s: float,
-    requests: int,
-) -> dict[str, Any]:
-    """Stops per request and their length, from the share of pings held (not by counting
-    stops: a ping every 90 ms per hop misses a 40 ms stop more often than not).
-
-    Pings go out on a clock that knows nothing of the stops, so the share of a hop's pings
-    held (slower than its median by `threshold_s`) is the share of time it is stopped, f, and
-    a held ping waits on average half a stop: length D = 2 x its mean extra wait, and stops
-    per second = f / D. The client's own collections are timed exactly (gc.callbacks); pings
-    during one are left out (the client held them, not the hop).
-    """
-    gc_windows = [(t, t + d) for t, _, d in client_gc if d >= threshold_s / 2]
-    hops: dict[str, dict[str, float]] = {}
-    rate = 0.0  # stops per second, all hops
-    stopped = 0.0  # seconds stopped per second, all hops
-    for hop in sorted({p[0] for p in pings}):
-        mine = [
-            (t, d)
-            for h, t, d in pings
-            if h == hop and not any(a <= t + d and t <= b for a, b in gc_windows)
-        ]
-        base = statistics.median(d for _, d in mine)
-        held = [d - base for _, d in mine if d - base >= threshold_s]
-        share = len(held) / len(mine)
-        # The last `threshold_s` of every stop holds no ping long enough to count: a counted
-        # ping waits (D + threshold) / 2 on average, and only D - threshold of D is seen.
-        length = max(threshold_s, 2 * statistics.mean(held) - threshold_s) if held else 0.0
-        if length > threshold_s:
-            share *= length / (length - threshold_s)
-        per_s = share / length if length else 0.0
-        hops[hop] = {"pings": len(mine), "held": len(held), "share": share, "stop_s": length}
-        rate += per_s
-        stopped += share
-    own = [d for _, _, d in client_gc if d >= threshold_s]
-    hops["client"] = {"stops": len(own), "stop_s": statistics.mean(own) if own else 0.0}
-    rate += len(own) / duration_s
-    stopped += sum(own) / duration_s
-    return {
-        "hops": hops,
-        "host_pause_per_request": rate * duration_s / requests if requests else 0.0,
-        "host_pause_s": stopped / rate if rate else 0.0,
-    }
-
-
 def probe_stalls(
     target: Target,
     endpoints: dict[str, str],
@@ -298,15 +210,20 @@ def probe_stalls(
     max_tokens: int = 8,
     aliases: int = 3,
     sentinel: bool = False,
+    busy: bool = False,
 ) -> dict[str, Any]:
+    """`busy`: the engine kept stepping all along by unstreamed long requests beside the
+    paced load (`busy_fit`: the stops that come with engine busy time)."""
     beat = Heartbeat(endpoints, interval_s)
     streams: list[Chunks] = []
+    answered: list[tuple[float, float]] = []
     with GcRecorder() as rec:
         beat.start()
         t0 = time.perf_counter()
         watch = streams if sentinel else None
+        keep = answered if busy else None
         results = asyncio.run(
-            _paced_load(target, rate, duration_s, max_tokens, aliases, sentinel=watch)
+            _paced_load(target, rate, duration_s, max_tokens, aliases, sentinel=watch, busy=keep)
         )
         wall = time.perf_counter() - t0
         beat.stop()
@@ -339,34 +256,15 @@ def probe_stalls(
             if sentinel
             else {}
         ),
+        # the keep-busy requests: how many, and the seconds they kept the engine stepping
+        **(
+            {"busy": {"requests": len(answered), "busy_s": sum(b - a for a, b in answered)}}
+            if busy
+            else {}
+        ),
         # host_pause_per_request: stops of any hop per request served; host_pause_s: their
         # mean length (a stop of any hop holds every stream through it).
         "fit": fit,
-    }
-
-
-def load_fit(quiet: dict[str, Any], loaded: dict[str, Any]) -> dict[str, float]:
-    """Stops that come with adapter loads, from two runs of the probe: `quiet` over aliases
-    that stay registered (no load), `loaded` cycling over more aliases than vLLM's RAM slots.
-
-    The loaded run's stops beyond what the quiet run's per-request rate gives for as many
-    requests are the loads': host_pause_per_load = those stops / the requests that loaded
-    (disk or remote tier), host_pause_load_s = their stopped time / their number. The
-    stops are the gateway sentinel's holds where both runs have one (what the model does:
-    streams held), else the pings'.
-    """
-    key = "sentinel" if "sentinel" in quiet and "sentinel" in loaded else "fit"
-    q, ld = quiet[key], loaded[key]
-    n = loaded["requests"]
-    stops = ld["host_pause_per_request"] * n
-    base = q["host_pause_per_request"] * n
-    extra = max(0.0, stops - base)
-    stopped = max(0.0, stops * ld["host_pause_s"] - base * q["host_pause_s"])
-    if stopped <= 0.0:  # more stops, but no more time stopped: nothing the loads added
-        extra = 0.0
-    return {
-        "host_pause_per_load": extra / loaded["loads"] if loaded["loads"] else 0.0,
-        "host_pause_load_s": stopped / extra if extra else 0.0,
     }
 
 

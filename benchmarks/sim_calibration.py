@@ -9,12 +9,16 @@
 1. `benchmarks/agent_tier_ttft.py --json` (its own vLLM, 2 GPU / 4 RAM slots): median TTFT per
    tier; load time of a tier = its median minus the GPU median.
 2. A throwaway `lorafleet up` as the load test starts it (`e2e.standalone_fleet`: 1 replica,
-   gpuSlots 2, hostRamSlots 4, the 3 demo canaries + 3 copies each = 12 aliases), then the
+   gpuSlots 2, hostRamSlots 4, the 3 demo canaries + 3 copies each = 12 aliases), its
+   processes put on their cores (`--layout`, `benchmarks.calibration_layout`: `pinned`, the
+   default, gives vLLM's engine one core and the request path the other, as a GPU node keeps
+   the engine's compute off the host's cores; `shared` leaves them as `lorafleet up` does), then the
    probes of `benchmarks.calibration_probes` (prefill rate and request path, time per output
    token at batch 1/2/4/8/16) and `benchmarks.calibration_host_probe` (CPU seconds of the
    request path's processes per request and per streamed token, the engine's CPU while it
    steps: the host CPU model's inputs) and `benchmarks.calibration_stall_probe` (how often
-   and how long a hop stops, under a paced load of its own), then for each of `--rates` the
+   and how long a hop stops, under a paced load of its own: over 3 aliases, over all 12, and
+   over 3 beside requests that keep the engine stepping), then for each of `--rates` the
    probes again and a trace replay
    (the load test's plan, `lorafleet_cli.loadtest.plan`: Zipf(`--zipf`) over the 12 aliases,
    lengths scaled to the demo's 256-token context), recording TTFT and `x-adapter-tier` per request.
@@ -42,6 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 OUT = ROOT / "bench-results" / "calibration"
+
+from benchmarks.calibration_layout import LAYOUTS  # noqa: E402  (after the path insert)
 
 
 def _tokenizer_counts(base_model: Path, prompts: list[str]) -> list[int]:
@@ -83,7 +89,8 @@ def _optional(probe: Any, *args: Any, **kw: Any) -> dict[str, Any] | None:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
 
-    from benchmarks.calibration_host_probe import probe_host
+    from benchmarks.calibration_host_probe import FleetProcesses, probe_host
+    from benchmarks.calibration_layout import apply_layout
     from benchmarks.calibration_probes import (
         TOKENS_PER_WORD,
         load_average,
@@ -112,6 +119,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         doc["alias_adapter"] = alias_targets(fleet.manifests)
         doc["aliases"] = fleet.aliases
         vlog = next(iter(sorted((fleet.state_dir / "logs").glob("*-vllm.log"))), fleet.state_dir)
+        roles = FleetProcesses.of(fleet.proc.pid).roles
+        doc["layout"] = apply_layout(
+            args.layout, {r: [p.pid for p in ps] for r, ps in roles.items()}
+        )
+        print(f"[calibration] layout {doc['layout']}", file=sys.stderr, flush=True)
         print("[calibration] probes", file=sys.stderr, flush=True)
         doc["loadavg_probes"] = load_average()
         doc["prefill"] = probe_prefill(target, vllm_url)
@@ -127,6 +139,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             fleet_endpoints(up),
             duration_s=args.stall_s,
             aliases=len(fleet.aliases),
+        )
+        # Again beside long requests that keep the engine stepping: the stops busy time adds.
+        doc["busy_stalls"] = _optional(
+            probe_stalls, target, fleet_endpoints(up), duration_s=args.stall_s, busy=True
         )
         doc["replays"] = []
         pending: list[tuple[list[dict[str, Any]], list[Any], list[str]]] = []
@@ -211,6 +227,9 @@ def main() -> int:
     ap.add_argument("--stall-s", type=float, default=30.0, help="seconds of the stall probe")
     ap.add_argument("--no-host", action="store_true",
                     help="leave the host CPU model out (path_s constant, as before)")  # fmt: skip
+    ap.add_argument("--layout", choices=LAYOUTS, default="pinned",
+                    help="pinned: vLLM's engine on one core, the path on the others (a GPU "
+                    "node's layout); shared: as lorafleet up leaves it")  # fmt: skip
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     if args.trace is None:

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.calibration_stall_probe import load_fit
+from benchmarks.calibration_stall_fit import busy_fit, load_fit
 from lorafleet_cli.sim import calibration as cal
 from lorafleet_cli.sim import params
 from lorafleet_cli.sim.engine import Engine
@@ -51,10 +51,12 @@ def measured_params(doc: dict[str, Any]) -> dict[str, float]:
     host = doc.get("host")  # benchmarks/calibration_host_probe.py: the host CPU model's inputs
     stalls = doc.get("stalls")  # benchmarks/calibration_stall_probe.py: the hops' stops
     loaded = doc.get("load_stalls")  # the same probe over all aliases: stops per load
+    busy = doc.get("busy_stalls")  # and beside a busy engine: stops per busy second
     return {
         **(host["fit"] if host else {}),
         **(stalls["fit"] if stalls and host else {}),
         **(load_fit(stalls, loaded) if stalls and loaded and host else {}),
+        **(busy_fit(stalls, busy) if stalls and busy and host else {}),
         "prefill_tps": float(doc["prefill"]["prefill_tps"]),
         "prefill_step_s": max(0.0, float(doc["prefill"]["prefill_fit_s"][0])),
         "decode_s": max(0.0, float(a)),
@@ -148,11 +150,36 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
             f"{loaded['aliases']} aliases ({loaded['requests']} requests, {loaded['loads']} "
             f"loaded from disk), stops beyond the per-request rate, per load: {seen} |"
         )
+    busy = doc.get("busy_stalls")
+    if stalls and busy and host:
+        seen = ", ".join(
+            f"{hop} {100 * h['share']:.1f}% of pings held, stops {1000 * h['stop_s']:.0f} ms"
+            for hop, h in busy.get("hops", {}).items()
+            if "share" in h
+        )
+        kept = busy.get("busy", {}).get("busy_s") or busy.get("sentinel", {}).get("streaming_s")
+        lines.append(
+            f"| host_pause_per_busy_s, host_pause_busy_s | {m['host_pause_per_busy_s']:.3f}, "
+            f"{1000 * m['host_pause_busy_s']:.0f} ms | the same probe over {busy['aliases']} "
+            f"aliases beside requests keeping the engine stepping ({kept or 0:.0f} of "
+            f"{busy['duration_s']:.0f} s), stops beyond the per-request rate, per second of "
+            f"engine busy time: {seen} |"
+        )
     for t in ("ram", "disk", "remote"):
         lines.append(
             f"| {t}_s | {1000 * m[f'{t}_s']:.1f} ms | agent_tier_ttft median {t} - median gpu |"
         )
     return lines
+
+
+def _layout_text(layout: dict[str, Any] | None) -> str:
+    if not layout or layout.get("layout") == "shared":
+        return "shared (as `lorafleet up` leaves it: vLLM's worker on core 0, the rest anywhere)."
+    return (
+        f"pinned (vLLM's EngineCore and worker on CPUs {layout['engine_cpus']}, the supervisor, "
+        f"gateway, agent, vLLM's API server and the load client on {layout['path_cpus']}; "
+        f"threads set: {layout['threads_pinned']})."
+    )
 
 
 def _plot(path: Path, curves: list[tuple[str, list[float], list[float]]]) -> None:
@@ -209,7 +236,8 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
         "",
         f"Fleet: {FLEET['replicas']} replica, gpuSlots {FLEET['gpu_slots']}, hostRamSlots "
         f"{FLEET['ram_slots']}, 12 aliases; load average at start {doc['loadavg_start']:.1f}, "
-        f"probes {doc['loadavg_probes']:.1f}, end {doc['loadavg_end']:.1f}.",
+        f"probes {doc['loadavg_probes']:.1f}, end {doc['loadavg_end']:.1f}. CPU layout: "
+        + _layout_text(doc.get("layout")),
         "",
         *_param_lines(m, doc),
         "",
@@ -241,12 +269,12 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
             reqs, eng.first_token, eng.engine_in, eng.engine_first, in_engine
         )
         if rp.host_cores > 0:  # the same requests without the host's stops, and without it
-            no_load = {**m, "host_pause_per_load": 0.0}
+            no_load = {**m, "host_pause_per_load": 0.0, "host_pause_per_busy_s": 0.0}
             no_stops = {**no_load, "host_pause_per_request": 0.0}
             const = {k: v for k, v in m.items() if k not in cal.HOST_PARAMS}
             variants = [("host CPU, no stops", no_stops), ("path constant", const)]
-            if m.get("host_pause_per_load"):
-                variants.insert(0, ("no stops per load", no_load))
+            if m.get("host_pause_per_load") or m.get("host_pause_per_busy_s"):
+                variants.insert(0, ("no stops per load or busy second", no_load))
             for label, variant in variants:
                 rows += _variant_rows(label, variant, w, meas, args)
         tok = [r["engine_prompt_tokens"] / r["planned_prompt_tokens"] for r in rep["requests"]]

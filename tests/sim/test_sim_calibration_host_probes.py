@@ -7,7 +7,14 @@ from typing import Any
 import pytest
 
 from benchmarks.calibration_host_probe import fit
-from benchmarks.calibration_stall_probe import held_gaps, load_fit, sentinel_fit, stop_fit, stops
+from benchmarks.calibration_stall_fit import (
+    busy_fit,
+    held_gaps,
+    load_fit,
+    sentinel_fit,
+    stop_fit,
+    stops,
+)
 
 
 def group(mt: int, k: int, tokens: float, path: float, first: float | None) -> dict[str, Any]:
@@ -119,3 +126,53 @@ def test_load_fit_gives_nothing_to_loads_that_add_stops_but_no_stopped_time():
     loaded = {"requests": 150, "loads": 136, "fit": {"host_pause_per_request": 0.5,
               "host_pause_s": 0.2}}  # fmt: skip
     assert load_fit(quiet, loaded) == {"host_pause_per_load": 0.0, "host_pause_load_s": 0.0}
+
+
+def test_host_fit_leaves_out_an_engine_pinned_off_the_paths_cores():
+    # The pinned layout: the path on CPU 1, vLLM's engine on CPU 0 (calibration_layout).
+    doc: dict[str, Any] = {
+        "groups": [group(1, 1, 1.0, 0.016, 0.015), group(8, 1, 8.0, 0.023, 0.015)],
+        "background_cores": {"gateway": 0.01, "worker": 0.2, "engine_core": 0.05},
+        "affinity": {
+            "gateway": {"1/1": [1]},
+            "client": {"3/3": [1]},
+            "worker": {"2/2": [0]},
+            "engine_core": {"4/4": [0], "4/5": [0]},
+        },
+    }
+    m = fit(doc)
+    assert m["host_cores"] == 1.0
+    assert m["host_engine_busy"] == 0.0  # its threads cannot run where the path runs
+    assert m["host_background"] == pytest.approx(0.01)  # the worker's idle polling left out
+    # The same fleet with the EngineCore allowed on both cores competes again.
+    doc["affinity"]["engine_core"] = {"4/4": [0, 1]}
+    assert fit(doc)["host_background"] == pytest.approx(0.06)
+
+
+def probe_run(requests: int, duration: float, per_request: float, stop_s: float,
+              busy_s: float | None = None) -> dict[str, Any]:  # fmt: skip
+    run: dict[str, Any] = {
+        "requests": requests,
+        "duration_s": duration,
+        "aliases": 3,
+        "fit": {"host_pause_per_request": per_request, "host_pause_s": stop_s},
+    }
+    if busy_s is not None:
+        run["busy"] = {"requests": 10, "busy_s": busy_s}
+    return run
+
+
+def test_busy_fit_gives_the_stops_beyond_the_plain_rate_per_second_of_engine_busy_time():
+    plain = probe_run(150, 30.0, 0.02, 0.02)  # 0.1 stops/s of 20 ms
+    # Beside the keep-busy requests (engine stepping 24 of 30 s): 1.1 stops/s of ~200 ms.
+    busy = probe_run(150, 30.0, 0.22, (0.1 * 0.02 + 1.0 * 0.218) / 1.1, busy_s=24.0)
+    fit = busy_fit(plain, busy)
+    assert fit["host_pause_per_busy_s"] == pytest.approx(1.0 / 0.8)  # 1 extra stop/s, 80% busy
+    assert fit["host_pause_busy_s"] == pytest.approx(0.218)
+
+
+def test_busy_fit_is_zero_when_a_busy_engine_adds_no_stopped_time():
+    plain = probe_run(150, 30.0, 0.02, 0.05)
+    busy = probe_run(150, 30.0, 0.04, 0.02, busy_s=28.0)  # more stops, same stopped time
+    assert busy_fit(plain, busy) == {"host_pause_per_busy_s": 0.0, "host_pause_busy_s": 0.0}
+    assert busy_fit(plain, plain | {"busy": {"busy_s": 0.0}})["host_pause_per_busy_s"] == 0.0

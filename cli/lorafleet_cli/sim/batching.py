@@ -91,10 +91,10 @@ class VllmBatching:
         if not self.running:
             self.stepping = False
             if self.host is not None:  # the engine idles: its threads stop competing
-                self.host.set_competing(now, self.p.host_background)
+                self.host.engine_stepping(now, False)
             return
         if self.host is not None:
-            self.host.set_competing(now, self.p.host_background + self.p.host_engine_busy)
+            self.host.engine_stepping(now, True)
         n_dec = len(self.decoding)
         if not self.prefill:
             # Decode only: every step is alike until the next sequence finishes, so schedule

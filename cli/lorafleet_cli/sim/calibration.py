@@ -39,6 +39,8 @@ HOST_PARAMS = (
     "host_pause_s",
     "host_pause_per_load",
     "host_pause_load_s",
+    "host_pause_per_busy_s",
+    "host_pause_busy_s",
 )
 
 

@@ -14,7 +14,11 @@ cores beside the engine, so the path is then the constant `path_s`.
 
 A process on the path can also stop for a while (a full garbage collection of a large heap,
 a blocking call on its event loop): `pause` serves nothing until it ends, so every stream
-through the host waits, while the engine keeps generating.
+through the host waits, while the engine keeps generating. Where the engine's threads share the
+path's cores, the path is also stopped by them (descheduled for far longer than processor
+sharing gives): `engine_stepping` keeps a clock of the engine's busy time, and every
+`busy_stop_every_s` seconds of it the host stops for `busy_stop_s` (measured stops per second
+of engine busy time; `busy_stop_every_s` 0 = never).
 
 Deterministic: jobs finish in order of remaining work, ties in submission order.
 """
@@ -31,11 +35,27 @@ _EPS = 1e-12  # CPU-seconds: a job with less left than this has finished (float 
 
 
 class HostCpu:
-    def __init__(self, cores: float, schedule: Schedule, competing: float = 0.0) -> None:
+    def __init__(
+        self,
+        cores: float,
+        schedule: Schedule,
+        competing: float = 0.0,
+        engine_threads: float = 0.0,
+        busy_stop_every_s: float = 0.0,
+        busy_stop_s: float = 0.0,
+    ) -> None:
         if cores <= 0:
             raise ValueError("a host CPU needs cores > 0 (0 turns the model off)")
         self.cores = cores
         self.competing = competing
+        self.background = competing  # competing threads while the engine idles
+        self.engine_threads = engine_threads  # more of them while it steps
+        self.busy_stop_every_s = busy_stop_every_s
+        self.busy_stop_s = busy_stop_s
+        self._busy_since: float | None = None  # the engine steps since then (None: idle)
+        self._busy_left = busy_stop_every_s  # engine busy seconds until the next stop
+        self._busy_wake = 0  # id of the one busy-stop event that counts
+        self.busy_stops = 0  # stops the engine's busy time caused so far
         self._schedule = schedule
         self._jobs: dict[int, list[Any]] = {}  # id -> [work left, callback, argument]
         self._next_id = 0
@@ -60,6 +80,30 @@ class HostCpu:
         self.competing = competing
         if self._jobs:
             self._reschedule(now)
+
+    def engine_stepping(self, now: float, busy: bool) -> None:
+        """The engine steps (or idles) from `now` on: its threads compete for the cores
+        meanwhile, and its busy time runs the clock of the stops it causes."""
+        self.set_competing(now, self.background + (self.engine_threads if busy else 0.0))
+        if self.busy_stop_every_s <= 0 or busy == (self._busy_since is not None):
+            return
+        self._busy_wake += 1
+        if busy:
+            self._busy_since = now
+            self._schedule(now + max(0.0, self._busy_left), self._busy_stop, self._busy_wake)
+        else:
+            assert self._busy_since is not None
+            self._busy_left -= now - self._busy_since
+            self._busy_since = None
+
+    def _busy_stop(self, now: float, wake: int) -> None:
+        if wake != self._busy_wake:
+            return
+        self.busy_stops += 1
+        self.pause(now, self.busy_stop_s)
+        self._busy_since, self._busy_left = now, self.busy_stop_every_s
+        self._busy_wake += 1
+        self._schedule(now + self._busy_left, self._busy_stop, self._busy_wake)
 
     def submit(
         self, now: float, work_s: float, done: Done | None = None, arg: Any = None, count: int = 1

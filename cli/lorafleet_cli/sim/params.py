@@ -108,6 +108,15 @@ class ReplicaParams:
     # benchmarks/calibration_stall_probe.py run over more aliases than RAM slots (load_fit).
     host_pause_per_load: float = 0.0
     host_pause_load_s: float = 0.0
+    # Stops that come with the engine's busy time, where its threads share the path's cores
+    # (the CPU stack's `shared` layout: vLLM's EngineCore and worker busy-poll their queues
+    # while it steps and the path's processes are descheduled for 100+ ms at a time): every
+    # 1 / host_pause_per_busy_s seconds of engine stepping the host serves nothing for
+    # host_pause_busy_s (0 = never). Measured by benchmarks/calibration_stall_probe.py with
+    # and without a stream keeping the engine busy (busy_fit). 0 on a GPU node and in the
+    # `pinned` layout, where the engine has cores of its own.
+    host_pause_per_busy_s: float = 0.0
+    host_pause_busy_s: float = 0.0
 
     @property
     def remote_bandwidth(self) -> float:

@@ -22,7 +22,8 @@ back after the engine's first token), `host_token_cpu_s` for every later token e
 carries, `host_end_cpu_s` after its last, beside `host_engine_busy` threads of the engine's
 while it steps; busy streams then delay other first tokens. Every 1 / `host_pause_per_request`
 arrivals the host stops for `host_pause_s` (a process's garbage collection), and every
-1 / `host_pause_per_load` registrations of an adapter with vLLM for `host_pause_load_s`.
+1 / `host_pause_per_load` registrations of an adapter with vLLM for `host_pause_load_s`, and
+every 1 / `host_pause_per_busy_s` seconds of engine busy time for `host_pause_busy_s`.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ class Replica(VllmBatching):
         self._pause_credit = 0.0
         self._load_pause_credit = 0.0
         if p.host_cores > 0:
-            self.host = HostCpu(p.host_cores, eng.schedule, p.host_background)
+            every = 1.0 / p.host_pause_per_busy_s if p.host_pause_per_busy_s > 0 else 0.0
+            self.host = HostCpu(p.host_cores, eng.schedule, p.host_background,
+                                p.host_engine_busy, every, p.host_pause_busy_s)  # fmt: skip
             # Every step's streamed tokens cost host CPU: step by step (same answers).
             self.batch_decode_steps = False
         self._reset()
