@@ -224,6 +224,9 @@ def main() -> int:
                     help="override a derived simulator parameter")  # fmt: skip
     ap.add_argument("--host-probe", type=Path, default=None,
                     help="a host probe JSON for a file without one")  # fmt: skip
+    ap.add_argument("--busy-from", type=Path, default=None,
+                    help="the busy-engine stall run from another measured JSON (its "
+                    "busy_stalls, else its stalls run beside a sentinel stream)")  # fmt: skip
     ap.add_argument("--stall-s", type=float, default=30.0, help="seconds of the stall probe")
     ap.add_argument("--no-host", action="store_true",
                     help="leave the host CPU model out (path_s constant, as before)")  # fmt: skip
@@ -249,6 +252,12 @@ def main() -> int:
     if args.host_probe is not None:
         doc["host"] = json.loads(args.host_probe.read_text())
         doc["host_probe_from"] = str(args.host_probe)
+    if args.busy_from is not None:
+        other = json.loads(args.busy_from.read_text())
+        doc["busy_stalls"] = other.get("busy_stalls") or other["stalls"]
+        if "busy" not in doc["busy_stalls"] and "sentinel" not in doc["busy_stalls"]:
+            ap.error(f"{args.busy_from}: no stall run beside a busy engine")
+        doc["busy_stalls_from"] = str(args.busy_from)
     if args.no_host:
         doc.pop("host", None)
         doc.pop("stalls", None)
