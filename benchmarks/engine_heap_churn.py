@@ -53,6 +53,7 @@ import httpx
 import psutil
 
 from benchmarks.soak_rss import MIB, fit_slope
+from benchmarks.vllm_server import stop, wait_healthy
 from lorafleet_cli.demo_assets import DEFAULT_MARKERS, ensure_demo_assets
 from lorafleet_cli.standalone.processes import ReplicaPlan, vllm_process
 from lorafleet_core.models import BaseModelRef, EngineSpec, ReplicaPoolSpec
@@ -149,24 +150,10 @@ def started_vllm(variant: dict[str, str], model: Path, log: Path) -> Iterator[tu
         proc = subprocess.Popen(list(spec.argv), env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {proc.returncode}; see {log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM not healthy in 300 s; see {log}")
-            time.sleep(1)  # polling a starting server, not synchronising a test
+        wait_healthy(proc, url, log, within_s=300)
         yield url, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         shutil.rmtree(home, ignore_errors=True)
 
 

@@ -39,6 +39,8 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.vllm_server import stop, wait_healthy  # noqa: E402  (after the path)
+
 RUNS = ("compiled-cold", "compiled-warm", "eager")
 PROMPT = "Tell me about the weather today"
 
@@ -138,15 +140,7 @@ def measure(run: str, model_dir: Path, pool: Any, cache: Path, logs: Path, token
     started = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited {proc.returncode}: see {log.name}")
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)  # a benchmark's poll interval, not a test's synchronisation
+        wait_healthy(proc, url, log.name, poll_s=0.5)
         start_s = time.perf_counter() - started
         _complete(url, 8)
         first_s = time.perf_counter() - started
@@ -166,12 +160,7 @@ def measure(run: str, model_dir: Path, pool: Any, cache: Path, logs: Path, token
             "argv_tail": argv[argv.index("--model") + 2 :],
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
 
 
