@@ -14,7 +14,7 @@ from benchmarks.sim_calibration_report import FLEET, measured_params
 from lorafleet_cli.sim import calibration as cal
 from lorafleet_cli.sim.engine import Engine
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.workload import Workload
+from tests.sim.hand_made import requests
 
 
 def row(at: float, adapter: str, **kw: Any) -> dict[str, Any]:
@@ -117,21 +117,11 @@ def test_measured_parameters_come_from_the_probes():
 ONE = FleetParams(replicas=1, owners_per_adapter=1, gateways=1)
 
 
-def two_adapters(*rows: tuple[float, int, int, int]) -> Workload:
-    w = Workload(names=("a", "b"), label="hand-made")
-    for at, p, o, a in rows:
-        w.at.append(at)
-        w.prompt.append(p)
-        w.output.append(o)
-        w.adapter.append(a)
-    return w
-
-
 def test_an_adapter_beyond_max_loras_waits_until_a_running_one_finishes():
     # One GPU slot, room for 8 sequences: b's request is skipped while a's runs (vLLM's
     # max_loras check), while a later request of a goes ahead of it.
     rp = replace(ReplicaParams(), gpu_slots=1, ram_slots=4, max_seqs=8, decode_s=0.01, ram_s=0.0)
-    w = two_adapters((0.0, 10, 5, 0), (0.001, 10, 1, 1), (0.002, 10, 1, 0))
+    w = requests((0.0, 10, 5, 0), (0.001, 10, 1, 1), (0.002, 10, 1, 0))
     eng = Engine(w, rp, ONE).run()
     a_done = eng.finish_time[0]
     assert eng.first_token[1] > a_done  # b only after a's last sequence ended
@@ -142,7 +132,7 @@ def test_an_adapter_beyond_max_loras_waits_until_a_running_one_finishes():
 
 def test_the_request_path_adds_to_ttft_only():
     rp = replace(ReplicaParams(), ram_s=0.0)
-    w = two_adapters((0.0, 100, 3, 0))
+    w = requests((0.0, 100, 3, 0))
     base = Engine(w, rp, ONE).run()
     slow = Engine(w, replace(rp, path_s=0.02), ONE).run()
     assert slow.first_token[0] - base.first_token[0] == pytest.approx(0.02)
@@ -152,9 +142,9 @@ def test_the_request_path_adds_to_ttft_only():
 def test_a_cpu_decode_step_grows_with_the_running_batch():
     # 18 ms + 2 ms per running sequence: alone 20 ms a token, beside 4 others 28 ms.
     rp = replace(ReplicaParams(), decode_s=0.018, decode_s_per_seq=0.002, ram_s=0.0)
-    alone = Engine(two_adapters((0.0, 8, 11, 0)), rp, ONE).run()
+    alone = Engine(requests((0.0, 8, 11, 0)), rp, ONE).run()
     assert alone.finish_time[0] - alone.first_token[0] == pytest.approx(10 * 0.020)
-    five = two_adapters(*((0.0, 8, 11, 0) for _ in range(5)))
+    five = requests(*((0.0, 8, 11, 0) for _ in range(5)))
     busy = Engine(five, rp, ONE).run()
     assert busy.finish_time[0] - busy.first_token[0] == pytest.approx(10 * 0.028)
 
@@ -173,5 +163,5 @@ def test_mean_ttft_splits_at_vllms_door():
 def test_a_cpu_prefill_step_pays_a_fixed_cost_before_its_tokens():
     rp = replace(ReplicaParams(), prefill_step_s=0.012, prefill_tps=10_000.0, ram_s=0.0)
     rp = replace(rp, decode_s=0.005)
-    eng = Engine(two_adapters((0.0, 100, 1, 0)), rp, ONE).run()
+    eng = Engine(requests((0.0, 100, 1, 0)), rp, ONE).run()
     assert eng.first_token[0] == pytest.approx(0.012 + 100 / 10_000)  # not max(5 ms, 10 ms)

@@ -12,21 +12,11 @@ from lorafleet_cli.sim.engine import Engine, FleetEvent
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
 from lorafleet_cli.sim.replica import Replica
 from lorafleet_cli.sim.report import summarize
-from lorafleet_cli.sim.workload import Mix, Workload, build
+from lorafleet_cli.sim.workload import Mix, build
+from tests.sim.hand_made import requests
 
 RP = ReplicaParams()
 ONE = FleetParams(replicas=1, owners_per_adapter=1, gateways=1, prewarm=False)
-
-
-def requests(*rows: tuple[float, int, int, int], names: tuple[str, ...] = ("a", "b")) -> Workload:
-    """(arrival, prompt tokens, output tokens, adapter index) rows."""
-    w = Workload(names=names, label="hand-made")
-    for at, p, o, a in rows:
-        w.at.append(at)
-        w.prompt.append(p)
-        w.output.append(o)
-        w.adapter.append(a)
-    return w
 
 
 def ttfts(eng: Engine) -> list[float]:
