@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from lorafleet_core import crd_validation
+from tests.exported_metrics import exported_families, series_names
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "lorafleet"
@@ -481,32 +482,6 @@ def test_operator_replica_capacity_value_reaches_its_settings():
         helm_python.Chart.load(CHART).validate_schema({"operator": {"replicaTokensPerSecond": 0}})
 
 
-def _exported_metric_names() -> set[str]:
-    """Every series name the gateway, the agent and the operator can export (histogram parts
-    included)."""
-    from prometheus_client.core import HistogramMetricFamily
-
-    from lorafleet_agent.metrics import AgentMetrics
-    from lorafleet_gateway.metrics import GatewayMetrics
-    from lorafleet_operator.metrics import OperatorMetrics
-
-    names: set[str] = set()
-    registries = (
-        GatewayMetrics().registry,
-        AgentMetrics().registry,
-        OperatorMetrics(dict).registry,
-    )
-    for registry in registries:
-        for family in registry.collect():
-            if isinstance(family, HistogramMetricFamily) or family.type == "histogram":
-                names |= {f"{family.name}_{s}" for s in ("bucket", "count", "sum")}
-            elif family.type == "counter":
-                names.add(f"{family.name}_total")
-            else:
-                names.add(family.name)
-    return names
-
-
 def test_dashboard_filters_by_namespace_and_pool_over_rate_interval():
     dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
     variables = {v["name"] for v in dashboard["templating"]["list"]}
@@ -530,7 +505,7 @@ def test_dashboard_and_alerts_only_query_metrics_that_exist():
     dashboard = (CHART / "files" / "dashboard.json").read_text()
     queried = set(re.findall(r"lorafleet_[a-z_]+", " ".join(exprs) + dashboard))
     assert queried, "no lorafleet metric found in the dashboard or alerts"
-    assert queried - _exported_metric_names() == set()
+    assert queried - series_names(exported_families()) == set()
 
 
 # --- production values (ci/*-values.yaml) --------------------------------------------------------
