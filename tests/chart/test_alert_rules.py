@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .test_helm_chart import ALL_ON, ROOT, by_kind, render
+from tests.chart.chart_render import ALL_ON, ROOT, by_kind, render
 
 PROMTOOL_TESTS = Path(__file__).parent / "promtool" / "alerts_test.yaml"
 RUNBOOK = ROOT / "docs" / "runbook.md"

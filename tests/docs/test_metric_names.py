@@ -40,7 +40,7 @@ def named_metrics(path: Path) -> Iterator[tuple[str, int]]:
 
 
 def test_every_metric_the_docs_name_is_exported():
-    # The chart's dashboard and alerts: tests/chart/test_helm_chart.py, on the rendered chart.
+    # The chart's dashboard and alerts: tests/chart/test_chart_monitoring.py, on the rendered chart.
     exported = exported_names()
     unknown = [
         f"{path.relative_to(ROOT)}:{line}: {name}"

@@ -1,0 +1,73 @@
+"""Rendering the chart offline for its tests: the values they use, `render`, `notes`, the CI
+values files, validation of built-in kinds, and picking objects by kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "lorafleet"
+KUBE_VERSION = "1.30.0"
+POOL_SPEC = {
+    "baseModel": {"name": "llama-7b", "hash": "sha256:" + "a" * 64, "uri": "s3://models/llama/"},
+    "replicas": {"min": 2, "max": 8},
+}
+ALL_ON = {
+    "monitoring": {"serviceMonitor": True, "prometheusRule": True, "grafanaDashboard": True},
+    "replicaPool": {"create": True, "name": "main", "spec": POOL_SPEC},
+    "canary": {
+        "enabled": True,
+        "markers": {"canary/zebra:prod": "ZEBRA-7", "canary/owl:prod": "OWL-3"},
+        "keySecret": {"name": "canary-key", "key": "api-key"},
+    },
+}
+
+
+def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    chart = helm_python.Chart.load(CHART)
+    rendered = chart.render(values or {}, name="lf", namespace="serving")
+    docs: list[dict[str, Any]] = []
+    for path, text in rendered.items():
+        if not path.endswith("NOTES.txt"):
+            docs.extend(d for d in yaml.safe_load_all(text) if d)
+    return docs
+
+
+def notes(values: dict[str, Any] | None = None) -> str:
+    rendered = helm_python.Chart.load(CHART).render(values or {}, name="lf", namespace="serving")
+    text: str = next(t for path, t in rendered.items() if path.endswith("NOTES.txt"))
+    return text
+
+
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+
+
+def ci_values(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "ci" / name).read_text())
+    return loaded
+
+
+def validate_builtin(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """kubernetes-validate (strict) every built-in kind; returns the others."""
+    others = []
+    for doc in docs:
+        group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
+        if group in ("", "apps", "rbac.authorization.k8s.io", "networking.k8s.io", "policy"):
+            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        else:
+            others.append(doc)
+    return others
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def deployment(docs: list[dict[str, Any]], part: str) -> dict[str, Any]:
+    (found,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith(part)]
+    return found

@@ -1,0 +1,78 @@
+"""The chart's monitoring: dashboard and alerts ship with monitoring on, query only metrics the
+code exports and filter by namespace and pool; the cost rule; the monitoring objects' labels."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from tests.chart.chart_render import ALL_ON, CHART, by_kind, ci_values, render
+from tests.exported_metrics import exported_families, series_names
+
+
+def test_dashboard_and_alerts_ship_with_monitoring_enabled():
+    docs = render(ALL_ON)
+    (dashboard,) = by_kind(docs, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert "lorafleet_gateway_ttft_seconds_bucket" in dashboard["data"]["lorafleet.json"]
+    (rule,) = by_kind(docs, "PrometheusRule")
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    alerts = {r["alert"] for r in rules if "alert" in r}
+    assert {"LorafleetTTFTp95AboveTarget", "LorafleetAdapterThrashing"} <= alerts
+    records = {r["record"] for r in rules if "record" in r}
+    assert "lorafleet:cost_per_million_tokens:rate5m" in records
+    assert "lorafleet:cost_per_million_tokens:rate5m" in dashboard["data"]["lorafleet.json"]
+
+
+def test_cost_rule_takes_the_configured_gpu_price():
+    monitoring = {"serviceMonitor": True, "prometheusRule": True, "gpuHourlyPrice": 4.75}
+    values = {**ALL_ON, "monitoring": monitoring}
+    (rule,) = by_kind(render(values), "PrometheusRule")
+    (cost,) = [
+        r
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if r.get("record") == "lorafleet:cost_per_million_tokens:rate5m"
+    ]
+    assert "* 1 * 4.75 / 3600" in cost["expr"]
+
+
+def test_dashboard_filters_by_namespace_and_pool_over_rate_interval():
+    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"namespace", "pool"} <= variables
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    for expr in exprs:
+        assert not re.search(r"\[\d+[smh]\]", expr), f"fixed range in {expr}"
+        for selector in re.findall(r"lorafleet_[a-z_]+(\{[^}]*\})?", expr):
+            assert 'namespace=~"$namespace"' in selector, expr
+    agent = [e for e in exprs if "lorafleet_agent_" in e]
+    assert agent
+    assert all('pool=~"$pool"' in e for e in agent)
+    assert any("stream_error" in e for e in exprs)
+
+
+def test_dashboard_and_alerts_only_query_metrics_that_exist():
+    # A renamed metric must not leave a silent, empty panel or an alert that never fires.
+    docs = render(ALL_ON)
+    (rule,) = by_kind(docs, "PrometheusRule")
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    dashboard = (CHART / "files" / "dashboard.json").read_text()
+    queried = set(re.findall(r"lorafleet_[a-z_]+", " ".join(exprs) + dashboard))
+    assert queried, "no lorafleet metric found in the dashboard or alerts"
+    assert queried - series_names(exported_families()) == set()
+
+
+def test_monitoring_labels_reach_every_monitoring_object():
+    docs = render(ci_values("gpu-cluster-values.yaml"))
+    for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule"):
+        assert by_kind(docs, kind), kind
+        for obj in by_kind(docs, kind):
+            assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack", kind
+            assert obj["metadata"]["labels"]["team"] == "ml-platform", kind  # commonLabels
+    (rule,) = by_kind(docs, "PrometheusRule")
+    assert rule["metadata"]["labels"]["role"] == "alert-rules"
+    (dashboard,) = by_kind(docs, "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_folder"] == "lorafleet"
+    monitors = {m["metadata"]["name"]: m for m in by_kind(docs, "ServiceMonitor")}
+    assert monitors["lf-lorafleet-gateway"]["spec"]["endpoints"][0]["interval"] == "30s"
