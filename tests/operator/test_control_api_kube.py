@@ -28,8 +28,8 @@ from tests.operator.control_support import (
 )
 from tests.operator.factories import pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
+from tests.operator.kopf_fleet import pod_body, status
 from tests.operator.kopf_harness import operator_running
-from tests.operator.test_operator_kopf import pod_body, status
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,8 +15,8 @@ import pytest
 
 from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
+from tests.operator.kopf_fleet import ENV, cond, make_pool, status
 from tests.operator.kopf_harness import module_fixtures
-from tests.operator.test_operator_kopf import ENV, cond, make_pool, status
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -248,7 +248,7 @@ def test_adapters_outside_the_pools_sources_are_rejected(cluster, operator):
 
 
 def _owned_everywhere(cluster: Cluster) -> list[set[str]]:
-    from tests.operator.test_operator_kopf import owned
+    from tests.operator.kopf_fleet import owned
 
     pods = cluster.items(cluster.path("pods", group="v1"))
     return [owned(cluster, p["metadata"]["name"]) for p in pods]

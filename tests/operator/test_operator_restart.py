@@ -28,8 +28,8 @@ from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
 from tests.conftest import free_port
 from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
+from tests.operator.kopf_fleet import pod_body
 from tests.operator.state_servers import StateServer
-from tests.operator.test_operator_kopf import pod_body
 
 pytestmark = pytest.mark.timeout(240)
 
