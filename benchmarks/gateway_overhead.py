@@ -9,16 +9,16 @@ seconds per request of the hop and the gateway processes.
     .venv/bin/python benchmarks/gateway_overhead.py [--rate 40] [--rounds 6] [--round-s 5]
 
 Processes: the upstream stand-in (Starlette, streams a few SSE chunks, answers /state), the
-bare hop (Starlette + httpx streaming, no logic) and the gateway (`python -m lorafleet_gateway`
-with auth, alias resolution, rate limits, routing over 4 replica ids, metrics and request
-logging all on) each run in their own process under uvicorn with the same settings.
+bare hop (Starlette + httpx streaming, no logic), both in gateway_overhead_servers.py, and the
+gateway (`python -m lorafleet_gateway` with auth, alias resolution, rate limits, routing over 4
+replica ids, metrics and request logging all on) each run in their own process under uvicorn
+with the same settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import socket
@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -37,100 +36,10 @@ import psutil
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# The upstream stand-in and the bare hop, each run as its own process.
+SERVERS = str(Path(__file__).with_name("gateway_overhead_servers.py"))
 N_TENANTS = 1000
 N_REPLICA_IDS = 4
-CHUNKS = 6
-
-
-# ---------------------------------------------------------------------------------------------
-# Servers (run as subprocesses of this file)
-
-
-def upstream_app() -> Any:
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
-    from starlette.routing import Route
-
-    async def chat(request: Request) -> Response:
-        body = await request.json()
-        model = body["model"]
-
-        async def gen() -> AsyncIterator[bytes]:
-            for i in range(CHUNKS):
-                data = {
-                    "id": "c",
-                    "object": "chat.completion.chunk",
-                    "created": 0,
-                    "model": model,
-                    "choices": [{"index": 0, "delta": {"content": f"t{i} "}}],
-                }
-                yield b"data: " + json.dumps(data).encode() + b"\n\n"
-            usage = {"prompt_tokens": 5, "completion_tokens": CHUNKS, "total_tokens": 5 + CHUNKS}
-            final = {
-                "id": "c",
-                "object": "chat.completion.chunk",
-                "created": 0,
-                "model": model,
-                "choices": [],
-                "usage": usage,
-            }
-            yield b"data: " + json.dumps(final).encode() + b"\n\n"
-            yield b"data: [DONE]\n\n"
-
-        headers = {"x-adapter-tier": "gpu", "x-adapter-id": model}
-        return StreamingResponse(gen(), media_type="text/event-stream", headers=headers)
-
-    async def state(request: Request) -> Response:
-        rid = request.path_params["rid"]
-        return JSONResponse({"replica_id": rid, "gpu_adapters": [], "timestamp": time.time()})
-
-    return Starlette(
-        routes=[
-            Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/internal/replicas/{rid}/state", state),
-        ]
-    )
-
-
-def hop_app(upstream: str) -> Any:
-    from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import Response, StreamingResponse
-    from starlette.routing import Route
-
-    client = httpx.AsyncClient(
-        base_url=upstream, timeout=60, limits=httpx.Limits(max_keepalive_connections=512)
-    )
-
-    async def chat(request: Request) -> Response:
-        req = client.build_request(
-            "POST",
-            "/v1/chat/completions",
-            content=await request.body(),
-            headers={"content-type": "application/json"},
-        )
-        resp = await client.send(req, stream=True)
-
-        async def gen() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in resp.aiter_raw():
-                    yield chunk
-            finally:
-                await resp.aclose()
-
-        return StreamingResponse(
-            gen(), status_code=resp.status_code, media_type="text/event-stream"
-        )
-
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-
-
-def serve(role: str, port: int, upstream: str) -> None:
-    import uvicorn
-
-    app = upstream_app() if role == "upstream" else hop_app(upstream)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,10 +207,9 @@ def launch(tmp: Path, log: IO[bytes]) -> Fleet:
         "LORAFLEET_GATEWAY_TOKENS_PER_MINUTE": "10000000",
     }
     procs = [
-        subprocess.Popen([py, __file__, "--serve", "upstream", "--port", str(up_port)], env=env),
+        subprocess.Popen([py, SERVERS, "upstream", "--port", str(up_port)], env=env),
         subprocess.Popen(
-            [py, __file__, "--serve", "hop", "--port", str(hop_port), "--upstream", upstream],
-            env=env,
+            [py, SERVERS, "hop", "--port", str(hop_port), "--upstream", upstream], env=env
         ),
         subprocess.Popen([py, "-m", "lorafleet_gateway"], env=gw_env, stderr=log),
     ]
@@ -399,14 +307,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=40.0, help="requests/s per target")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--round-s", type=float, default=5.0)
-    parser.add_argument("--serve", choices=["upstream", "hop"], help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--upstream", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve:
-        serve(args.serve, args.port, args.upstream)
-        return 0
-    return bench(args)
+    return bench(parser.parse_args())
 
 
 if __name__ == "__main__":
