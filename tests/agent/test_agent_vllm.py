@@ -3,63 +3,25 @@
 from __future__ import annotations
 
 import concurrent.futures
-import http.client
-import json
-import socket
-from typing import Any
-from urllib.parse import urlparse
 
 import httpx
 import openai
 import pytest
 
-from lorafleet_core.names import (
-    ANNOTATION_OWNED_ADAPTERS,
-    HEADER_LOADED_FROM,
-    HEADER_TOKENS_ESTIMATE,
-)
-from lorafleet_core.records import (
-    encode_owned,
-    encode_owned_row,
-    format_downward_annotations,
-    join_owned_rows,
-)
+from lorafleet_core.names import HEADER_TOKENS_ESTIMATE
 from tests.agent.conftest import load, metric, state, unload
-from tests.conftest import DATA_HEADERS, INTERNAL_HEADERS, TEST_DATA_TOKEN, copy_adapter, unique_id
+from tests.agent.vllm_requests import (
+    MARKERS,
+    client,
+    complete,
+    gateway_style_load,
+    slow_long_stream,
+    stream_choices,
+)
+from tests.conftest import DATA_HEADERS, INTERNAL_HEADERS, copy_adapter, unique_id
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
-
-MARKERS = {"zebra": "ZEBRA-7", "falcon": "FALCON-3", "otter": "OTTER-9"}
-
-
-def client(agent) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{agent.data_url}/v1", api_key=TEST_DATA_TOKEN, max_retries=0)
-
-
-def gateway_style_load(agent, record) -> dict[str, str]:
-    """What the gateway does first: request -> 404 adapter_not_registered -> post the record.
-    Its retry then carries the answer's `from` (complete(..., loaded_from=...))."""
-    with pytest.raises(openai.NotFoundError) as err:
-        client(agent).completions.create(model=record.id, prompt="Hi", max_tokens=4)
-    assert err.value.code == "adapter_not_registered"
-    r = load(agent, record)
-    assert r.status_code == 200, r.text
-    body: dict[str, str] = r.json()
-    return body
-
-
-def complete(
-    agent,
-    model: str,
-    prompt: str = "Tell me about the weather today",
-    loaded_from: str | None = None,
-):
-    headers = {HEADER_LOADED_FROM: loaded_from} if loaded_from else None
-    raw = client(agent).completions.with_raw_response.create(
-        model=model, prompt=prompt, max_tokens=12, temperature=0, extra_headers=headers
-    )
-    return raw.headers, raw.parse().choices[0].text
 
 
 def test_canaries_answer_their_markers_on_vllm_and_the_base_model_does_not(
@@ -125,58 +87,6 @@ def test_first_request_is_remote_then_gpu_and_after_a_restart_disk(
         assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 0
 
 
-def _stream_choices(lines) -> dict[int, tuple[str, int, str | None]]:
-    """SSE completion chunks -> per choice index: (text, tokens, finish_reason)."""
-    out: dict[int, tuple[str, int, str | None]] = {}
-    for line in lines:
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        for choice in json.loads(line[6:]).get("choices", []):
-            text, tokens, finish = out.get(choice["index"], ("", 0, None))
-            text += choice.get("text") or ""
-            tokens += len((choice.get("logprobs") or {}).get("tokens") or [])
-            out[choice["index"]] = (text, tokens, choice.get("finish_reason") or finish)
-    return out
-
-
-def _slow_stream(
-    url: str, body: dict[str, object], headers: dict[str, str] | None = None
-) -> http.client.HTTPResponse:
-    """A streaming request read through a tiny receive window: the agent cannot finish relaying
-    (and so keeps the adapter's reference) until the test reads the rest."""
-    parsed = urlparse(url)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.connect((host, port))
-    conn = http.client.HTTPConnection(host, port, timeout=120)
-    conn.sock = sock
-    conn.request(
-        "POST",
-        "/v1/completions",
-        body=json.dumps(body),
-        headers={"content-type": "application/json", **DATA_HEADERS, **(headers or {})},
-    )
-    return conn.getresponse()
-
-
-def _slow_long_stream(
-    url: str, model: str, headers: dict[str, str] | None = None
-) -> http.client.HTTPResponse:
-    """A stream larger than the kernel's and uvicorn's buffers (48 sequences x 230 tokens with
-    logprobs, ~8 MB of SSE), read slowly: it stays in flight until the test reads the rest."""
-    body: dict[str, object] = {
-        "model": model,
-        "prompt": "Tell me a story",
-        "max_tokens": 230,
-        "n": 48,
-        "logprobs": 20,
-        "ignore_eos": True,
-        "stream": True,
-    }
-    return _slow_stream(url, body, headers)
-
-
 def test_evictions_never_touch_an_adapter_with_a_request_in_flight(
     run_agent, make_record, vllm_server
 ):
@@ -187,7 +97,7 @@ def test_evictions_never_touch_an_adapter_with_a_request_in_flight(
     with run_agent() as agent:
         assert load(agent, first).status_code == 200
         # Its reference stays while six other adapters load through 4 RAM slots.
-        resp = _slow_long_stream(agent.data_url, first.id)
+        resp = slow_long_stream(agent.data_url, first.id)
         assert resp.status == 200
         head = resp.read(2048)
         assert state(agent)["running_requests"] == 1
@@ -201,7 +111,7 @@ def test_evictions_never_touch_an_adapter_with_a_request_in_flight(
         assert busy.status_code == 409
         assert busy.json()["error"]["code"] == "adapter_busy"
         rest = resp.read()
-        choices = _stream_choices((head + rest).decode().splitlines())
+        choices = stream_choices((head + rest).decode().splitlines())
         assert sorted(choices) == list(range(48))
         for text, tokens, finish in choices.values():
             assert text.startswith("ZEBRA-7")  # each sequence intact, from the right adapter
@@ -298,132 +208,6 @@ def test_a_request_naming_a_path_or_url_never_causes_a_load(
     assert [p.name for p in cache.iterdir()] == [".incoming"]
 
 
-def test_prewarm_pulls_owned_adapters_from_the_downward_api_file(run_agent, make_record, tmp_path):
-    recs = [make_record("falcon", unique_id("pw")), make_record("otter", unique_id("pw"))]
-    annotations = tmp_path / "annotations"
-
-    def publish(records) -> None:
-        text = format_downward_annotations(
-            {ANNOTATION_OWNED_ADAPTERS: encode_owned(records), "other.io/x": "y"}
-        )
-        tmp = tmp_path / "annotations.tmp"
-        tmp.write_text(text)
-        tmp.replace(annotations)  # the kubelet swaps the file atomically too
-
-    def wait_ram(agent, wanted: set[str]) -> None:
-        eventually(
-            lambda: wanted <= set(state(agent)["ram_adapters"]),
-            within_s=90,
-            interval_s=0.2,
-            what=f"{sorted(wanted)} pre-warmed into host RAM",
-        )
-
-    publish(recs)
-    with run_agent(owned_adapters_file=annotations, prewarm_poll_s=0.2) as agent:
-        wait_ram(agent, {r.id for r in recs})
-        headers, text = complete(agent, recs[0].id)
-        assert headers["x-adapter-tier"] == "ram"
-        assert text.startswith("FALCON-3")
-        # Traffic moved otter out of RAM; a later annotation still lists it.
-        assert unload(agent, recs[1].id).status_code == 200
-        extra = make_record("zebra", unique_id("pw"))
-        publish([*recs, extra])
-        wait_ram(agent, {extra.id})
-        assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 3
-        # The later pass registered only the new one: otter stays on disk, out of RAM.
-        after = state(agent)
-        assert recs[1].id not in after["ram_adapters"]
-        assert recs[1].id in after["disk_adapters"]
-
-
-def test_prewarm_fills_host_ram_in_the_annotations_order_not_by_id(
-    run_agent, make_record, tmp_path, vllm_server
-):
-    # The operator lists owned adapters hottest first (planning.prewarm.prewarm_order); the agent
-    # must take them in that order, so with one more than its RAM slots the last listed, here
-    # the smallest id, is the one left on disk.
-    prefix = unique_id("order")
-    n = vllm_server.cpu_slots + 1
-    recs = [make_record("falcon", f"{prefix}-{i}") for i in reversed(range(n))]
-    annotations = tmp_path / "annotations"
-    value = join_owned_rows(encode_owned_row(r) for r in recs)
-    annotations.write_text(format_downward_annotations({ANNOTATION_OWNED_ADAPTERS: value}))
-    with run_agent(owned_adapters_file=annotations, prewarm_poll_s=0.2) as agent:
-        eventually(
-            lambda: recs[-1].id in state(agent)["disk_adapters"],
-            within_s=120,
-            interval_s=0.2,
-            what="the pre-warm pass reached the adapter past the RAM slots",
-        )
-        ram = set(state(agent)["ram_adapters"])
-        assert {r.id for r in recs[:-1]} <= ram
-        assert recs[-1].id not in ram
-
-
-def _publish_owned(path, records) -> None:
-    """The downward-API file as the kubelet writes it; records None = no owned annotation yet."""
-    values = {"other.io/x": "y"}
-    if records is not None:
-        values[ANNOTATION_OWNED_ADAPTERS] = encode_owned(records)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(format_downward_annotations(values))
-    tmp.replace(path)
-
-
-def test_a_new_replica_reports_warming_until_its_first_prewarm_pass_ends(
-    run_agent, make_record, tmp_path
-):
-    rec = make_record("otter", unique_id("warm"))
-    annotations = tmp_path / "annotations"
-    _publish_owned(annotations, None)  # a pod the operator has not assigned adapters to yet
-    settings = {"prewarm_poll_s": 0.2, "prewarm_ready_timeout_s": 300}
-    with run_agent(owned_adapters_file=annotations, **settings) as agent:
-        assert state(agent)["warming"] is True
-        ready = httpx.get(f"{agent.internal_url}/readyz", timeout=10)
-        # ready for the kubelet (so the operator plans it as an owner), warming for the gateway
-        assert (ready.status_code, ready.json()) == (200, {"status": "ready", "warming": True})
-        _publish_owned(annotations, [rec])
-        seen: list[dict[str, Any]] = []
-
-        def warm() -> bool:
-            seen.append(state(agent))
-            return seen[-1]["warming"] is False
-
-        eventually(warm, within_s=90, interval_s=0.05, what="first pre-warm pass ended")
-        # the first answer that says warm already lists the owned adapter in host RAM
-        assert rec.id in seen[-1]["ram_adapters"]
-        assert all(s["warming"] for s in seen[:-1])
-        headers, text = complete(agent, rec.id)
-        assert (headers["x-adapter-tier"], text.startswith("OTTER-9")) == ("ram", True)
-
-
-def test_a_hung_object_store_keeps_a_replica_warming_only_until_the_timeout(
-    run_agent, make_record, tmp_path
-):
-    rec = make_record("falcon", unique_id("hung"))
-    annotations = tmp_path / "annotations"
-    _publish_owned(annotations, [rec])
-    # A store that takes connections and never answers: every fetch of the pass hangs.
-    hole = socket.socket()
-    hole.bind(("127.0.0.1", 0))
-    hole.listen(16)
-    store = f"http://127.0.0.1:{hole.getsockname()[1]}"
-    settings = {"prewarm_poll_s": 0.2, "prewarm_ready_timeout_s": 2.0, "s3_endpoint_url": store}
-    try:
-        with run_agent(owned_adapters_file=annotations, **settings) as agent:
-            assert state(agent)["warming"] is True
-            eventually(
-                lambda: state(agent)["warming"] is False,
-                within_s=15,
-                interval_s=0.1,
-                what="warming given up after the timeout",
-            )
-            assert rec.id not in state(agent)["ram_adapters"]  # the pass is still stuck
-            hole.close()  # connections reset: the stuck fetch ends and the agent stops cleanly
-    finally:
-        hole.close()
-
-
 def test_concurrent_first_requests_load_the_adapter_once(run_agent, make_record):
     rec = make_record("otter", unique_id("conc"))
     with run_agent() as agent:
@@ -486,7 +270,7 @@ def test_tokens_in_flight_count_the_gateways_estimate(run_agent, make_record):
     rec = make_record("zebra", unique_id("tokens"))
     with run_agent() as agent:
         assert load(agent, rec).status_code == 200
-        resp = _slow_long_stream(agent.data_url, rec.id, {HEADER_TOKENS_ESTIMATE: "4321"})
+        resp = slow_long_stream(agent.data_url, rec.id, {HEADER_TOKENS_ESTIMATE: "4321"})
         assert resp.status == 200
         resp.read(2048)
         s = state(agent)
