@@ -1,6 +1,6 @@
 """Every `pytest FILE [-k EXPR]` the README and docs/ give as a test to run names a test file
-that exists and, with `-k`, selects tests in it: a renamed or split test module otherwise leaves
-a doc whose command runs nothing."""
+that exists and, with `-k`, selects tests in it, and every `tests/...py::test` they cite exists:
+a renamed or split test module otherwise leaves a doc whose command runs nothing."""
 
 from __future__ import annotations
 
@@ -81,3 +81,18 @@ def test_a_moved_test_or_a_renamed_file_in_a_doc_is_found(tmp_path):
     assert problems(["tests/test_a.py::test_gone"], tmp_path) == [
         "no test tests/test_a.py::test_gone"
     ]
+
+
+def test_every_test_file_and_test_the_docs_name_exists():
+    """`tests/x/test_y.py` and `tests/x/test_y.py::test_z` named anywhere in the docs, not only
+    in a pytest command."""
+    reference = re.compile(r"\b((?:tests|e2e)/[\w/]+\.py)(?:::(\w+))?")
+    wrong = []
+    for path in DOCS:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            for file, test in reference.findall(line):
+                if not (ROOT / file).exists():
+                    wrong.append(f"{path.relative_to(ROOT)}:{number}: no such file {file}")
+                elif test and test not in names_in(ROOT / file):
+                    wrong.append(f"{path.relative_to(ROOT)}:{number}: no test {file}::{test}")
+    assert not wrong, "\n".join(wrong)
