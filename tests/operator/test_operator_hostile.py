@@ -170,8 +170,13 @@ def test_alias_whose_adapter_vanished_is_not_ready(cluster, operator):
         )
         assert ready["reason"] == "AdapterNotFound"
         assert "vanish-v1" in ready["message"]
-        # `kubectl describe alias vanish-prod` lists it under Events, as a Warning.
-        warning = eventually(lambda: warnings_for(cluster, "vanish-prod"))
+        # `kubectl describe alias vanish-prod` lists it under Events, as a Warning. An
+        # AdapterDeleting warning from the blocked deletion may come first: wait for ours.
+        warning = eventually(
+            lambda: (
+                ("Warning", "AdapterNotFound") in (w := warnings_for(cluster, "vanish-prod")) and w
+            )
+        )
         assert ("Warning", "AdapterNotFound") in warning, warning
     finally:
         for s in servers:
