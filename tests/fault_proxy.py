@@ -5,7 +5,9 @@ and closes the listening socket, so new connections are refused; `restore()` lis
 port again. `slow(bytes_per_s)` throttles what flows back from the engine (a slow link: the
 answer then takes seconds to reach the agent, so a cut lands mid-stream however fast the tiny
 engine generates). Real sockets end to end: the agent's HTTP client meets a real reset and a
-real refusal, with no stand-in for the agent or vLLM. Several agents can share one real vLLM
+real refusal, with no stand-in for the agent or vLLM. `stall()` is a stopped engine (SIGSTOP):
+connections are still accepted, as the kernel does for a stopped process, but nothing is
+forwarded either way until `resume()`. Several agents can share one real vLLM
 while each has its own "engine" that fails alone.
 """
 
@@ -25,6 +27,12 @@ class FaultProxy:
         self._conns: list[socket.socket] = []
         self._rate: float | None = None  # bytes/s engine -> agent; None: full speed
         self.hung_up = 0  # connections the agent's side closed (its recv saw end of stream)
+        # Per direction (back: engine -> agent), cleared while stalled.
+        self._flowing = {False: threading.Event(), True: threading.Event()}
+        for event in self._flowing.values():
+            event.set()
+        self.held: list[bytes] = []  # what a stall is holding back right now
+        self._cuts = 0
         self._listener = self._listen(0)
         self.port: int = self._listener.getsockname()[1]
         self._start_accepting()
@@ -64,8 +72,17 @@ class FaultProxy:
         self._rate = bytes_per_s
 
     def _pump(self, src: socket.socket, dst: socket.socket, back: bool) -> None:
+        cuts = self._cuts
         try:
             while data := src.recv(65536):
+                if not self._flowing[back].is_set():
+                    with self._lock:
+                        self.held.append(data)
+                    self._flowing[back].wait()
+                    with self._lock:
+                        self.held.remove(data)
+                    if self._cuts != cuts:
+                        return  # killed while stopped: what it held is lost with it
                 rate = self._rate if back else None
                 if not rate:
                     dst.sendall(data)
@@ -85,8 +102,22 @@ class FaultProxy:
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
 
+    def stall(self, *, answers_only: bool = False) -> None:
+        """The engine stops (SIGSTOP): accepted, never answered, until `resume()`.
+        `answers_only`: what the agent sends still reaches the engine, whose answers are held
+        (the engine acted on a call, then stopped before its answer left)."""
+        self._flowing[True].clear()
+        if not answers_only:
+            self._flowing[False].clear()
+
+    def resume(self) -> None:
+        for event in self._flowing.values():
+            event.set()
+
     def cut(self) -> None:
         """The engine dies: open connections reset, new ones refused."""
+        self._cuts += 1
+        self.resume()  # a stalled pump wakes to meet the reset
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept (Linux)
         self._listener.close()

@@ -35,8 +35,9 @@ def _replica_text(r: Mapping[str, Any]) -> list[str]:
     if not r.get("reachable"):
         return [f"  {r['id']}: unreachable ({r.get('error')})"]
     a = r["adapters"]
+    down = "" if r.get("engineReady", True) else "engine down (vLLM dead or hung), "
     return [
-        f"  {r['id']}: queue {r['queueDepth']}, running {r['runningRequests']}, "
+        f"  {r['id']}: {down}queue {r['queueDepth']}, running {r['runningRequests']}, "
         f"tokens in flight {r['tokensInFlight']}, loads/min {r['loadsPerMin']:.1f}, "
         f"evictions/min {r['evictionsPerMin']:.1f}",
         f"    adapters: gpu {a['gpu']}, ram {a['ram']}, disk {a['disk']}, failed {a['failed']}",

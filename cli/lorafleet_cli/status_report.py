@@ -98,6 +98,7 @@ def replica_report(state: ReplicaState, hits: Mapping[str, float]) -> Report:
     return {
         "id": state.replica_id,
         "reachable": True,
+        "engineReady": state.engine_ready,
         "queueDepth": state.queue_depth,
         "runningRequests": state.running_requests,
         "tokensInFlight": state.tokens_in_flight,
@@ -164,6 +165,8 @@ def merged_replica_state(
         return "not merged"  # a LoRA replica: never a merged candidate
     if weights.adapter_id != adapter or (checksum and weights.checksum != checksum):
         return f"wrong weights ({weights.adapter_id} {weights.checksum})"
+    if not state.engine_ready:
+        return "engine down"  # its agent answers, its vLLM does not: the gateway skips it
     return "warming" if state.warming else "serving"
 
 

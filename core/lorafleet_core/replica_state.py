@@ -71,6 +71,12 @@ class ReplicaState(BaseModel):
         "(bounded by the agent's prewarm_ready_timeout_s); the gateway routes elsewhere while "
         "another replica can serve",
     )
+    engine_ready: bool = Field(
+        default=True,
+        description="vLLM answers the agent's health checks; false while it is dead or hung "
+        "(3 checks timed out in a row): the agent refuses requests with 503, and the gateway "
+        "routes elsewhere from its next poll",
+    )
     merged: MergedServing | None = Field(
         default=None,
         description="set on a merged pool's replica: it serves only this adapter (listed in "

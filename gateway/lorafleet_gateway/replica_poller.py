@@ -6,7 +6,8 @@ second ago. A replica is healthy while its last poll succeeded and is at most tw
 one that stops answering leaves the candidate set within two poll intervals (a refused
 connection or an error answer removes it at the next poll; a hung or slow one when its last
 answer ages out). A replica
-the request path failed to connect to is also held out until its next successful poll. Only
+the request path failed to connect to is also held out until its next successful poll, and
+one whose state says `engine_ready: false` (its vLLM dead or hung) until it says true. Only
 when every replica has aged out (the gateway itself stalled) are the last good answers used.
 A replica whose state says `warming` (its first pre-warm pass has not ended) is left out while
 another healthy replica can serve, so a new replica's first requests do not fetch from the
@@ -86,6 +87,13 @@ class ReplicaTracker:
             # Refused connection or a broken answer: out of the candidate set right away.
             if entry.ok:
                 log.warning("replica %s state poll failed: %s", ep.id, exc)
+            entry.ok = False
+            return
+        if not state.engine_ready:
+            # The agent answers, its vLLM does not (dead, restarting or hung): the agent would
+            # answer every request 503, and its idle look would draw them all there first.
+            if entry.ok:
+                log.warning("replica %s: its engine is down; routing elsewhere", ep.id)
             entry.ok = False
             return
         entry.state = state

@@ -61,6 +61,7 @@ def replica_state(
         loads_per_min=manager.loads.per_min(),
         evictions_per_min=manager.evictions.per_min(),
         warming=warming,
+        engine_ready=manager.ready,
         timestamp=time.time(),
     )
 

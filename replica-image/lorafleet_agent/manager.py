@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import time
 from collections import defaultdict
@@ -46,7 +47,12 @@ log = logging.getLogger(__name__)
 
 
 class CacheFull(RuntimeError):
-    """The disk budget cannot fit the adapter even after evicting every idle one."""
+    """The disk cache cannot take the adapter: the budget cannot fit it even after evicting
+    every idle one, or the disk refused the write (full, read-only, over quota)."""
+
+
+# A write the cache's volume refused: this replica cannot take the adapter, another may.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 
 
 @dataclass
@@ -224,18 +230,39 @@ class AdapterManager(HeldRecords):
         return True
 
     async def _download(self, record: AdapterRecord) -> None:
-        staging = self.disk.staging()
+        with self._disk_writes(record.id):
+            staging = self.disk.staging()
         try:
-            size = await asyncio.to_thread(self.store.fetch, record.weights_uri, staging)
+            with self._disk_writes(record.id):
+                size = await asyncio.to_thread(self.store.fetch, record.weights_uri, staging)
             try:
                 await asyncio.to_thread(check_files, staging, record, self.policy)
             except VerificationError as exc:
                 self._fail(record.id, exc)
                 raise
             self._make_disk_room(size)
-            self.disk.commit(staging, record.id)
+            with self._disk_writes(record.id):
+                self.disk.commit(staging, record.id)
         finally:
-            self.disk.discard(staging)  # no-op after a commit renamed it away
+            self.disk.discard(staging)  # no-op after a commit renamed it away; a partial
+            # download goes with it, so nothing half-written is ever under the adapter's id
+
+    @contextlib.contextmanager
+    def _disk_writes(self, adapter_id: str) -> Iterator[None]:
+        """A write the volume refuses (full, read-only) is CacheFull: 503 `cache_full`, which
+        the gateway retries on another replica, not a 500 it would pass on as the request's
+        fault. The adapter is not marked refused: its files are fine."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in _DISK_ERRNOS:
+                raise
+            self.metrics.disk_write_failures.inc()
+            log.error("the adapter cache %s cannot be written (%s) for adapter %s",
+                      self.disk.root, exc.strerror, adapter_id)  # fmt: skip
+            raise CacheFull(
+                f"the adapter cache on this replica cannot be written ({exc.strerror})"
+            ) from exc
 
     def _make_disk_room(self, size: int) -> None:
         victims = self.cache.disk_victims(size)

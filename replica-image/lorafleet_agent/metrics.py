@@ -69,6 +69,11 @@ class AgentMetrics:
             ["reason"],
             registry=r,
         )
+        self.disk_write_failures = Counter(
+            "lorafleet_agent_disk_write_failures",
+            "Adapter downloads the cache volume refused (full, read-only, over quota)",
+            registry=r,
+        )
         self.engine_resyncs = Counter(
             "lorafleet_agent_engine_resyncs",
             "Times vLLM had lost registrations (it restarted) and the agent re-registered them",

@@ -43,3 +43,8 @@ def test_status_without_standalone_state_or_cluster(tmp_path, capsys, monkeypatc
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))
     assert main(["status", "--state-dir", str(tmp_path)]) == 1
     assert "no standalone state" in capsys.readouterr().err
+
+
+def test_a_replica_whose_engine_is_down_says_so() -> None:
+    state = ReplicaState(replica_id="p-1", engine_ready=False)
+    assert "p-1: engine down (vLLM dead or hung), queue 0" in "\n".join(replica_lines(state, {}))

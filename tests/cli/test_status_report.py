@@ -193,6 +193,8 @@ def test_a_merged_replica_serving_other_weights_is_named_so():
     warming = MERGED_STATE.model_copy(update={"warming": True})
     assert merged_replica_state(warming, "acme-hot-v1", SUM) == "warming"
     assert merged_replica_state(None, "acme-hot-v1", SUM) == "unreachable"
+    down = MERGED_STATE.model_copy(update={"engine_ready": False})
+    assert merged_replica_state(down, "acme-hot-v1", SUM) == "engine down"
 
 
 def test_cluster_report_lists_merged_pools_with_their_merge_and_drain():

@@ -22,6 +22,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from lorafleet_agent.server import RunningAgent
 from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
+from lorafleet_gateway.runtime import Gateway
 from tests.conftest import S3Server, VllmServer, unique_id
 from tests.fault_proxy import FaultProxy
 from tests.vllm_stack import vllm_stack
@@ -42,6 +43,7 @@ class Fleet:
     agents: dict[str, RunningAgent]
     proxies: dict[str, FaultProxy]
     record: AdapterRecord
+    gateway: Gateway
 
     def client(self) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=KEY, max_retries=0, timeout=60)
@@ -52,6 +54,14 @@ class Fleet:
             model=MODEL, messages=PROMPT, max_tokens=8, temperature=0
         )
         return raw.parse().choices[0].message.content or "", raw.headers["x-replica-id"]
+
+    def retries(self) -> float:
+        """Requests the gateway moved to another candidate after one failed."""
+        registry = self.gateway.metrics.registry
+        return (
+            registry.get_sample_value("lorafleet_gateway_routing_total", {"outcome": "retry"})
+            or 0.0
+        )
 
     def ready(self, rid: str) -> bool:
         return httpx.get(f"{self.agents[rid].internal_url}/readyz", timeout=5).status_code == 200
@@ -75,8 +85,8 @@ def fleet(
             stack.agent(rid, vllm_url=proxies[rid].url, engine_check_s=0.2)
         stack.write_manifests("chaos", KEY, [record], {MODEL: record.id}, requests_per_second=1000)
         stack.write_replicas()
-        _, server = stack.gateway(poll_interval_s=0.3, catalog_reload_interval_s=0.1)
-        yield Fleet(server.url, stack.agents, proxies, record)
+        gateway, server = stack.gateway(poll_interval_s=0.3, catalog_reload_interval_s=0.1)
+        yield Fleet(server.url, stack.agents, proxies, record, gateway)
 
 
 def test_an_engine_dying_mid_stream_ends_it_cleanly_others_serve_and_it_returns_without_404(
@@ -139,3 +149,54 @@ def test_an_engine_dying_mid_stream_ends_it_cleanly_others_serve_and_it_returns_
     eventually(lambda: fleet.ready(survivor), within_s=30, what="survivor ready again")
     for _ in range(3):
         assert fleet.ask()[0].startswith("ZEBRA-7")
+
+
+def test_a_stalled_engine_holds_its_streams_its_replica_goes_unready_and_comes_back(
+    fleet: Fleet,
+) -> None:
+    """The victim's engine stops answering (what SIGSTOP gives: the kernel still accepts
+    connections) for as long as its agent takes to call it hung, then resumes."""
+    for _ in range(4):
+        assert fleet.ask()[0].startswith("ZEBRA-7")
+    body = {"model": MODEL, "messages": PROMPT, "max_tokens": 40, "temperature": 0}
+    undisturbed = fleet.client().chat.completions.create(**body)  # type: ignore[call-overload]
+    headers = {"authorization": f"Bearer {KEY}"}
+    url = f"{fleet.url}/v1/chat/completions"
+    with httpx.stream(
+        "POST", url, json=body | {"stream": True}, headers=headers, timeout=120
+    ) as resp:
+        assert resp.status_code == 200
+        victim = resp.headers["x-replica-id"]
+        (survivor,) = set(fleet.agents) - {victim}
+        lines = resp.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        fleet.proxies[victim].stall()
+        stalled_at = time.monotonic()
+        # The agent calls its engine hung after 3 health checks time out (2 s each): unready,
+        # and its state says so, which takes it out of the gateway's candidates.
+        eventually(lambda: not fleet.ready(victim), within_s=20, what="the victim unready")
+        eventually(
+            lambda: victim not in fleet.gateway.tracker.healthy_ids(),
+            within_s=5,
+            what="the gateway routing around the victim",
+        )
+        retries = fleet.retries()
+        # Nothing new waits on the stalled engine or is even tried there: the survivor serves.
+        for _ in range(5):
+            asked = time.monotonic()
+            answer, served_by = fleet.ask()
+            assert (answer.startswith("ZEBRA-7"), served_by) == (True, survivor)
+            assert time.monotonic() - asked < 10
+        assert fleet.retries() == retries
+        fleet.proxies[victim].resume()
+        held_s = time.monotonic() - stalled_at
+        rest = [line for line in lines if line.startswith("data: ")]
+    # The held stream resumes where it stopped and ends whole: no error, no cut.
+    assert rest[-1] == "data: [DONE]", rest[-3:]
+    chunks = [json.loads(line[6:]) for line in [first, *rest[:-1]]]
+    assert not [c for c in chunks if "error" in c]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == undisturbed.choices[0].message.content
+    assert held_s > 6  # it really was held past the health checks' verdict
+    eventually(lambda: fleet.ready(victim), within_s=20, what="the victim ready again")
+    eventually(lambda: fleet.ask()[1] == victim, within_s=30, what="the victim serving again")

@@ -49,6 +49,7 @@ class FakeReplica:
         self.tokens_in_flight = 0
         self.queue_depth = 0
         self.warming = False  # reported as the agent does until its first pre-warm pass ends
+        self.engine_ready = True  # false as the agent reports while its vLLM is down or hung
         self.reject_loads = False
         self.n_tokens = 4
         self.split_crlf = False  # CRLF line ends, every event written in two pieces cut in one
@@ -94,6 +95,7 @@ class FakeReplica:
                     "queue_depth": self.queue_depth,
                     "tokens_in_flight": self.tokens_in_flight,
                     "warming": self.warming,
+                    "engine_ready": self.engine_ready,
                     "timestamp": time.time(),
                     "merged": self.merged,
                 }

@@ -100,3 +100,16 @@ async def test_when_every_replica_is_warming_they_all_serve(replicas):
         replica.warming = True  # a whole pool starting: no one to wait for
     await tracker.poll_once()
     assert set(tracker.views()) == {"r0", "r1"}
+
+
+async def test_a_replica_whose_engine_is_down_is_left_out_until_it_is_back(replicas):
+    clock = Clock()
+    tracker = _tracker(replicas, clock)
+    replicas["r1"][0].engine_ready = False  # its agent answers; its vLLM does not
+    await tracker.poll_once()
+    assert set(tracker.views()) == {"r0"}
+    assert tracker.healthy_ids() == ["r0"]
+    replicas["r1"][0].engine_ready = True
+    clock.t += 1.0
+    await tracker.poll_once()
+    assert set(tracker.views()) == {"r0", "r1"}

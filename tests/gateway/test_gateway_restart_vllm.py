@@ -67,15 +67,20 @@ class Stack:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.base_url, api_key=KEY, max_retries=0, timeout=30)
+    def client(self, port: int | None = None) -> openai.OpenAI:
+        base_url = f"http://127.0.0.1:{port}/v1" if port else self.base_url
+        return openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=30)
 
-    def gateway(self, name: str, **env: str) -> subprocess.Popen[bytes]:
-        """A gateway process on the stack's ports, ready (a healthy replica) when returned."""
+    def gateway(
+        self, name: str, ports: tuple[int, int] | None = None, **env: str
+    ) -> subprocess.Popen[bytes]:
+        """A gateway process on the stack's ports (or `ports`: public, internal: another pod),
+        ready (a healthy replica) when returned."""
+        port, internal_port = ports or (self.port, self.internal_port)
         values = os.environ | {
             "LORAFLEET_GATEWAY_HOST": "127.0.0.1",
-            "LORAFLEET_GATEWAY_PORT": str(self.port),
-            "LORAFLEET_GATEWAY_INTERNAL_PORT": str(self.internal_port),
+            "LORAFLEET_GATEWAY_PORT": str(port),
+            "LORAFLEET_GATEWAY_INTERNAL_PORT": str(internal_port),
             "LORAFLEET_GATEWAY_MANIFESTS_DIR": str(self.folder),
             "LORAFLEET_GATEWAY_REPLICA_TOKEN": TEST_INTERNAL_TOKEN,
             "LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN": TEST_DATA_TOKEN,
@@ -88,7 +93,7 @@ class Stack:
                 [sys.executable, "-m", "lorafleet_gateway"], env=values, stderr=log, cwd=REPO
             )
         eventually(
-            lambda: self.internal("/readyz").status_code == 200,
+            lambda: self.internal("/readyz", internal_port).status_code == 200,
             within_s=60,
             interval_s=0.1,
             what=f"{name} ready",
@@ -97,8 +102,8 @@ class Stack:
         )
         return proc
 
-    def internal(self, path: str) -> httpx.Response:
-        return httpx.get(f"http://127.0.0.1:{self.internal_port}{path}", timeout=5)
+    def internal(self, path: str, port: int | None = None) -> httpx.Response:
+        return httpx.get(f"http://127.0.0.1:{port or self.internal_port}{path}", timeout=5)
 
     def held(self) -> tuple[int, int, int, int]:
         """(adapter references, running requests, queued, tokens in flight) on the agent."""
@@ -143,14 +148,18 @@ class Outcome:
 
 
 def stream_in_thread(
-    stack: Stack, pool: concurrent.futures.ThreadPoolExecutor, started: list[int]
+    stack: Stack,
+    pool: concurrent.futures.ThreadPoolExecutor,
+    started: list[int],
+    port: int | None = None,
 ) -> concurrent.futures.Future[Outcome]:
-    """One streaming completion read to its end in `pool`; `started` counts first chunks."""
+    """One streaming completion read to its end in `pool`; `started` counts first chunks.
+    `port`: through another gateway than the stack's."""
 
     def run() -> Outcome:
         text = ""
         try:
-            stream = stack.client().completions.create(
+            stream = stack.client(port).completions.create(
                 model=MODEL,
                 prompt=PROMPT,
                 max_tokens=30,
@@ -247,20 +256,30 @@ def test_sigterm_cuts_a_stream_longer_than_the_drain_window(stack: Stack) -> Non
 def test_sigkill_fails_streams_at_once_the_agent_frees_them_and_a_new_gateway_serves(
     stack: Stack,
 ) -> None:
+    """The other gateway pod in front of the same replica keeps serving: its streams end
+    whole while the killed one's clients see their connection end."""
     proc = stack.gateway("first")
+    other_ports = (free_port(), free_port())
+    other = stack.gateway("other", ports=other_ports)
     replacement: subprocess.Popen[bytes] | None = None
     try:
         whole = warm(stack)
         stack.proxy.slow(SLOW_BYTES_PER_S)
         started: list[int] = []
-        with concurrent.futures.ThreadPoolExecutor(STREAMS) as pool:
+        with concurrent.futures.ThreadPoolExecutor(STREAMS + 2) as pool:
             futures = [stream_in_thread(stack, pool, started) for _ in range(STREAMS)]
-            eventually(lambda: len(started) == STREAMS, within_s=30, what="every stream started")
-            assert stack.held()[0] == STREAMS  # each running stream holds the adapter
+            kept = [stream_in_thread(stack, pool, started, other_ports[0]) for _ in range(2)]
+            eventually(
+                lambda: len(started) == STREAMS + 2, within_s=30, what="every stream started"
+            )
+            assert stack.held()[0] == STREAMS + 2  # each running stream holds the adapter
             proc.send_signal(signal.SIGKILL)
             killed = time.monotonic()
             proc.wait(timeout=10)
             outcomes = [f.result(timeout=30) for f in futures]
+            survivors = [f.result(timeout=60) for f in kept]
+        for o in survivors:
+            assert (o.done, o.error, o.text) == (True, None, whole)
         for o in outcomes:
             assert not o.done
             assert isinstance(
@@ -278,7 +297,7 @@ def test_sigkill_fails_streams_at_once_the_agent_frees_them_and_a_new_gateway_se
         assert warm(stack) == whole
     finally:
         stack.proxy.slow(None)
-        for p in (proc, replacement):
+        for p in (proc, other, replacement):
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
