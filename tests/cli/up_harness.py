@@ -1,9 +1,11 @@
 """A `lorafleet up` subprocess for end-to-end tests: started, waited for, and always stopped.
 
-Shared by the demo tour (test_up_e2e), the tool-call checks (test_standalone_tool_calls) and
+Shared by the demo tour (test_up_e2e), the tool-call checks (test_up_demo_tool_calls) and
 the merged-pool runs (test_up_merged_e2e, test_up_auto_merge_e2e): each starts `up` on a state
 folder with the session's demo assets and reads its files. The demo tour and the tool-call
-checks share one `up` (`SharedDemoUp`, a session fixture): one vLLM start less per run.
+checks share one `up` (`SharedDemoUp`, a session fixture): one vLLM start less per run. Their
+file names sort next to each other (test_up_demo_tool_calls, then test_up_e2e, which stops it),
+so the shared `up` is not left idle, holding its engine's ~3 GB, while other modules run.
 """
 
 from __future__ import annotations
