@@ -199,12 +199,22 @@ def vllm_command(
     ]
 
 
-def vllm_env() -> dict[str, str]:
+# vLLM's CPU backend binds an engine's OpenMP threads to the cores it picks ("auto": all but
+# the last, which it leaves to its scheduler process): every engine started with "auto" lands
+# on the same cores, so on the 2-core CI machine two engines shared core 0 while core 1 ran
+# the rest (measured: the isolation run's two engine workers capped at one core together). A
+# test's second engine binds to the last core instead; the session's keeps "auto".
+SPARE_CPU = str(max(os.sched_getaffinity(0)))
+
+
+def vllm_env(cpus: str | None = None) -> dict[str, str]:
+    """The engine's environment; `cpus` (a vLLM CPU list such as "1") binds its threads."""
     return {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
         "TOKENIZERS_PARALLELISM": "false",
+        **({"VLLM_CPU_OMP_THREADS_BIND": cpus} if cpus else {}),
     }
 
 
@@ -216,8 +226,10 @@ def start_vllm(
     *,
     served_name: str = VLLM_BASE_NAME,
     lora: bool = True,
+    cpus: str | None = None,
 ) -> VllmServer:
-    """Start a vLLM server (own process group) and wait until /v1/models answers."""
+    """Start a vLLM server (own process group) and wait until /v1/models answers; `cpus`:
+    the cores its threads bind to (SPARE_CPU for an engine next to the session's)."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -225,7 +237,7 @@ def start_vllm(
             vllm_command(base, port, served_name, lora=lora),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=vllm_env(),
+            env=vllm_env(cpus),
             start_new_session=True,  # its own process group: we kill the engine core too
         )
     server = VllmServer(

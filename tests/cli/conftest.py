@@ -7,8 +7,9 @@ the math, so training is not needed for these tests (the end-to-end test uses tr
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from lorafleet_core.adapter_files import BaseModelDims, base_model_hash
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import ALL_TARGET_MODULES
 from lorafleet_core.replica_state import ReplicaState
+from tests.cli.up_harness import SharedDemoUp
 from tests.peft_factory import write_peft_adapter
 
 HIDDEN, INTERMEDIATE, LAYERS, HEADS = 64, 128, 2, 1
@@ -167,3 +169,11 @@ def reconcile_once(folder: Path, failed: dict[str, str] | None = None) -> Reconc
     states = {r: ReplicaState(replica_id=r, failed_adapters=dict(failed or {})) for r in REPLICAS}
     rec.reconcile(states)
     return rec
+
+
+@pytest.fixture(scope="session")
+def shared_demo_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDemoUp]:
+    """The demo `lorafleet up` the demo tour and the tool-call checks share (started on first
+    use; every one started is stopped at the end of the session)."""
+    with contextlib.ExitStack() as exits:
+        yield SharedDemoUp(lambda: tmp_path_factory.mktemp("demo-up") / "state", exits)

@@ -1,5 +1,7 @@
 """`lorafleet up` end to end: one subprocess (demo mode, 1 replica, real CPU vLLM) serves every
 check in this module, in order; the last test stops it and looks for leftover processes.
+It is the session's shared demo `up` (tests/cli/up_harness.py: its pool also serves tool calls,
+checked in test_up_demo_tool_calls), fresh if a module before this one stopped it.
 
 What runs for real: the demo manifests and key, the reconciler with the operator's planners,
 vLLM, the agent, the gateway, HTTP on loopback, and the official `openai` client.
@@ -16,7 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ import yaml
 
 from lorafleet_cli.main import main
 from lorafleet_cli.standalone.supervisor import group_members
-from tests.cli.up_harness import ASSETS, NOT_YET, Up, running_up
+from tests.cli.up_harness import ASSETS, NOT_YET, SharedDemoUp, Up
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -41,9 +42,8 @@ MARKERS = {
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    with running_up(tmp_path_factory.mktemp("up") / "state", within_s=480) as handle:
-        yield handle
+def up(shared_demo_up: SharedDemoUp) -> Up:
+    return shared_demo_up.get()
 
 
 def test_each_demo_alias_answers_its_marker(up: Up) -> None:
@@ -148,8 +148,9 @@ def test_bad_manifests_are_reported_and_nothing_else_stops(up: Up) -> None:
     texts = problems()
     assert any("demo-wide-v1" in t and "RankTooHigh" in t and "maxRank 16" in t for t in texts)
     assert any("demo-alien-v1" in t and "BaseModelMismatch" in t for t in texts)
-    log = up.log_text()
-    assert "manifest problem: bad.yaml: LoRAAdapter/demo-wide-v1: rejected (RankTooHigh)" in log
+    # `up` writes reconcile.json, then logs what is new in it: the line may trail the file.
+    reported = "manifest problem: bad.yaml: LoRAAdapter/demo-wide-v1: rejected (RankTooHigh)"
+    eventually(lambda: reported in up.log_text(), within_s=10, what="the problem logged")
     # Nothing else stopped: every process still runs, never restarted, every alias answers,
     # as of a supervisor check made after the problems were reported (up.json refreshed).
     reported_at = up.status()["updatedAt"]

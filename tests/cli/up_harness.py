@@ -1,7 +1,11 @@
 """A `lorafleet up` subprocess for end-to-end tests: started, waited for, and always stopped.
 
-Shared by the demo tour (test_up_e2e) and the merged-pool run (test_up_merged_e2e): both
-start `up` on a state folder with the session's demo assets and read its files.
+Shared by the demo tour (test_up_e2e), the tool-call checks (test_up_demo_tool_calls) and
+the merged-pool runs (test_up_merged_e2e, test_up_auto_merge_e2e): each starts `up` on a state
+folder with the session's demo assets and reads its files. The demo tour and the tool-call
+checks share one `up` (`SharedDemoUp`, a session fixture): one vLLM start less per run. Their
+file names sort next to each other (test_up_demo_tool_calls, then test_up_e2e, which stops it),
+so the shared `up` is not left idle, holding its engine's ~3 GB, while other modules run.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import openai
+import yaml
 
 from lorafleet_cli.standalone import demo
 from tests.waiting import eventually
@@ -144,3 +149,44 @@ def running_up(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
+
+
+# The demo pool of the shared `up` serves tool calls: a parser that needs no special tokens
+# (the demo tokenizer has none), and no JSON whitespace in vLLM's grammar: the tiny model pads
+# constrained JSON with whitespace until max_tokens (measured: `required` then parses no call).
+# Neither changes an answer without tools, which is all the demo tour asks for.
+TOOL_CALL_PARSER = "pythonic"
+TOOL_ENGINE_ARGS = [
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+]
+
+
+def tool_calling_demo_folder(state: Path) -> None:
+    """The demo folder in `state`, its pool's engine set up for tool calls."""
+    path = prepare_demo_folder(state) / f"replicapool-{demo.DEMO_POOL}.yaml"
+    pool = yaml.safe_load(path.read_text())
+    pool["spec"]["engine"]["toolCallParser"] = TOOL_CALL_PARSER
+    pool["spec"]["engine"]["extraArgs"] = TOOL_ENGINE_ARGS
+    path.write_text(yaml.safe_dump(pool))
+
+
+class SharedDemoUp:
+    """One demo `lorafleet up` (1 replica, tool calls on) for every module that asks for it.
+
+    `get()` hands out the running one; once a test has stopped it (the demo tour ends with
+    Ctrl-C) or it died, the next `get()` starts a fresh one on a fresh state folder, so a module
+    never depends on which module ran before it. Modules that restart processes check their
+    restart counts within the module, where the `up` is the same."""
+
+    def __init__(self, new_state: Callable[[], Path], exits: contextlib.ExitStack) -> None:
+        self._new_state = new_state
+        self._exits = exits
+        self._up: Up | None = None
+
+    def get(self) -> Up:
+        if self._up is None or self._up.proc.poll() is not None:
+            state = self._new_state()
+            tool_calling_demo_folder(state)
+            self._up = self._exits.enter_context(running_up(state, within_s=480))
+        return self._up

@@ -31,6 +31,7 @@ from lorafleet_core.models import ALL_TARGET_MODULES
 from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import (
+    SPARE_CPU,
     TEST_CACHE,
     TEST_DATA_TOKEN,
     TEST_INTERNAL_TOKEN,
@@ -101,7 +102,8 @@ def isolation_fleet(
     }
     aliases = {f"{TENANT}/{name}:prod": r.id for name, r in records.items()}
     markers = {f"{TENANT}/{name}:prod": CANARY_MARKERS[name] for name in records}
-    second = start_vllm(assets.base_model, tmp / "vllm-r1.log")
+    # On its own core: the two engines' decoding runs in parallel (tests/conftest.py).
+    second = start_vllm(assets.base_model, tmp / "vllm-r1.log", cpus=SPARE_CPU)
     with contextlib.ExitStack() as stack:
         stack.callback(stop_vllm, second)
         agents: dict[str, str] = {}  # replica id -> its agent's metrics URL

@@ -35,6 +35,7 @@ from lorafleet_core.adapter_files import adapter_checksum
 from lorafleet_core.records import AdapterRecord
 from tests.conftest import (
     DATA_HEADERS,
+    SPARE_CPU,
     TEST_DATA_TOKEN,
     S3Server,
     VllmServer,
@@ -178,8 +179,9 @@ def test_a_merged_pool_replica_serves_what_the_unmerged_adapter_serves(
     )
     # One extra vLLM (~30 s): the merged model as a plain model, named as the adapter.
     merged_server = start_vllm(
-        merged_dir, tmp_path / "merged-vllm.log", served_name=adapter_id, lora=False
-    )
+        merged_dir, tmp_path / "merged-vllm.log", served_name=adapter_id, lora=False,
+        cpus=SPARE_CPU,
+    )  # fmt: skip
     try:
         settings = session_agent_settings(
             merged_server,
