@@ -276,8 +276,9 @@ def _merged(args: argparse.Namespace, inputs: Inputs, progress: bool, started: f
             f"## Hot tenant: more owners vs a merged pool ({workload.label}, router "
             f"{inputs.router})",
             "",
-            f"each fleet at its fewest GPUs from which every larger count meets, on each of "
-            f"{args.seeds} seeds from {inputs.seed}: hot adapter p95 TTFT < 1 s and long-tail "
+            "each fleet at its fewest GPUs (the merged one: fewest shared + merged over every "
+            "merged count), each pool at a count from which every larger count meets, on each "
+            f"of {args.seeds} seeds from {inputs.seed}: hot adapter p95 TTFT < 1 s and long-tail "
             "worst p95 (the worst replica's p95 over the other adapters' requests) < 1 s; "
             f"merged replicas decode at {rp.decode_s_merged * 1000:g} ms/step vs "
             f"{rp.decode_s * 1000:g} ms, one adapter, no loads; GPUs = replica-hours / hour",

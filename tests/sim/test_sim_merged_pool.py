@@ -12,7 +12,6 @@ from lorafleet_cli.sim.merged import Row, Sized, compare, meets, threshold
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
 from lorafleet_cli.sim.report import Summary, summarize
 from lorafleet_cli.sim.scenarios import Inputs
-from lorafleet_cli.sim.search import fewest_stable
 from lorafleet_cli.sim.workload import Workload
 
 RP = ReplicaParams()
@@ -52,30 +51,6 @@ def test_merged_replica_serves_only_its_adapter_without_loads_at_merged_speed():
     for i in hot:  # 800 prompt tokens in one 0.1 s step, then 4 merged decode steps
         assert eng.first_token[i] - eng.arrival[i] == pytest.approx(800 / RP.prefill_tps)
         assert eng.finish_time[i] - eng.first_token[i] == pytest.approx(4 * RP.decode_s_merged)
-
-
-def test_fewest_stable_on_a_monotone_test_is_the_smallest_passing_count():
-    tried: list[int] = []
-
-    def ok(n: int) -> bool:
-        tried.append(n)
-        return n >= 7
-
-    assert fewest_stable(ok, 1, 12) == 7
-    assert tried == [12, 11, 10, 9, 8, 7, 6]  # down from the top, stops at the first failure
-    assert fewest_stable(lambda n: False, 1, 8) is None
-    assert fewest_stable(lambda n: True, 3, 8) == 3
-
-
-def test_fewest_stable_skips_a_count_that_meets_below_one_that_fails():
-    # Meets from 7 except at 12: a binary search over [1, 32] tries 16, 8, 4, 6, 7 and answers
-    # 7, a fleet that breaks the SLO when scaled to 12. From 13 on every count meets.
-    def ok(n: int) -> bool:
-        return n >= 7 and n != 12
-
-    assert fewest_stable(ok, 1, 32) == 13
-    with pytest.raises(ValueError, match="empty range"):
-        fewest_stable(ok, 5, 4)
 
 
 def _sized(gpus: float, hot_p95: float, merged: int = 0) -> Sized:

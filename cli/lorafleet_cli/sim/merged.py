@@ -8,8 +8,13 @@ fleets are sized on the same requests and seeds, each to the fewest GPUs that me
 - merged pool: M replicas serving only the hot adapter merged into the base weights
   (`decode_s_merged`, 40 ms per step in the design, no adapter loads), routed by the shipped
   `lorafleet_gateway.pool_router` (merged first, shared fallback), beside N shared replicas.
-  M is the fewest that meet the SLO with the shared pool at the first fleet's size, then N
-  the fewest that still meet it with those M.
+  M + N is the fewest GPUs over every M from 1 to `merged_high`, N for each M the fewest
+  that meet the SLO with at most the first fleet's size (`search.fewest_total`); M is tried
+  first at autoMerge's size (`merged_replicas_needed`), which prunes the others. The fewest M
+  that meet beside the first fleet's shared pool, then the fewest N with them (the search
+  until the merged pool's overflow bounds), misled: with overflow spilling to the shared
+  pool one merged replica meets beside a large shared pool (1,280 tokens/s: 29 + 1 where
+  25 + 3 met).
 
 Meets (`meets`), on every one of `seeds` seeds: the hot adapter's p95 TTFT under the SLO and
 the long tail's worst p95 (`tail_worst_replica_p95_ms`: the worst replica's p95 over every
@@ -17,8 +22,8 @@ other adapter's requests, which bounds each long-tail adapter's p95) under the S
 per-adapter worst p95 the first version used is shown but not tested: for most of the ~200
 adapters it counts it is the second largest of ~20 samples, decided by whether two of them
 queued behind a pile-up of ~4,000-token prompts, and it went up and down by ±150 ms from one
-fleet size to the next (docs/performance.md). The search is `search.fewest_stable`: the
-smallest count from which every larger count meets, not a binary search. The capacity
+fleet size to the next (docs/performance.md). The search per pool is `search.fewest_stable`:
+the smallest count from which every larger count meets, not a binary search. The capacity
 search's second test, GPU hits >= 95%, is left out: it measures the shared pool's slot
 warmth, which a merged pool's requests, always "gpu", would flatter.
 
@@ -42,7 +47,8 @@ from lorafleet_cli.sim import workload as wl
 from lorafleet_cli.sim.engine import Engine
 from lorafleet_cli.sim.report import Summary, summarize
 from lorafleet_cli.sim.scenarios import Inputs
-from lorafleet_cli.sim.search import fewest_stable
+from lorafleet_cli.sim.search import fewest_stable, fewest_total
+from lorafleet_core.planning.merge_advice import merged_replicas_needed
 
 HOT = "hot-tenant"
 SCENARIO = "hot-tenant-merged"
@@ -199,12 +205,20 @@ def _compare_at(
     owners = Sized(n_a, 0, runs[(n_a, 0)] if n_a is not None else [])
     base = n_a if n_a is not None else high
     top = merged_high if merged_high is not None else default_merged_high(tps, capacity)
-    m = fewest_stable(lambda k: meets(run(base, k), slo_ms), 1, top)
-    if m is None:
+    first = min(merged_replicas_needed(tps, capacity), top)
+    order = [first, *(k for k in range(1, top + 1) if k != first)]
+    on_run(f"  {tps:g} tok/s: merged counts in the order tried {order}, shared <= {base}")
+    found = fewest_total(
+        lambda n, k: meets(run(n, k), slo_ms),
+        order,
+        low,
+        base,
+        lambda line: on_run(f"  {tps:g} tok/s, {line.strip()}"),
+    )
+    if found is None:
         return Row(tps, owners, Sized(None))
-    n_b = fewest_stable(lambda n: meets(run(n, m), slo_ms), low, base)
-    merged = Sized(n_b, m, runs[(n_b, m)]) if n_b is not None else Sized(None)
-    return Row(tps, owners, merged)
+    n_b, m = found
+    return Row(tps, owners, Sized(n_b, m, runs[(n_b, m)]))
 
 
 def threshold(rows: list[Row]) -> float | None:

@@ -55,12 +55,13 @@ from lorafleet_core.planning.pool import controller_refs
 
 # Where the merged pool wins, as a share of one replica's capacity. Measured with `lorafleet sim
 # --scenario hot-tenant-merged --hot-rates R --duration 900 --warmup 300 --low 20 --high H
-# --merged-high M --seeds 3 --jobs 3` (docs/performance.md, "Hot tenant: more owners or a
-# merged pool", has R/H/M per rate and the table): the merged pool needed 1 GPU more than more
-# owners at 0.25 x (160 tokens/s) and never more from 0.5 x up to 3.1 x (2 fewer at 0.5 x, 1 at
-# 1 x, as many at 2 x, 2 fewer at 3.1 x). Those margins are within the search's +-1 replica and
-# the 0.5 x win rests on one rendezvous collision, so the default is 1.0: a tenant whose own
-# traffic fills a replica (the design's rule), inside the range where merging never cost a GPU.
+# --seeds 3 --jobs 2` (docs/performance.md, "Hot tenant: more owners or a merged pool", has R/H
+# per rate and the table; the merged fleet is the fewest shared + merged over every merged
+# count): the merged pool needed 1 GPU more than more owners at 0.25 x (160 tokens/s) and fewer
+# from 0.5 x up to 3.1 x (2 fewer at 0.5 x, 1 at 1 x and 2 x, 2 at 3.1 x). Those margins are
+# within the search's +-1 replica and the 0.5 x win rests on one rendezvous collision, so the
+# default is 1.0: a tenant whose own traffic fills a replica (the design's rule), inside the
+# range where merging never cost a GPU.
 MERGE_THRESHOLD_SHARE = 1.0
 # A merged pool is sized so its replicas run at 2/3 of capacity: the sizes that met the SLO
 # in the same runs were ceil(1.5 x tokens/s / capacity) (1 at 160 and 320 tokens/s, 2 at 640,
