@@ -127,12 +127,27 @@ def _list_type_errors(schema: Schema, value: Any, path: list[Any], out: list[str
             _list_type_errors(schema["items"], item, [*path, i], out)
 
 
+def _substring(text: Any, start: Any, end: Any = None) -> Any:
+    """Kubernetes' `string.substring(start[, end])` (cel-go ext.Strings, which the API server
+    enables): code-point indices, an error when out of range."""
+    from celpy import celtypes
+
+    stop = len(text) if end is None else int(end)
+    if not 0 <= int(start) <= stop <= len(text):
+        raise ValueError(f"substring({start}, {end}) out of range for a string of {len(text)}")
+    return celtypes.StringType(str(text)[int(start) : stop])
+
+
+# The Kubernetes CEL library functions the rules use that cel-python lacks.
+K8S_FUNCTIONS: dict[str, Any] = {"substring": _substring}
+
+
 @functools.lru_cache(maxsize=256)
 def _program(rule: str) -> Any:
     import celpy
 
     env = celpy.Environment()
-    return env.program(env.compile(rule))
+    return env.program(env.compile(rule), functions=K8S_FUNCTIONS)
 
 
 def _is_transition_rule(rule: str) -> bool:
