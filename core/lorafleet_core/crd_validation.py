@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from typing import Any
 
 Schema = dict[str, Any]
@@ -249,8 +250,29 @@ def unknown_fields(schema: Schema, obj: Any, path: list[Any] | None = None) -> l
     return out
 
 
+INT64_MAX = 2**63 - 1
+
+
+def json_errors(value: Any, path: list[Any] | None = None) -> list[str]:
+    """Numbers the API server never receives as such: NaN and infinities (JSON has none, so
+    `kubectl` refuses the YAML's `.nan`), and integers beyond int64 (its decoder reads them as
+    floats, which `type: integer` then refuses). YAML read offline carries both."""
+    path = path or []
+    if isinstance(value, dict):
+        return [e for k, v in value.items() for e in json_errors(v, [*path, k])]
+    if isinstance(value, list):
+        return [e for i, v in enumerate(value) for e in json_errors(v, [*path, i])]
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{_path(path)}: {value} is not a JSON number"]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT64_MAX:
+        return [f"{_path(path)}: {value} is beyond int64: must be of type integer"]
+    return []
+
+
 def validate(schema: Schema, obj: Any, old: Any = None) -> list[str]:
     """Every problem the API server would report for a create (old=None) or an update."""
+    if errors := json_errors(obj):
+        return errors  # the request never gets as far as the schema
     new = apply_defaults(schema, obj)
     errors = schema_errors(schema, new)
     previous = _MISSING if old is None else apply_defaults(schema, old)

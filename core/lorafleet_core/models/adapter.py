@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from lorafleet_core.models.common import (
     DNS_LABEL,
+    MAX_BYTES,
     MODULE_NAME,
     SHA256_REF,
     WEIGHTS_URI,
@@ -80,7 +81,10 @@ class LoRAAdapterSpec(SpecModel):
         pattern=SHA256_REF,
     )
     size_bytes: int | None = Field(
-        default=None, ge=0, description="Total size of the adapter files in bytes (optional)."
+        default=None,
+        ge=0,
+        le=MAX_BYTES,
+        description="Total size of the adapter files in bytes (optional).",
     )
 
     @model_validator(mode="after")

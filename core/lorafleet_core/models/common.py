@@ -51,6 +51,12 @@ def first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}" if where else str(err["msg"])
 
 
+# Upper bounds of size fields, so that none takes a number the API server cannot hold (int64)
+# or no disk, adapter or engine has: 2^50 bytes (1 PiB), 2^24 tokens of context.
+MAX_BYTES = 2**50
+MAX_MODEL_LEN = 2**24
+
+
 class CamelModel(BaseModel):
     """Base: camelCase on the wire, snake_case in Python, unknown fields refused."""
 

@@ -10,7 +10,14 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, StringConstraints, model_validator
 
-from lorafleet_core.models.common import WEIGHTS_URI, CamelModel, Condition, ObjectMeta, SpecModel
+from lorafleet_core.models.common import (
+    MAX_BYTES,
+    WEIGHTS_URI,
+    CamelModel,
+    Condition,
+    ObjectMeta,
+    SpecModel,
+)
 from lorafleet_core.models.merged import MergedSpec, MergeStatus
 from lorafleet_core.models.pool_engine import BaseModelRef, EngineSpec
 from lorafleet_core.models.pool_template import ReplicaPodTemplate
@@ -61,12 +68,16 @@ class AutoscalingSpec(SpecModel):
     target_tokens_in_flight: int = Field(
         default=DEFAULT_TARGET_TOKENS_IN_FLIGHT,
         ge=1,
+        le=2**31 - 1,
         description="Tokens in flight (prompt + expected output of admitted requests) per "
         "replica the autoscaler aims for; the default is ~12 requests of 1,366 tokens, the "
         "load at which a replica meets p95 TTFT < 1 s at 8,000 prefill tokens/s.",
     )
     target_queue_depth: int = Field(
-        default=8, ge=1, description="Queued requests per replica the autoscaler aims for."
+        default=8,
+        ge=1,
+        le=1_000_000,
+        description="Queued requests per replica the autoscaler aims for.",
     )
     poll_interval_seconds: float = Field(
         default=5.0, gt=0, le=300, description="How often replica state is scraped."
@@ -89,7 +100,10 @@ class CacheSpec(SpecModel):
     """Byte budgets of the agent's caches."""
 
     disk_bytes: int = Field(
-        default=50 * 2**30, ge=0, description="Byte budget of the agent's disk cache (LRU)."
+        default=50 * 2**30,
+        ge=0,
+        le=MAX_BYTES,
+        description="Byte budget of the agent's disk cache (LRU; at most 2^50, 1 PiB).",
     )
     owned_annotation_max_bytes: int = Field(
         default=196_608,

@@ -9,6 +9,7 @@ from pydantic import Field, StringConstraints, field_validator
 from lorafleet_core.kube_schemas import kube_field
 from lorafleet_core.models.common import (
     ALL_TARGET_MODULES,
+    MAX_MODEL_LEN,
     SHA256_REF,
     ModuleName,
     SpecModel,
@@ -72,7 +73,10 @@ class EngineSpec(SpecModel):
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     max_model_len: int | None = Field(
-        default=None, ge=16, description="vLLM --max-model-len (optional)."
+        default=None,
+        ge=16,
+        le=MAX_MODEL_LEN,
+        description="vLLM --max-model-len (optional; at most 2^24 tokens).",
     )
     tool_call_parser: str | None = Field(
         default=None,
