@@ -62,7 +62,10 @@ def the_pool() -> ReplicaPool:
     return ReplicaPool.model_validate(
         {
             "metadata": {"name": "gpu", "namespace": "prod"},
-            "spec": {"baseModel": {"name": "llama-7b", "hash": BASE, "uri": "s3://m/llama"}},
+            "spec": {
+                "baseModel": {"name": "llama-7b", "hash": BASE, "uri": "s3://m/llama"},
+                "adapterSources": ["s3://lorafleet-adapters/"],
+            },
         }
     )
 

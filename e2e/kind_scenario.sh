@@ -66,6 +66,7 @@ kind: ReplicaPool
 metadata: {name: gpu}
 spec:
   baseModel: {name: tiny-llama, hash: "$HASH", uri: /models/tiny}
+  adapterSources: [s3://adapters/]
   # kind has no GPU: gpus 0 and small requests, so the pods schedule on a laptop.
   engine:
     image: "${REPLICA_IMAGE:-ghcr.io/lorafleet/replica:0.1.0}"

@@ -25,6 +25,7 @@ RANK_TOO_HIGH = "RankTooHigh"
 TARGET_MODULES_NOT_ALLOWED = "TargetModulesNotAllowed"
 UNSUPPORTED_URI_SCHEME = "UnsupportedUriScheme"
 WEIGHTS_OUTSIDE_SOURCES = "WeightsOutsideSources"  # weightsUri not under the pool's sources
+NO_ADAPTER_SOURCES = "NoAdapterSources"  # the pool names no adapterSources: it takes no adapter
 INVALID_CHECKSUM = "InvalidChecksum"
 INVALID_SPEC = "InvalidSpec"
 # Only the agent can tell these: they need the files.

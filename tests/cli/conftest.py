@@ -108,6 +108,13 @@ def pool_manifest(name: str, base: Path, *, max_rank: int = 8, owners: int = 2) 
                 "allowedTargetModules": list(ALL_TARGET_MODULES),
             },
             "ownersPerAdapter": owners,
+            # adapter_manifest's fake locations and the stores the push tests use.
+            "adapterSources": [
+                "file:///store/",
+                f"file://{base.parent / 'store'}",
+                "s3://adapters/fleet/",
+                "s3://shared-store/fleet/",
+            ],
         },
     }
 

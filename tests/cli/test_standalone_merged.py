@@ -44,7 +44,9 @@ def pool(name: str, assets: DemoAssets, **spec: Any) -> dict[str, Any]:
     }
 
 
-def adapter(name: str, assets: DemoAssets, base_hash: str | None = None) -> dict[str, Any]:
+def adapter(
+    name: str, assets: DemoAssets, base_hash: str | None = None, uri: str | None = None
+) -> dict[str, Any]:
     return {
         "apiVersion": "lorafleet.dev/v1alpha1",
         "kind": "LoRAAdapter",
@@ -56,7 +58,7 @@ def adapter(name: str, assets: DemoAssets, base_hash: str | None = None) -> dict
             "rank": assets.ranks["zebra"],
             "alpha": float(2 * assets.ranks["zebra"]),
             "targetModules": sorted(ALL_TARGET_MODULES),
-            "weightsUri": f"file://{assets.adapters['zebra']}/",
+            "weightsUri": uri or f"file://{assets.adapters['zebra']}/",
             "checksum": assets.checksums["zebra"],
         },
     }
@@ -66,9 +68,13 @@ def adapter(name: str, assets: DemoAssets, base_hash: str | None = None) -> dict
 def folder(tmp_path: Path, demo_assets: DemoAssets) -> Path:
     d = tmp_path / "manifests"
     d.mkdir()
-    write_object(d, pool("shared", demo_assets))
+    # The shared pool takes adapters from a store laid out <tenant>/<name>/ (adapterSources).
+    store = tmp_path / "store"
+    (store / "acme").mkdir(parents=True)
+    (store / "acme" / "zebra").symlink_to(demo_assets.adapters["zebra"])
+    write_object(d, pool("shared", demo_assets, adapterSources=[f"file://{store}"]))
     write_object(d, pool("acme-merged", demo_assets, merged={"adapter": "acme-v1"}))
-    write_object(d, adapter("acme-v1", demo_assets))
+    write_object(d, adapter("acme-v1", demo_assets, uri=f"file://{store}/acme/zebra/"))
     return d
 
 

@@ -15,6 +15,9 @@ from lorafleet_core.records import AdapterRecord
 BASE_HASH = "sha256:" + "b" * 64
 
 
+ADAPTER_SOURCE = "file:///adapters/"  # every pool's adapterSources; adapter() lies under it
+
+
 def checksum(name: str) -> str:
     return "sha256:" + hashlib.sha256(name.encode()).hexdigest()
 
@@ -33,7 +36,7 @@ def adapter(
             "rank": rank,
             "alpha": 16,
             "targetModules": ["q_proj", "v_proj"],
-            "weightsUri": f"file:///adapters/{name}/",
+            "weightsUri": f"{ADAPTER_SOURCE}{tenant}/{name}/",
             "checksum": checksum(name),
         },
     }
@@ -87,6 +90,7 @@ def pool(
     spec: dict[str, Any] = {
         "baseModel": {"name": "tiny", "hash": base_hash, "uri": "file:///model"},
         "ownersPerAdapter": owners,
+        "adapterSources": [ADAPTER_SOURCE],
     }
     if max_rank is not None:
         spec["engine"] = {"maxRank": max_rank}

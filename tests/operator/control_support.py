@@ -28,10 +28,11 @@ def registration(adapter_id: str, **over: Any) -> dict[str, Any]:
         "rank": 8,
         "alpha": 16,
         "target_modules": ["q_proj", "v_proj"],
-        "weights_uri": f"s3://adapters/{adapter_id}/",
         "checksum": sha(adapter_id),
     }
     body.update(over)
+    # Under the tenant's folder of the factory pools' adapterSources.
+    body.setdefault("weights_uri", f"s3://adapters/{body['tenant']}/{adapter_id}/")
     return body
 
 

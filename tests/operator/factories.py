@@ -15,6 +15,9 @@ OTHER_HASH = "sha256:" + "c" * 64
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
 
+ADAPTER_SOURCE = "s3://adapters/"  # every factory pool's adapterSources; adapters lie under it
+
+
 def sha(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -24,7 +27,10 @@ def pool_body(name: str = "pool", base_hash: str = BASE_HASH, **spec: Any) -> di
         "apiVersion": "lorafleet.dev/v1alpha1",
         "kind": "ReplicaPool",
         "metadata": {"name": name, "namespace": "ns"},
-        "spec": {"baseModel": {"name": "tiny-llama", "hash": base_hash, "uri": "/models/tiny"}},
+        "spec": {
+            "baseModel": {"name": "tiny-llama", "hash": base_hash, "uri": "/models/tiny"},
+            "adapterSources": [ADAPTER_SOURCE],
+        },
     }
     body["spec"].update(spec)
     return body
@@ -49,7 +55,7 @@ def adapter_body(
         "rank": rank,
         "alpha": 16,
         "targetModules": modules or ["q_proj", "v_proj"],
-        "weightsUri": f"s3://adapters/{name}/",
+        "weightsUri": f"{ADAPTER_SOURCE}{tenant}/{name}/",
         "checksum": sha(name),
     }
     spec.update(extra)

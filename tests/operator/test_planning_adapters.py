@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -185,5 +186,33 @@ def test_a_pool_with_adapter_sources_refuses_weights_outside_the_tenants_folder(
         v = A.validate_adapter(adapter("a", weightsUri=uri).spec, [p])
         assert (v.ok, v.reason, v.final) == (False, R.WEIGHTS_OUTSIDE_SOURCES, True), uri
         assert "acme/" in v.message
-    # Without adapterSources, any s3:// or file:// location (as before).
-    assert A.validate_adapter(adapter("a", weightsUri="file:///etc/").spec, [pool()]).ok
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://adapters/acme/support/v1/",  # where push puts it
+        "s3://fleet-adapters/globex/secret/v1/",  # another tenant's folder
+        "file:///etc/",  # the replica's own files
+        "file:///var/run/secrets/kubernetes.io/serviceaccount/",
+    ],
+)
+def test_a_pool_without_adapter_sources_takes_no_adapter_until_it_lists_one(uri):
+    """Secure default: no location is trusted without the pool naming it (a tenant could
+    otherwise point replicas at another tenant's files or probe the replica's own). Pending,
+    not Rejected: listing a source clears it without touching the adapter."""
+    bare = pool(adapterSources=[])
+    v = A.validate_adapter(adapter("a", weightsUri=uri).spec, [bare])
+    assert (v.ok, v.reason, v.final) == (False, R.NO_ADAPTER_SOURCES, False)
+    assert "adapterSources" in v.message
+    assert uri not in v.message  # nothing about the location is echoed
+    s = _status(adapter("a", weightsUri=uri), v, owners=["pool-1"])
+    assert s.phase == AdapterPhase.PENDING
+    ready = find(s.conditions, R.READY)
+    assert ready is not None
+    assert ready.status == ConditionStatus.FALSE
+    assert "adapterSources" in ready.message
+    fixed = pool(adapterSources=["s3://adapters/"])
+    assert A.validate_adapter(adapter("a", weightsUri=uri).spec, [fixed]).ok == (
+        uri == "s3://adapters/acme/support/v1/"
+    )

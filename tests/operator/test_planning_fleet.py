@@ -211,3 +211,31 @@ def test_five_thousand_adapters_times_26_replicas_plans_quickly():
     assert len(plan.pod_annotations) == 26
     assert all(len(s.owners) == 2 for s in plan.adapter_status.values())
     assert elapsed < 20  # generous on a shared 2-core machine; the benchmark prints the figure
+
+
+def test_a_pool_without_adapter_sources_holds_its_adapters_back_with_one_warning_each():
+    """The upgrade to the secure default: Ready adapters of a pool that lists no
+    adapterSources turn Pending (not served, no owners on the pods), each with one Warning
+    Event, never one per pass; listing the source brings them back without republishing."""
+    ready = apply(
+        snapshot([entry("a0"), entry("a1")]), plan_fleet(snapshot([entry("a0"), entry("a1")]), T0)
+    )
+    assert all(e.status.phase == AdapterPhase.READY for e in ready.adapters)
+    bare = dataclasses.replace(ready, pools=[pool(adapterSources=[])])
+    plan = plan_fleet(bare, T0 + timedelta(seconds=10))
+    for name in ("a0", "a1"):
+        s = plan.adapter_status[name]
+        assert s.phase == AdapterPhase.PENDING
+        validated = find(s.conditions, "Validated")
+        assert validated is not None
+        assert validated.reason == "NoAdapterSources"
+    assert sorted((w[1], w[2]) for w in plan.warnings) == [
+        ("a0", "NoAdapterSources"),
+        ("a1", "NoAdapterSources"),
+    ]
+    assert not any(decode_owned(v) for v in plan.pod_annotations.values())
+    again = plan_fleet(apply(bare, plan), T0 + timedelta(seconds=20))
+    assert again.warnings == []
+    fixed = dataclasses.replace(apply(bare, plan), pools=[pool()])
+    back = plan_fleet(fixed, T0 + timedelta(seconds=30))
+    assert all(s.phase == AdapterPhase.READY for s in back.adapter_status.values())

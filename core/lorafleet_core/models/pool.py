@@ -167,7 +167,8 @@ class ReplicaPoolSpec(SpecModel):
         description="Object-store prefixes adapters may come from (s3://bucket/prefix/ or "
         "file:///path/): a LoRAAdapter's weightsUri must lie under <prefix>/<its tenant>/, "
         "the layout `lorafleet adapter push` writes, so no tenant can point a replica at "
-        "another tenant's files or anywhere else. Empty: any s3:// or file:// location.",
+        "another tenant's files or anywhere else. Empty: the pool takes no adapter (each "
+        "stays Pending, NoAdapterSources).",
     )
     template: ReplicaPodTemplate = Field(
         default_factory=ReplicaPodTemplate,

@@ -5,6 +5,8 @@ Validation outcomes (condition `Validated`, reason):
 - `Valid`: a ReplicaPool with the adapter's base-model hash accepts its rank and modules.
 - `NoMatchingPool` (phase Pending, retried): no ReplicaPool exists in the namespace yet, so
   nothing can be said; re-validated whenever a pool appears.
+- `NoAdapterSources` (phase Pending, retried): the pool lists no `adapterSources`, so it takes
+  no adapter (secure default); clears once the pool lists the prefix the adapter lies under.
 - `BaseModelMismatch`, `RankTooHigh`, `TargetModulesNotAllowed`, `UnsupportedUriScheme`,
   `InvalidChecksum`, `InvalidSpec` (phase Rejected): no pool of the fleet as it stands can
   serve the spec; the message says what to change in a new version. The verdict is
@@ -41,6 +43,7 @@ from lorafleet_core.reasons import (
     IN_USE_BY_MERGED_POOL,
     INVALID_CHECKSUM,
     INVALID_SPEC,
+    NO_ADAPTER_SOURCES,
     NO_MATCHING_POOL,
     NO_READY_REPLICAS,
     NOT_VALIDATED,
@@ -207,7 +210,21 @@ def pool_problems(spec: LoRAAdapterSpec, pool: ReplicaPool) -> list[Validation]:
             )
         )
     sources = pool.spec.adapter_sources
-    if sources and not weights_in_sources(spec.weights_uri, spec.tenant, sources):
+    if not sources:
+        # Secure by default: without sources any location would do, so a tenant could point
+        # replicas at another tenant's folder (and, with its checksum from that tenant's
+        # LoRAAdapter, serve those weights as its own) or probe the replica's own files with
+        # file://, reading the answer from this status. Not final: the pool's fix clears it.
+        out.append(
+            Validation(
+                False,
+                NO_ADAPTER_SOURCES,
+                f"ReplicaPool {name} sets no spec.adapterSources, so it takes no adapter: list "
+                "the object-store prefixes adapters come from (each adapter's weightsUri must "
+                "lie under <prefix>/<tenant>/, the layout `lorafleet adapter push` writes)",
+            )
+        )
+    elif not weights_in_sources(spec.weights_uri, spec.tenant, sources):
         out.append(
             Validation(
                 False,

@@ -340,7 +340,13 @@ def _alias_warnings(
 def _adapter_failure(
     old: LoRAAdapterStatus | None, new: LoRAAdapterStatus
 ) -> tuple[str, str] | None:
-    """An adapter newly Rejected (the Validated reason says why) or Failed (Ready's)."""
+    """An adapter newly Rejected (the Validated reason says why) or Failed (Ready's), or held
+    back by its pool's missing adapterSources (Pending, but nothing will change until someone
+    edits the pool: after an upgrade to the secure default, every adapter of such a pool)."""
+    validated = find(new.conditions, reasons.VALIDATED)
+    held_back = validated is not None and validated.reason == reasons.NO_ADAPTER_SOURCES
+    if new.phase == AdapterPhase.PENDING and held_back:
+        return _turned_false(old.conditions if old else [], new, reasons.VALIDATED)
     if new.phase not in (AdapterPhase.REJECTED, AdapterPhase.FAILED):
         return None
     type_ = reasons.VALIDATED if new.phase == AdapterPhase.REJECTED else reasons.READY
