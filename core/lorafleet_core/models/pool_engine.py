@@ -69,7 +69,8 @@ class EngineSpec(SpecModel):
     )
     allowed_target_modules: list[ModuleName] = Field(
         default_factory=lambda: list(ALL_TARGET_MODULES),
-        description="Modules adapters may target; others are rejected.",
+        description="Modules adapters may target; others are rejected (at most 64).",
+        max_length=64,  # an adapter targets at most 32 (LoRAAdapterSpec.target_modules)
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     max_model_len: int | None = Field(
