@@ -24,7 +24,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- define "lorafleet.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
 {{- end -}}
 
 {{/* Labels of a monitoring object: the shared monitoring.labels plus its own extras. */}}
