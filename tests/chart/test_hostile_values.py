@@ -53,3 +53,32 @@ def test_gateway_ports_that_collide_are_refused():
     """One port for both would put the internal endpoints on the public Service's port."""
     with pytest.raises(helm_python.HelmError, match="must differ"):
         render({"gateway": {"port": 9090, "internalPort": 9090}})
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        # Each reached a manifest unquoted: a newline and YAML after it became keys of their own.
+        {"canary": {"keySecret": {"name": "k", "key": "api-key\n      x: 1"}}},
+        {"operator": {"control": {"tokenSecret": "ctl\n            x: 1"}}},
+        {"gateway": {"pdb": {"maxUnavailable": "1\n  x: 1"}}},
+        {"gateway": {"pdb": {"maxUnavailable": -1}}},
+        {"gateway": {"httpRoute": {"pathPrefix": "/v1}}\n  x: 1"}}},
+    ],
+)
+def test_values_rendered_unquoted_take_only_their_own_syntax(values):
+    with pytest.raises(helm_python.HelmError):
+        helm_python.Chart.load(CHART).validate_schema(values)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"gateway": {"pdb": {"maxUnavailable": "25%"}}},
+        {"gateway": {"pdb": {"maxUnavailable": 1}}},
+        {"operator": {"control": {"tokenSecret": "lorafleet-control.admin"}}},
+        {"gateway": {"httpRoute": {"pathPrefix": "/v1"}}},
+    ],
+)
+def test_ordinary_values_of_those_fields_pass(values):
+    helm_python.Chart.load(CHART).validate_schema(values)
