@@ -108,7 +108,7 @@ def test_ready_adapter_row_shows_ready_phase_and_owner_count():
 def test_rejected_adapter_wide_row_says_why():
     row = table_row(REJECTED_V2, wide=True)
     assert (row["Ready"], row["Phase"], row["Owners"]) == ("False", "Rejected", "<none>")
-    assert row["Reason"] == "Rejected"
+    assert row["Reason"] == "RankTooHigh"  # the cause, not the phase again
     assert "maxRank 16" in row["Message"]
 
 

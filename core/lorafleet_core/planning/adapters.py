@@ -348,17 +348,20 @@ def plan_adapter_status(
     conds = [condition(VALIDATED, v.ok, v.reason, v.message, now, gen)]
     owners: list[str] = []
     owner_count: int | None = None
+    # Ready carries the validation's own reason (RankTooHigh, NoAdapterSources, ...): it is
+    # the Reason column of `kubectl get lora -o wide`, where Rejected or NotValidated said no
+    # more than the Phase column beside it.
     if v.final:
         phase = AdapterPhase.REJECTED
         conds += [
             condition(PLACED, False, REJECTED, "adapter was rejected; see Validated", now, gen),
-            condition(READY, False, REJECTED, v.message, now, gen),
+            condition(READY, False, v.reason, v.message, now, gen),
         ]
     elif not v.ok:
         phase = AdapterPhase.PENDING
         conds += [
             condition(PLACED, False, NOT_VALIDATED, v.message, now, gen),
-            condition(READY, False, NOT_VALIDATED, v.message, now, gen),
+            condition(READY, False, v.reason, v.message, now, gen),
         ]
     elif not inputs.owners:
         phase = AdapterPhase.PENDING

@@ -393,7 +393,7 @@ def _adapter_status(entry: AdapterEntry, inputs: AdapterInputs, now: datetime) -
                     now,
                     gen,
                 ),
-                condition(reasons.READY, False, reasons.REJECTED, v.message, now, gen),
+                condition(reasons.READY, False, v.reason, v.message, now, gen),
                 condition(reasons.VALIDATED, False, v.reason, v.message, now, gen),
             ],
         ),
