@@ -76,6 +76,13 @@ ADAPTER_CASES = {
         "Progressing",
         "no ReplicaPool matches",
     ),
+    # After an upgrade to the secure default: Pending, but only an edit of the pool helps, so
+    # not Progressing (a sync would wait on it for ever).
+    "pending, its pool lists no adapter sources": (
+        adapter(AdapterInputs(Validation(False, "NoAdapterSources", "pool sets no sources"))),
+        "Degraded",
+        "NoAdapterSources: pool sets no sources",
+    ),
     "rejected": (
         adapter(AdapterInputs(Validation(False, "RankTooHigh", "rank 32 > 16", final=True))),
         "Degraded",

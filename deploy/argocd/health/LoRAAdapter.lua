@@ -1,6 +1,7 @@
 -- Argo CD health check for lorafleet.dev/LoRAAdapter (Lua 5.1, as Argo CD runs it).
 -- Healthy: phase Ready. Degraded: Rejected (no pool of the fleet serves the spec; publish a new
--- version, or add the pool it needs) or Failed (every owner refused it). Progressing: no status yet, a status older than
+-- version, or add the pool it needs), Failed (every owner refused it) or Pending because its pool
+-- lists no adapterSources (NoAdapterSources). Progressing: no status yet, a status older than
 -- the spec, or Pending (validating, or waiting for ready replicas).
 local hs = {}
 
@@ -43,6 +44,10 @@ elseif phase == "Rejected" then
 elseif phase == "Failed" then
   hs.status = "Degraded"
   hs.message = message("Ready", "Failed")
+elseif condition("Validated") ~= nil and condition("Validated").reason == "NoAdapterSources" then
+  -- Pending, but nothing changes until someone edits the pool: a sync must not wait on it.
+  hs.status = "Degraded"
+  hs.message = message("Validated", "NoAdapterSources")
 else
   hs.status = "Progressing"
   hs.message = message("Ready", "Pending")
