@@ -19,9 +19,11 @@ import kopf
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
+from lorafleet_core import reasons
+from lorafleet_core.models import ConditionStatus, ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
 from lorafleet_core.planning.autoscale import ScaleState
+from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.pool_status import (
     PoolObservation,
     ScalePlan,
@@ -186,7 +188,20 @@ async def _write_status(
     if comparable != last_status:
         kube = await HOLDER.client()
         await kube.patch_status(PLURAL_POOL, namespace, name, status_patch(status))
+        _warn_if_newly_invalid(body, old, status)
     return comparable
+
+
+def _warn_if_newly_invalid(body: kopf.Body, old: ReplicaPoolStatus, new: ReplicaPoolStatus) -> None:
+    """A Warning Event when the pool turns InvalidSpec, as an adapter or alias gets one: kopf's
+    own event for the failed handler is of type Error with reason Logging, which a watch on
+    `type=Warning` Events (or `kubectl get events --field-selector type=Warning`) misses."""
+    now, before = find(new.conditions, reasons.READY), find(old.conditions, reasons.READY)
+    if now is None or (now.status, now.reason) != (ConditionStatus.FALSE, reasons.INVALID_SPEC):
+        return
+    if before is not None and (before.status, before.reason) == (now.status, now.reason):
+        return  # already reported (this run, or the run before a restart)
+    kopf.event(body, type="Warning", reason=reasons.INVALID_SPEC, message=now.message)
 
 
 def _comparable(status: ReplicaPoolStatus) -> dict[str, Any]:
