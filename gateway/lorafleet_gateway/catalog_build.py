@@ -109,6 +109,12 @@ def build_snapshot(
             continue
         if not adapter_ready(obj, allow_missing_status=allow_missing_status):
             continue
+        refused = None if allow_missing_status else served.refuse_location(adapter_spec)
+        if refused is not None:
+            # Ready against the operator's verdict: the files would come from a location no
+            # pool takes (another tenant's folder, the replica's own files).
+            log.warning("not serving LoRAAdapter %r marked Ready: %s", name, refused)
+            continue
         records[name] = record
         if served.pools:
             adapter_pools[name] = served.for_adapter(name, adapter_spec)

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from lorafleet_core.models import LoRAAdapterSpec, MergePhase, ReplicaPool
-from lorafleet_core.planning.adapters import shared_pools, validate_adapter
+from lorafleet_core.planning.adapters import shared_pools, source_problem, validate_adapter
 from lorafleet_core.planning.merged_lifecycle import draining
 from lorafleet_gateway.pool_router import AdapterPools, MergedTarget
 
@@ -46,6 +46,18 @@ class ServedPools:
 
     def home_pool(self) -> ReplicaPool | None:
         return next((p for p in self.pools if p.metadata.name == self.home), None)
+
+    def refuse_location(self, spec: LoRAAdapterSpec) -> str | None:
+        """Why no pool of the adapter's base model takes weights from where they live
+        (adapterSources), or None. The operator never marks such an adapter Ready, so a Ready
+        status on it was written by someone else (a user granted `*/status`): not served."""
+        pools = [
+            p for p in shared_pools(self.pools) if p.spec.base_model.hash == spec.base_model_hash
+        ]
+        problems = [source_problem(spec, p) for p in pools]
+        if not pools or any(v is None for v in problems):
+            return None
+        return "; ".join(v.reason for v in problems if v is not None)
 
     def for_adapter(self, adapter_id: str, spec: LoRAAdapterSpec) -> AdapterPools:
         verdict = validate_adapter(spec, self.pools)

@@ -209,33 +209,42 @@ def pool_problems(spec: LoRAAdapterSpec, pool: ReplicaPool) -> list[Validation]:
                 False, UNSUPPORTED_URI_SCHEME, "weightsUri must be s3:// or file://", final=True
             )
         )
+    location = source_problem(spec, pool)
+    if location is not None:
+        out.append(location)
+    return out
+
+
+def source_problem(spec: LoRAAdapterSpec, pool: ReplicaPool) -> Validation | None:
+    """Why `pool` refuses where the adapter's weights live (its adapterSources), or None.
+
+    The gateway asks it too (lorafleet_gateway.catalog_pools): a Ready status on an adapter
+    every pool refuses this way was not written by the operator.
+    """
+    name = pool.metadata.name
     sources = pool.spec.adapter_sources
     if not sources:
         # Secure by default: without sources any location would do, so a tenant could point
         # replicas at another tenant's folder (and, with its checksum from that tenant's
         # LoRAAdapter, serve those weights as its own) or probe the replica's own files with
         # file://, reading the answer from this status. Not final: the pool's fix clears it.
-        out.append(
-            Validation(
-                False,
-                NO_ADAPTER_SOURCES,
-                f"ReplicaPool {name} sets no spec.adapterSources, so it takes no adapter: list "
-                "the object-store prefixes adapters come from (each adapter's weightsUri must "
-                "lie under <prefix>/<tenant>/, the layout `lorafleet adapter push` writes)",
-            )
+        return Validation(
+            False,
+            NO_ADAPTER_SOURCES,
+            f"ReplicaPool {name} sets no spec.adapterSources, so it takes no adapter: list "
+            "the object-store prefixes adapters come from (each adapter's weightsUri must "
+            "lie under <prefix>/<tenant>/, the layout `lorafleet adapter push` writes)",
         )
-    elif not weights_in_sources(spec.weights_uri, spec.tenant, sources):
-        out.append(
-            Validation(
-                False,
-                WEIGHTS_OUTSIDE_SOURCES,
-                f"weightsUri {spec.weights_uri} is not under <source>/{spec.tenant}/ of "
-                f"ReplicaPool {name}'s adapterSources ({', '.join(sources)}); upload it with "
-                "`lorafleet adapter push --store <source>`",
-                final=True,
-            )
+    if not weights_in_sources(spec.weights_uri, spec.tenant, sources):
+        return Validation(
+            False,
+            WEIGHTS_OUTSIDE_SOURCES,
+            f"weightsUri {spec.weights_uri} is not under <source>/{spec.tenant}/ of "
+            f"ReplicaPool {name}'s adapterSources ({', '.join(sources)}); upload it with "
+            "`lorafleet adapter push --store <source>`",
+            final=True,
         )
-    return out
+    return None
 
 
 def weights_in_sources(uri: str, tenant: str, sources: Sequence[str]) -> bool:
