@@ -6,7 +6,7 @@ from __future__ import annotations
 import helm_python
 import pytest
 
-from .test_helm_chart import CHART, by_kind, render
+from tests.chart.chart_render import CHART, by_kind, render
 
 DIGEST = "sha256:" + "a" * 64
 

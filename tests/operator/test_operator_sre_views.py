@@ -16,8 +16,8 @@ import pytest
 from tests.api.test_printer_columns import table_row
 from tests.operator.factories import adapter_body, alias_body
 from tests.operator.kmock_cluster import Cluster, eventually
+from tests.operator.kopf_fleet import ENV, make_pool, status
 from tests.operator.kopf_harness import module_fixtures
-from tests.operator.test_operator_kopf import ENV, make_pool, status
 
 pytestmark = pytest.mark.timeout(180)
 
