@@ -65,14 +65,7 @@ def test_schemas_the_engine_cannot_compile_are_400(
     env: GatewayEnv, path: str, extra: dict[str, object], param: str | None
 ):
     before = _sent(env)
-    body: dict[str, object] = {"model": "acme/support:prod", **extra}
-    if path == "/chat/completions":
-        body["messages"] = [{"role": "user", "content": "hi"}]
-    elif path == "/completions":
-        body["prompt"] = "hi"
-    else:
-        body["input"] = "hi"
-    error = _error(_post(env, json.dumps(body), path), 400)
+    error = _error(_post(env, json.dumps(_body(path, extra)), path), 400)
     assert error["code"] in ("invalid_schema",), error
     if param is not None:
         assert error["param"] == param
