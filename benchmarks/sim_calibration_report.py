@@ -72,6 +72,20 @@ def measured_params(doc: dict[str, Any]) -> dict[str, float]:
     }
 
 
+def _hops_seen(probe: dict[str, Any], *, collections: bool = False) -> str:
+    """One stall probe's held pings per hop, as the parameter table shows them; with
+    `collections`, also the client's garbage collections (the per-request probe has them)."""
+    parts = []
+    for hop, h in probe.get("hops", {}).items():
+        if "share" in h:
+            parts.append(
+                f"{hop} {100 * h['share']:.1f}% of pings held, stops {1000 * h['stop_s']:.0f} ms"
+            )
+        elif collections:
+            parts.append(f"{hop} {h['stops']} collections, {1000 * h['stop_s']:.0f} ms")
+    return ", ".join(parts)
+
+
 def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
     pre = doc["prefill"]
     a, b = pre["prefill_fit_s"]
@@ -118,12 +132,7 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
     stalls = doc.get("stalls")
     if stalls and host:
         fit = stalls["fit"]
-        seen = ", ".join(
-            f"{hop} {100 * h['share']:.1f}% of pings held, stops {1000 * h['stop_s']:.0f} ms"
-            if "share" in h
-            else f"{hop} {h['stops']} collections, {1000 * h['stop_s']:.0f} ms"
-            for hop, h in stalls.get("hops", {}).items()
-        )
+        seen = _hops_seen(stalls, collections=True)
         lines.append(
             f"| host_pause_per_request, host_pause_s | {fit['host_pause_per_request']:.3f}, "
             f"{1000 * fit['host_pause_s']:.0f} ms | stops per request under "
@@ -132,11 +141,7 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
         )
     loaded = doc.get("load_stalls")
     if stalls and loaded and host:
-        seen = ", ".join(
-            f"{hop} {100 * h['share']:.1f}% of pings held, stops {1000 * h['stop_s']:.0f} ms"
-            for hop, h in loaded.get("hops", {}).items()
-            if "share" in h
-        )
+        seen = _hops_seen(loaded)
         if "sentinel" in loaded and "sentinel" in stalls:
             seen = (
                 f"a stream through the gateway held {loaded['sentinel']['holds']} times in "
@@ -152,11 +157,7 @@ def _param_lines(m: dict[str, float], doc: dict[str, Any]) -> list[str]:
         )
     busy = doc.get("busy_stalls")
     if stalls and busy and host:
-        seen = ", ".join(
-            f"{hop} {100 * h['share']:.1f}% of pings held, stops {1000 * h['stop_s']:.0f} ms"
-            for hop, h in busy.get("hops", {}).items()
-            if "share" in h
-        )
+        seen = _hops_seen(busy)
         kept = busy.get("busy", {}).get("busy_s") or busy.get("sentinel", {}).get("streaming_s")
         lines.append(
             f"| host_pause_per_busy_s, host_pause_busy_s | {m['host_pause_per_busy_s']:.3f}, "
