@@ -66,6 +66,13 @@ class Fleet:
     def ready(self, rid: str) -> bool:
         return httpx.get(f"{self.agents[rid].internal_url}/readyz", timeout=5).status_code == 200
 
+    def wait_routable(self, rid: str) -> None:
+        eventually(
+            lambda: rid in self.gateway.tracker.healthy_ids(),
+            within_s=10,
+            what=f"the gateway routing to {rid} again",
+        )
+
 
 @pytest.fixture
 def fleet(
@@ -138,6 +145,8 @@ def test_an_engine_dying_mid_stream_ends_it_cleanly_others_serve_and_it_returns_
     assert r.status_code == 200, r.text
     fleet.proxies[victim].restore()
     eventually(lambda: fleet.ready(victim), within_s=30, what="victim ready again (resynchronised)")
+    # The gateway learns it at its next state poll; until then it still routes around it.
+    fleet.wait_routable(victim)
 
     # Now the survivor's engine dies: everything must go to the restarted one, with no 404.
     fleet.proxies[survivor].cut()
@@ -147,6 +156,7 @@ def test_an_engine_dying_mid_stream_ends_it_cleanly_others_serve_and_it_returns_
         assert served_by == victim
     fleet.proxies[survivor].restore()
     eventually(lambda: fleet.ready(survivor), within_s=30, what="survivor ready again")
+    fleet.wait_routable(survivor)
     for _ in range(3):
         assert fleet.ask()[0].startswith("ZEBRA-7")
 
