@@ -6,7 +6,7 @@ from __future__ import annotations
 import helm_python
 import pytest
 
-from tests.chart.chart_render import CHART, by_kind, render
+from tests.chart.chart_render import ALL_ON, CHART, by_kind, render
 
 DIGEST = "sha256:" + "a" * 64
 
@@ -82,3 +82,54 @@ def test_values_rendered_unquoted_take_only_their_own_syntax(values):
 )
 def test_ordinary_values_of_those_fields_pass(values):
     helm_python.Chart.load(CHART).validate_schema(values)
+
+
+@pytest.mark.parametrize(
+    ("component", "name"),
+    [
+        # Kubernetes lets the later of two same-named variables win: each of these rendered
+        # and replaced what the chart derived from its values.
+        ("operator", "LORAFLEET_OPERATOR_REPLICA_INTERNAL_AUTH"),  # the replicas' auth: off
+        ("operator", "LORAFLEET_OPERATOR_NAMESPACES"),
+        ("gateway", "LORAFLEET_GATEWAY_PORT"),
+        ("gateway", "LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN"),  # a data token of one's own
+    ],
+)
+def test_extra_env_cannot_replace_a_variable_the_chart_sets(component, name):
+    values = {component: {"extraEnv": [{"name": name, "value": "x"}]}}
+    with pytest.raises(helm_python.HelmError, match=f"{component}.extraEnv sets {name}"):
+        render(values)
+
+
+def test_extra_env_adds_variables_the_chart_does_not_set():
+    values = {
+        "operator": {"extraEnv": [{"name": "LORAFLEET_OPERATOR_LOG_LEVEL", "value": "DEBUG"}]},
+        "gateway": {"extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]},
+    }
+    env = {
+        d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0]["env"]
+        for d in by_kind(render(values), "Deployment")
+    }
+    assert env["lf-lorafleet-operator"][-1] == values["operator"]["extraEnv"][0]
+    assert env["lf-lorafleet-gateway"][-1] == values["gateway"]["extraEnv"][0]
+    for variables in env.values():
+        names = [e["name"] for e in variables]
+        assert len(names) == len(set(names)), names
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{"gateway": {"replicas": 101}}, {"canary": {"rounds": 1001}}, {"canary": {"interval": 3601}}],
+)
+def test_counts_without_a_sane_use_are_refused(values):
+    with pytest.raises(helm_python.HelmError):
+        helm_python.Chart.load(CHART).validate_schema(values)
+
+
+def test_canary_rounds_that_cannot_finish_before_the_deadline_are_refused():
+    """151 rounds 2 s apart sleep 300 s: the Job would be killed at its 300 s deadline on
+    every run, and LorafleetCanaryFailed would fire for a healthy fleet."""
+    canary = {**ALL_ON["canary"], "rounds": 151, "interval": 2, "deadlineSeconds": 300}
+    with pytest.raises(helm_python.HelmError, match="does not fit"):
+        render({**ALL_ON, "canary": canary})
+    render({**ALL_ON, "canary": {**canary, "rounds": 150}})

@@ -125,3 +125,26 @@ pools it creates.
 {{- $name := include "lorafleet.fullname" . -}}
 {{- printf "%s:%s-gateway,%s:%s-operator" $ns $name $ns $name -}}
 {{- end -}}
+
+{{/*
+A container's env: the chart's own variables ("own", rendered YAML), then "extra" (a
+component's extraEnv). Kubernetes lets the last of two same-named variables win, so an
+extraEnv entry could silently replace what the chart derives from its values (the ports,
+the internal credential, the auth mode of the replicas...). Such a name is refused at render;
+extraEnv is for settings the chart does not set (docs/deploy.md "extraEnv").
+*/}}
+{{- define "lorafleet.env" }}
+{{- $own := list }}
+{{- range regexFindAll "(?m)^- (\\{name: |name: )[A-Za-z_][A-Za-z0-9_.-]*" .own -1 }}
+{{- $own = append $own (regexReplaceAll "^- (\\{name: |name: )" . "") }}
+{{- end }}
+{{- range .extra }}
+{{- if has .name $own }}
+{{- fail (printf "%s sets %s, which the chart already sets from its own values; set the chart value instead (docs/deploy.md, \"extraEnv\")" $.path .name) }}
+{{- end }}
+{{- end }}
+{{- .own | trim }}
+{{- with .extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
