@@ -3,6 +3,8 @@ manifest is rendered, never turned into a manifest that says something else."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import helm_python
 import pytest
 
@@ -129,7 +131,8 @@ def test_counts_without_a_sane_use_are_refused(values):
 def test_canary_rounds_that_cannot_finish_before_the_deadline_are_refused():
     """151 rounds 2 s apart sleep 300 s: the Job would be killed at its 300 s deadline on
     every run, and LorafleetCanaryFailed would fire for a healthy fleet."""
-    canary = {**ALL_ON["canary"], "rounds": 151, "interval": 2, "deadlineSeconds": 300}
+    canary: dict[str, Any] = dict(ALL_ON["canary"])  # type: ignore[call-overload]
+    canary.update(rounds=151, interval=2, deadlineSeconds=300)
     with pytest.raises(helm_python.HelmError, match="does not fit"):
         render({**ALL_ON, "canary": canary})
     render({**ALL_ON, "canary": {**canary, "rounds": 150}})
