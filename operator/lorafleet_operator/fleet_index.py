@@ -90,6 +90,9 @@ class FleetIndex:
         self._missed: dict[str, int] = {}  # replica -> scrapes missed in a row (set_states)
         self.measured_pools: set[str] = set()  # pools some replica has answered a scrape of
         self._dirty = asyncio.Event()
+        # Set once everything there is has been observed (kopf's initial lists): the loop
+        # plans nothing before (sync.FleetSync.run).
+        self.listed = asyncio.Event()
         self._last_change = 0.0
 
     def _touch(self) -> None:

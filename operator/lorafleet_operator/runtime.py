@@ -102,7 +102,20 @@ class Runtime:
         self.control = OperatorControl()
         return self.control.start(self.settings, api)
 
-    def fleet(self, namespace: str) -> FleetSync:
+    def fleet(self, namespace: str, indexing: bool = False) -> FleetSync:
+        """The namespace's FleetSync (created on first use).
+
+        Index handlers (`indexing=True`) feed it during kopf's initial lists. kopf calls every
+        other handler only once all indexed kinds are listed in full, so any other caller
+        marks the index as listed: only then may the loop plan its first pass (a pass over a
+        partial world, adapters without pods or the reverse, would write that world).
+        """
+        fleet = self._fleet(namespace)
+        if not indexing:
+            fleet.listed.set()
+        return fleet
+
+    def _fleet(self, namespace: str) -> FleetSync:
         fleet = self.fleets.get(namespace)
         if fleet is None:
             s = self.settings
@@ -119,6 +132,7 @@ class Runtime:
                 default_port=s.agent_internal_port,
                 clock=lambda: datetime.now(UTC),
                 on_pass=self.metrics.on_pass(namespace),
+                wait_for_lists=True,
             )
             self.fleets[namespace] = fleet
             self.tasks[namespace] = asyncio.get_running_loop().create_task(

@@ -85,8 +85,11 @@ class FleetSync(FleetIndex):
         default_port: int = 8101,
         clock: Callable[[], datetime] | None = None,
         on_pass: Callable[[float, bool], None] | None = None,
+        wait_for_lists: bool = False,
     ) -> None:
         super().__init__(namespace, default_port)
+        if not wait_for_lists:  # the caller fills the index before it runs the loop
+            self.listed.set()
         self.on_pass = on_pass  # (seconds, ok) after each pass: the operator's metrics
         self.writer = writer
         self.params = params or FleetParams()
@@ -105,6 +108,7 @@ class FleetSync(FleetIndex):
         self._progress = asyncio.Condition()
 
     async def run(self) -> None:
+        await self.listed.wait()
         while True:
             await self._dirty.wait()
             first = time.monotonic()

@@ -67,6 +67,9 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     # Seconds each write takes before it is served: a slow API server, so a test can stop an
     # operator while one of its passes is still writing (pacing, not synchronisation).
     write_delay_s: float = 0.0
+    # Seconds a plain list (not a watch) of a plural takes: one watch's initial list arriving
+    # well after the others', as on a busy API server (pacing, not synchronisation).
+    list_delay_s: dict[str, float] = attrs.field(factory=dict)
 
     async def _handle(self, request: rendering.Request) -> Any:
         # Keep the newest few: a request is matched right after it is logged, so only
@@ -74,6 +77,14 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         if len(self._requests) > 64:
             del self._requests[:-32]
         method = request.method.value
+        plural = request.resource.plural if request.resource is not None else None
+        if (
+            method == "GET"
+            and plural in self.list_delay_s
+            and request.name is None
+            and request.params.get("watch") not in {"true", "1"}
+        ):
+            await asyncio.sleep(self.list_delay_s[plural])
         if method in {"POST", "PATCH", "PUT", "DELETE"} and self.write_delay_s:
             await asyncio.sleep(self.write_delay_s)  # before it is logged and applied
         if method == "POST" and request.url.path.endswith("/tokenreviews"):

@@ -339,3 +339,37 @@ def test_two_operators_at_once_converge_to_the_same_state_without_a_write_storm(
         assert end_state(cluster) == want
     finally:
         cluster.close()
+
+
+def test_a_restart_whose_watches_list_at_different_times_writes_nothing(
+    tmp_path: Path, replicas: list[StateServer]
+):
+    """kopf lists each kind on its own. A restarted operator that planned as soon as the
+    first lists were in (adapters but no pods yet, or the reverse) would write that partial
+    world: every pod's owned adapters emptied (pre-warm lost) or every adapter's owners
+    dropped, then written back a pass later. Here one kind's initial list is held for longer
+    than a pass waits (debounce 1 s, max delay 2 s) on a reconciled namespace: nothing may be
+    written."""
+    cluster = Cluster(NS)
+    try:
+        populate(cluster, replicas)
+        first = Operator(cluster, tmp_path / "first.log")
+        try:
+            settle(cluster, first)
+        finally:
+            first.stop()
+        settled_state, settled = end_state(cluster), state_writes(cluster)
+        for plural in ("loraadapters", "pods"):  # either alone rewrote pods and aliases
+            cluster.emulator.list_delay_s = {plural: 4.0}
+            op = Operator(cluster, tmp_path / f"late-{plural}.log")
+            try:
+                eventually(
+                    lambda op=op: op.passes() >= 3, within_s=60, what="passes", abort=op.alive
+                )
+            finally:
+                op.stop()
+            written = state_writes(cluster) - settled
+            assert written == Counter(), (plural, written)
+            assert end_state(cluster) == settled_state, plural
+    finally:
+        cluster.close()

@@ -17,16 +17,19 @@ from lorafleet_operator.runtime import runtime
 DELETE_RETRY_SECONDS = 5.0
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL_ADAPTER)
-async def adapter_event(
-    *, type: str, body: kopf.Body, name: str, namespace: str | None, **_: Any
-) -> None:
+@kopf.index(GROUP, VERSION, PLURAL_ADAPTER)
+async def adapter_index(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """Every non-deletion event, during kopf's initial list too (why: the handlers package)."""
     assert namespace is not None  # lorafleet resources and pods are namespaced
+    runtime().fleet(namespace, indexing=True).upsert_adapter(body)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL_ADAPTER)
+async def adapter_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
+    assert namespace is not None
     fleet = runtime().fleet(namespace)
     if type == "DELETED":
         fleet.remove_adapter(name)
-    else:
-        fleet.upsert_adapter(body)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL_ADAPTER)

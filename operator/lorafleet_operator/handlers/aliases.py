@@ -10,13 +10,16 @@ from lorafleet_core.names import GROUP, PLURAL_ALIAS, VERSION
 from lorafleet_operator.runtime import runtime
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL_ALIAS)
-async def alias_event(
-    *, type: str, body: kopf.Body, name: str, namespace: str | None, **_: Any
-) -> None:
+@kopf.index(GROUP, VERSION, PLURAL_ALIAS)
+async def alias_index(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """Every non-deletion event, during kopf's initial list too (why: the handlers package)."""
     assert namespace is not None  # lorafleet resources and pods are namespaced
+    runtime().fleet(namespace, indexing=True).upsert_alias(body)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL_ALIAS)
+async def alias_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
+    assert namespace is not None
     fleet = runtime().fleet(namespace)
     if type == "DELETED":
         fleet.remove_alias(name)
-    else:
-        fleet.upsert_alias(body)

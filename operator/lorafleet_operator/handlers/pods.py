@@ -11,13 +11,16 @@ from lorafleet_core.pods import COMPONENT_REPLICA
 from lorafleet_operator.runtime import runtime
 
 
-@kopf.on.event("", "v1", "pods", labels={LABEL_COMPONENT: COMPONENT_REPLICA})
-async def pod_event(
-    *, type: str, body: kopf.Body, name: str, namespace: str | None, **_: Any
-) -> None:
+@kopf.index("", "v1", "pods", labels={LABEL_COMPONENT: COMPONENT_REPLICA})
+async def pod_index(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """Every non-deletion event, during kopf's initial list too (why: the handlers package)."""
     assert namespace is not None  # lorafleet resources and pods are namespaced
+    runtime().fleet(namespace, indexing=True).upsert_pod(body)
+
+
+@kopf.on.event("", "v1", "pods", labels={LABEL_COMPONENT: COMPONENT_REPLICA})
+async def pod_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
+    assert namespace is not None
     fleet = runtime().fleet(namespace)
     if type == "DELETED":
         fleet.remove_pod(name)
-    else:
-        fleet.upsert_pod(body)

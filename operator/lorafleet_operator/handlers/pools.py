@@ -24,19 +24,26 @@ def parse_pool(body: kopf.Body | dict[str, Any]) -> ReplicaPool:
     return ReplicaPool.model_validate({k: v for k, v in dict(body).items() if k != "status"})
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL_POOL)
-async def pool_event(
-    *, type: str, body: kopf.Body, name: str, namespace: str | None, **_: Any
-) -> None:
+@kopf.index(GROUP, VERSION, PLURAL_POOL)
+async def pool_index(*, body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
+    """Every non-deletion event, during kopf's initial list too (why: the handlers package)."""
     assert namespace is not None  # lorafleet resources and pods are namespaced
-    fleet = runtime().fleet(namespace)
-    if type == "DELETED" or body.get("metadata", {}).get("deletionTimestamp"):
+    fleet = runtime().fleet(namespace, indexing=True)
+    if body.get("metadata", {}).get("deletionTimestamp"):
         fleet.remove_pool(name)
         return
     try:
         fleet.upsert_pool(parse_pool(body))
     except ValidationError:
         fleet.remove_pool(name)  # reported by pool_reconcile as InvalidSpec
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL_POOL)
+async def pool_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
+    assert namespace is not None
+    fleet = runtime().fleet(namespace)
+    if type == "DELETED":
+        fleet.remove_pool(name)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL_POOL)
