@@ -234,7 +234,9 @@ class AdapterManager(HeldRecords):
             staging = self.disk.staging()
         try:
             with self._disk_writes(record.id):
-                size = await asyncio.to_thread(self.store.fetch, record.weights_uri, staging)
+                size = await asyncio.to_thread(
+                    self.store.fetch, record.weights_uri, staging, record.tenant
+                )
             try:
                 await asyncio.to_thread(check_files, staging, record, self.policy)
             except VerificationError as exc:

@@ -126,7 +126,7 @@ def run_merge(
             )
         adapter_dir = work / "adapter"
         adapter_dir.mkdir()
-        store.fetch(record.weights_uri, adapter_dir)
+        store.fetch(record.weights_uri, adapter_dir, record.tenant)
         with_dims = PoolPolicy(
             pool_base_hash,
             policy.max_rank,

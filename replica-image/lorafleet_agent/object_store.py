@@ -69,13 +69,19 @@ class ObjectStore:
             )
         return self._s3
 
-    def fetch(self, uri: str, dest: Path) -> int:
-        """Copy the adapter files under `uri` into the existing folder `dest`; returns bytes."""
+    def fetch(self, uri: str, dest: Path, tenant: str | None = None) -> int:
+        """Copy the adapter files under `uri` into the existing folder `dest`; returns bytes.
+
+        For file:// with `tenant` (the record's), nothing at or below the `tenant` folder may
+        be a symbolic link (see _tenant_links)."""
         parsed = urlparse(uri)
         if parsed.scheme == "s3":
             return self._fetch_s3(parsed.netloc, parsed.path.lstrip("/"), dest)
         if parsed.scheme == "file":
-            return _fetch_file(Path(unquote(parsed.path)), dest)
+            folder = Path(unquote(parsed.path))
+            if tenant is not None:
+                _refuse_tenant_links(folder, tenant)
+            return _fetch_file(folder, dest)
         raise FetchError(f"unsupported weights URI scheme {parsed.scheme!r}")
 
     def fetch_folder(self, uri: str, dest: Path) -> int:
@@ -166,12 +172,37 @@ def _store_errors(where: str) -> Iterator[None]:
         raise FetchError(f"{where}: {exc}") from exc
 
 
+def _refuse_tenant_links(folder: Path, tenant: str) -> None:
+    """A file:// adapter folder whose tenant part holds a symbolic link is refused.
+
+    The operator and gateway check the weightsUri's text (`<source>/<tenant>/...`), but on a
+    shared file system a tenant writes its own folder: a link there (the adapter folder, or
+    adapter_model.safetensors, pointing at another tenant's folder or any file the agent can
+    read) would have the agent copy, hash and report (a checksum mismatch names the hash it
+    found) what lies outside it. Links above the tenant folder (how the source is mounted) are
+    the installer's and allowed.
+    """
+    parts = folder.parts
+    if tenant not in parts:
+        return  # not the <source>/<tenant>/ layout; the operator refuses such a weightsUri
+    at = parts.index(tenant)
+    paths = [Path(*parts[: i + 1]) for i in range(at, len(parts))]
+    paths += [folder / name for name in ADAPTER_FILES]
+    linked = [p for p in paths if p.is_symlink()]
+    if linked:
+        where = linked[0].relative_to(Path(*parts[:at]))
+        raise FetchError(
+            f"{where} is a symbolic link: adapter folders and files must be real ones "
+            "under the tenant's folder"
+        )
+
+
 def _fetch_file(folder: Path, dest: Path) -> int:
     total = 0
     for name in ADAPTER_FILES:
         src = folder / name
         if not src.is_file():
-            raise FetchError(f"{src}: no such file")
+            raise FetchError(f"{name}: no such file in the adapter's folder")
         shutil.copyfile(src, dest / name)
         total += src.stat().st_size
     return total

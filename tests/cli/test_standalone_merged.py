@@ -4,6 +4,7 @@ shared pool's replicas."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,8 @@ def folder(tmp_path: Path, demo_assets: DemoAssets) -> Path:
     # The shared pool takes adapters from a store laid out <tenant>/<name>/ (adapterSources).
     store = tmp_path / "store"
     (store / "acme").mkdir(parents=True)
-    (store / "acme" / "zebra").symlink_to(demo_assets.adapters["zebra"])
+    # A copy, not a link: the agent refuses links inside a tenant's folder (object_store).
+    shutil.copytree(demo_assets.adapters["zebra"], store / "acme" / "zebra")
     write_object(d, pool("shared", demo_assets, adapterSources=[f"file://{store}"]))
     write_object(d, pool("acme-merged", demo_assets, merged={"adapter": "acme-v1"}))
     write_object(d, adapter("acme-v1", demo_assets, uri=f"file://{store}/acme/zebra/"))
