@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 from pydantic import ValidationError
 
 from lorafleet_cli import cmd_adapter_read, objectstore
-from lorafleet_cli.exit_codes import fail
+from lorafleet_cli.exit_codes import UsageError, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
 from lorafleet_core import names
 from lorafleet_core.adapter_files import (
@@ -33,7 +33,13 @@ from lorafleet_core.adapter_files import (
     check_shapes,
     inspect_adapter,
 )
-from lorafleet_core.models import LoRAAdapter, LoRAAdapterSpec, ObjectMeta, ReplicaPool
+from lorafleet_core.models import (
+    ADAPTER_NAME,
+    LoRAAdapter,
+    LoRAAdapterSpec,
+    ObjectMeta,
+    ReplicaPool,
+)
 from lorafleet_core.planning.adapters import validate_adapter
 
 
@@ -109,6 +115,14 @@ def build_adapter(
 def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:
     """Validate, upload and apply; returns the object written. Raises PushRefused."""
     folder: Path = args.dir
+    if not re.fullmatch(ADAPTER_NAME, args.name):
+        # It becomes the public model name tenant/NAME:tag, a folder and a label value: a
+        # space, a capital or 64 characters pushed fine and then no alias could name it.
+        raise UsageError(
+            f"--name {args.name!r} must be 1-63 lower-case letters, digits, '-', '.' or '_', "
+            "starting and ending with a letter or digit (it is the middle of the public "
+            "model name tenant/NAME:tag)"
+        )
     try:
         info = inspect_adapter(folder)
     except AdapterFormatError as exc:
@@ -137,7 +151,12 @@ def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:
             adapter_name=args.name,
         )
     except ValidationError as exc:
-        raise PushRefused(f"invalid adapter: {exc.errors()[0]['msg']}") from exc
+        first = exc.errors()[0]
+        field = {"tenant": "--tenant", "version": "--version"}.get(str(first["loc"][-1]))
+        if field is not None:  # a value on the command line: exit 2
+            raise UsageError(f"{field} {getattr(args, field[2:])!r}: {first['msg']}") from exc
+        where = ".".join(str(p) for p in first["loc"])
+        raise PushRefused(f"invalid adapter: {where}: {first['msg']}") from exc
     model_dir = args.base_model or local_model_dir(pool.spec.base_model.uri)
     dims = BaseModelDims.from_model_dir(model_dir) if model_dir else None
     problems = pool_problems(adapter.spec, info, pool, dims)

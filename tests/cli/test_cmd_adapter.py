@@ -193,3 +193,35 @@ def test_push_outside_the_pools_adapter_sources_is_refused_before_uploading(
     assert not (tmp_path / "store").exists()
     fleet_store = ("--store", f"file://{tmp_path / 'fleet-store'}")
     assert _push(folder, adapter, tmp_path, *fleet_store) == 0
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        # Each of these names pushed and wrote an adapter that no alias could then name
+        # (acme/sup port:prod is not a model name; a label value holds at most 63 characters).
+        ("--name", "sup port"),
+        ("--name", "Support"),
+        ("--name", "s" * 64),
+        ("--name", "../../x"),
+        ("--name", "sup\u00e9rieur"),
+        ("--tenant", "../../etc"),
+        ("--version", "v1/../../.."),
+    ],
+)
+def test_push_refuses_names_no_model_name_or_label_can_hold_before_uploading(
+    folder, tmp_path, capsys, option, value
+):
+    adapter = make_adapter(tmp_path / "ad", rank=4)
+    args = {"--tenant": "acme", "--name": "support", "--version": "v1"} | {option: value}
+    rc = main(
+        [
+            "adapter", "push", str(adapter), *[x for kv in args.items() for x in kv],
+            "--pool", "main", "--manifests", str(folder),
+            "--store", f"file://{tmp_path / 'store'}", "--quiet",
+        ]
+    )  # fmt: skip
+    assert rc == 2  # the command line is wrong (docs/cli.md)
+    assert option in capsys.readouterr().err  # names what to change
+    assert not (tmp_path / "store").exists()
+    assert load_folder(folder).of_kind("LoRAAdapter") == []

@@ -31,6 +31,7 @@ from lorafleet_core.models.alias import (
     AliasHistoryEntry,
 )
 from lorafleet_core.models.common import (
+    ADAPTER_NAME,
     ALIAS_MODEL,
     ALL_TARGET_MODULES,
     CONDITION_MESSAGE_MAX,
@@ -67,6 +68,7 @@ from lorafleet_core.models.pool_template import PodMetadata, ReplicaPodTemplate
 AnyResource = LoRAAdapter | AdapterAlias | ReplicaPool
 
 __all__ = [
+    "ADAPTER_NAME",
     "ALIAS_MODEL",
     "ALL_TARGET_MODULES",
     "CONDITION_MESSAGE_MAX",

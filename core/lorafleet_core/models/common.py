@@ -15,6 +15,9 @@ SHA256_REF = r"^sha256:[0-9a-f]{64}$"
 WEIGHTS_URI = r"^(s3|file)://.+$"
 # tenant/name:tag — the public model name a client sends.
 _NAME_PART = r"[a-z0-9]([-a-z0-9._]{0,61}[a-z0-9])?"
+# An adapter's name within its tenant (`lorafleet adapter push --name`): the middle of its
+# public model names, a folder in the store and a label value, so it must be all three.
+ADAPTER_NAME = rf"^{_NAME_PART}$"
 ALIAS_MODEL = rf"^[a-z0-9]([-a-z0-9]{{0,61}}[a-z0-9])?/{_NAME_PART}:{_NAME_PART}$"
 MODULE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 CONDITION_MESSAGE_MAX = 32768  # Condition.message's maxLength (planners cut longer ones)
