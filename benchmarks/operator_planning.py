@@ -1,10 +1,11 @@
 """Operator planning at fleet scale: time, memory and Kubernetes API writes.
 
     .venv/bin/python benchmarks/operator_planning.py [--adapters 5000] [--replicas 26]
-        [--rate 1000] [--quick]
+        [--aliases-per-adapter 2] [--rate 1000] [--quick]
 
 1. Planning: one `plan_fleet` pass (validation, owners by rendezvous, pre-warm annotations,
-   adapter/alias status) over N adapters on R ready replicas, cold and warm (owners are
+   adapter/alias status) over N adapters (each with K aliases: prod, canary, ...) on R ready
+   replicas, cold and warm (owners are
    memoised per replica set), with tracemalloc's peak; and a replica joining (churn).
 2. Writes for a bulk create: the operator's real coalescing loop (`FleetSync`, default
    settings) fed adapters at `--rate` per second as a watch stream would deliver them, with
@@ -24,7 +25,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from lorafleet_core.models import ALL_TARGET_MODULES, LoRAAdapter, ReplicaPool
+from lorafleet_core.models import ALL_TARGET_MODULES, AdapterAlias, LoRAAdapter, ReplicaPool
 from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning.fleet import (
     AdapterEntry,
@@ -58,6 +59,24 @@ def adapter_body(i: int) -> dict[str, Any]:
     }
 
 
+def aliases_of(i: int, k: int) -> list[AdapterAlias]:
+    """Adapter i's k public names (tenant-i/support:prod, :canary, :tag-2, ...)."""
+    tags = ["prod", "canary", *(f"tag-{j}" for j in range(2, k))][:k]
+    return [
+        AdapterAlias.model_validate(
+            {
+                "metadata": {"name": f"tenant-{i:04d}-support-{tag}", "namespace": "prod"},
+                "spec": {
+                    "model": f"tenant-{i:04d}/support:{tag}",
+                    "tenant": f"tenant-{i:04d}",
+                    "adapter": f"tenant-{i:04d}-support-v1",
+                },
+            }
+        )
+        for tag in tags
+    ]
+
+
 def the_pool() -> ReplicaPool:
     return ReplicaPool.model_validate(
         {
@@ -70,13 +89,14 @@ def the_pool() -> ReplicaPool:
     )
 
 
-def bench_planning(n: int, r: int) -> None:
+def bench_planning(n: int, r: int, k: int) -> None:
     entries = [
         AdapterEntry(name=b["metadata"]["name"], adapter=LoRAAdapter.model_validate(b))
         for b in map(adapter_body, range(n))
     ]
     pods = [PodView(f"gpu-{i}", "gpu", True) for i in range(r)]
-    snap = FleetSnapshot(pools=[the_pool()], adapters=entries, aliases=[], pods=pods)
+    aliases = [a for i in range(n) for a in aliases_of(i, k)]
+    snap = FleetSnapshot(pools=[the_pool()], adapters=entries, aliases=aliases, pods=pods)
     now = datetime.now(UTC)
 
     t0 = time.perf_counter()
@@ -103,7 +123,7 @@ def bench_planning(n: int, r: int) -> None:
     changed_pods = sum(
         1 for p, v in after.pod_annotations.items() if plan.pod_annotations.get(p) != v
     )
-    print(f"planning {n} adapters x {r} replicas (one plan_fleet pass)")
+    print(f"planning {n} adapters ({len(aliases)} aliases) x {r} replicas (one plan_fleet pass)")
     mib = peak / 2**20
     print(f"  cold pass            {cold * 1000:8.0f} ms   (peak traced memory {mib:.1f} MiB)")
     print(f"  warm pass            {warm * 1000:8.0f} ms")
@@ -214,10 +234,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--adapters", type=int, default=5000)
     parser.add_argument("--replicas", type=int, default=26)
+    parser.add_argument("--aliases-per-adapter", type=int, default=2, help="prod, canary, ...")
     parser.add_argument("--rate", type=float, default=1000.0, help="adapter creations per second")
     parser.add_argument("--quick", action="store_true", help="short intervals (a faster run)")
     args = parser.parse_args()
-    bench_planning(args.adapters, args.replicas)
+    bench_planning(args.adapters, args.replicas, args.aliases_per_adapter)
     settings = OperatorSettings()
     if args.quick:
         settings = settings.model_copy(

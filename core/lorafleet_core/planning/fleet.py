@@ -37,6 +37,7 @@ from lorafleet_core.planning.adapters import (
 from lorafleet_core.planning.aliases import (
     AdapterView,
     AliasClaim,
+    AliasClaims,
     created_at,
     plan_alias,
 )
@@ -293,9 +294,9 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
         for e in snap.adapters
         if e.adapter is not None
     }
-    claims = [
-        AliasClaim(a.metadata.name, a.spec.model, created_at(a.metadata)) for a in snap.aliases
-    ]
+    claims = AliasClaims(
+        [AliasClaim(a.metadata.name, a.spec.model, created_at(a.metadata)) for a in snap.aliases]
+    )
     for alias in snap.aliases:
         ap = plan_alias(alias, views, claims, now)
         plan.alias_status[alias.metadata.name] = ap.status
