@@ -86,21 +86,35 @@ def test_ordinary_values_of_those_fields_pass(values):
     helm_python.Chart.load(CHART).validate_schema(values)
 
 
-@pytest.mark.parametrize(
-    ("component", "name"),
-    [
-        # Kubernetes lets the later of two same-named variables win: each of these rendered
-        # and replaced what the chart derived from its values.
-        ("operator", "LORAFLEET_OPERATOR_REPLICA_INTERNAL_AUTH"),  # the replicas' auth: off
-        ("operator", "LORAFLEET_OPERATOR_NAMESPACES"),
-        ("gateway", "LORAFLEET_GATEWAY_PORT"),
-        ("gateway", "LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN"),  # a data token of one's own
-    ],
-)
-def test_extra_env_cannot_replace_a_variable_the_chart_sets(component, name):
-    values = {component: {"extraEnv": [{"name": name, "value": "x"}]}}
-    with pytest.raises(helm_python.HelmError, match=f"{component}.extraEnv sets {name}"):
-        render(values)
+# Every optional variable on: the Redis password (valueFrom), secret-mode tokens, the control API.
+ALL_ENV: dict[str, dict[str, Any]] = {
+    "gateway": {
+        "rateLimits": {
+            "backend": "redis",
+            "redis": {"url": "redis://r:6379", "passwordSecret": {"name": "p", "key": "k"}},
+        }
+    },
+    "operator": {"control": {"enabled": True, "tokenSecret": "ctl"}},
+    "internalAuth": {"mode": "secret"},
+}
+
+
+@pytest.mark.parametrize("component", ["gateway", "operator"])
+def test_extra_env_cannot_replace_a_variable_the_chart_sets(component):
+    """Kubernetes lets the later of two same-named variables win: each of these rendered and
+    replaced what the chart derived from its values (LORAFLEET_OPERATOR_REPLICA_INTERNAL_AUTH,
+    the replicas' auth mode; LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN; the ports; ...)."""
+    (deployment,) = [
+        d
+        for d in by_kind(render(ALL_ENV), "Deployment")
+        if d["metadata"]["name"].endswith(component)
+    ]
+    names = [e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert len(names) > 8, names
+    for name in names:
+        values = {**ALL_ENV, component: {**ALL_ENV[component], "extraEnv": [{"name": name}]}}
+        with pytest.raises(helm_python.HelmError, match=f"{component}.extraEnv sets {name},"):
+            render(values)
 
 
 def test_extra_env_adds_variables_the_chart_does_not_set():
