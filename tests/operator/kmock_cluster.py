@@ -141,7 +141,9 @@ class Cluster:
         self._thread.start()
         if not self._ready.wait(20):
             raise RuntimeError("kmock did not start")
-        self.http = httpx.Client(base_url=self.url, timeout=10)
+        # 30 s: at a load average of 15 on 2 cores a list of 60 adapters beside two operators
+        # took over 10 s to be served (the emulator shares the machine, not a hang).
+        self.http = httpx.Client(base_url=self.url, timeout=30)
         self.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
 
     def _serve(self) -> None:
