@@ -101,38 +101,93 @@ def event_usage(event: bytes) -> dict[str, Any] | None:
 # A non-stream answer larger than this is not parsed whole for its usage (answer_usage).
 WHOLE_PARSE_BYTES: Final = 256 * 1024
 _USAGE_KEY: Final = b'"usage":'
-_MAX_USAGE_TRIES: Final = 64
+_USAGE_VALUE_BYTES: Final = 4096  # a usage object is a few hundred bytes; more is not one
 _DECODER = json.JSONDecoder()
 
 
-def answer_usage(body: bytes) -> dict[str, Any] | None:
-    """The `usage` object of a non-stream answer (chat, completions, Responses).
+class AnswerUsage:
+    """The `usage` of a non-stream answer read as it passes, in bounded memory.
 
-    A large answer is not parsed whole: vLLM writes `usage` after the choices, and parsing a
-    10 MB answer (n=4 x 4,096 tokens with 20 logprobs each) to read three integers blocked
-    the event loop of the gateway, and then of the agent, for 238 ms (docs/gateway.md). So past
-    `WHOLE_PARSE_BYTES` the body is searched backwards for a `"usage":` key whose value is
-    an object with token counts (generated text cannot hold the key: its quotes are escaped;
-    a logprobs entry for the token `usage` has a number there and is skipped)."""
+    The one reader of a non-stream answer's usage (chat, completions, Responses), for the
+    gateway and the agent, which relay a large answer as it arrives instead of holding it
+    (64 concurrent 10 MB answers were 640 MB in each, docs/gateway.md). An answer up to
+    `WHOLE_PARSE_BYTES` is kept and parsed whole. Past that it is not parsed at all (a full
+    parse of a 10 MB answer blocked the event loop for 238 ms): every `"usage":` key whose
+    value is an object with token counts is decoded from the few KiB after it, and the last
+    one wins (vLLM writes `usage` after the choices; a Responses answer writes its `tools`
+    echo between them, so a fixed tail would not do). Generated text cannot hold the key
+    (its quotes are escaped); a logprobs entry for the token `usage` has a number there and
+    is skipped without a decode. Memory: one chunk plus `_USAGE_VALUE_BYTES`.
+    """
+
+    __slots__ = ("_carry", "_found", "_whole", "size")
+
+    def __init__(self) -> None:
+        self._whole: bytearray | None = bytearray()  # None once past WHOLE_PARSE_BYTES
+        self._carry = b""  # the end of the last chunk: a key cut in two, a value not all here
+        self._found: dict[str, Any] | None = None
+        self.size = 0  # bytes fed
+
+    def feed(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self._whole is not None:
+            self._whole += chunk
+            if len(self._whole) <= WHOLE_PARSE_BYTES:
+                return
+            chunk, self._whole = bytes(self._whole), None
+        self._scan(self._carry + chunk, final=False)
+
+    def usage(self) -> dict[str, Any] | None:
+        """The answer's usage once it has all been fed (None: it had none, or not JSON)."""
+        if self._whole is not None:
+            try:
+                obj = json.loads(self._whole)
+            except ValueError:
+                return None
+            return usage_of(obj) if isinstance(obj, dict) else None
+        self._scan(self._carry, final=True)
+        self._carry = b""
+        return self._found
+
+    def _scan(self, data: bytes, *, final: bool) -> None:
+        at = data.find(_USAGE_KEY)
+        while at >= 0:
+            if not final and len(data) - at - len(_USAGE_KEY) < _USAGE_VALUE_BYTES:
+                self._carry = data[at:]  # decoded once more of the answer has come
+                return
+            found = _usage_at(data, at)
+            if found is not None:
+                self._found = found
+            at = data.find(_USAGE_KEY, at + 1)
+        self._carry = data[-(len(_USAGE_KEY) - 1) :]  # a key cut across two chunks
+
+
+def _usage_at(data: bytes, at: int) -> dict[str, Any] | None:
+    """The usage object whose `"usage":` key starts at `at`, if its value is one."""
+    value = data[at + len(_USAGE_KEY) : at + len(_USAGE_KEY) + _USAGE_VALUE_BYTES].lstrip()
+    if value[:1] != b"{":  # a number (a logprob of the token `usage`), null: no decode
+        return None
+    try:
+        found, _ = _DECODER.raw_decode(value.decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    if isinstance(found, dict) and ("prompt_tokens" in found or "input_tokens" in found):
+        return found
+    return None
+
+
+def answer_usage(body: bytes) -> dict[str, Any] | None:
+    """The `usage` object of a whole non-stream answer: what `AnswerUsage` reads, found by
+    searching a large body backwards (no copy of it, and the usage is near its end)."""
     if len(body) <= WHOLE_PARSE_BYTES:
-        try:
-            obj = json.loads(body)
-        except ValueError:
-            return None
-        return usage_of(obj) if isinstance(obj, dict) else None
+        reader = AnswerUsage()
+        reader.feed(body)
+        return reader.usage()
     end = len(body)
-    for _ in range(_MAX_USAGE_TRIES):
-        at = body.rfind(_USAGE_KEY, 0, end)
-        if at < 0:
-            return None
+    while (at := body.rfind(_USAGE_KEY, 0, end)) >= 0:
+        if (found := _usage_at(body, at)) is not None:
+            return found
         end = at
-        tail = body[at + len(_USAGE_KEY) : at + len(_USAGE_KEY) + 4096]
-        try:
-            value, _ = _DECODER.raw_decode(tail.decode("utf-8", "replace").lstrip())
-        except ValueError:
-            continue
-        if isinstance(value, dict) and ("prompt_tokens" in value or "input_tokens" in value):
-            return value
     return None
 
 

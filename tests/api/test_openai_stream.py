@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from typing import Any
+
+import pytest
 
 from lorafleet_core.openai_stream import (
     WHOLE_PARSE_BYTES,
+    AnswerUsage,
     answer_usage,
     ends_stream,
     event_usage,
@@ -103,3 +107,53 @@ def test_the_usage_of_a_large_answer_is_read_without_parsing_it_whole():
     assert answer_usage(chat.encode()) == usage  # vLLM's chat answer: prompt_logprobs last
     assert answer_usage(b"x" * (WHOLE_PARSE_BYTES + 1)) is None
     assert answer_usage(b'{"usage": 1}' + b" " * WHOLE_PARSE_BYTES) is None
+
+
+def _fed(body: bytes, piece: int) -> tuple[dict[str, Any] | None, int]:
+    """(AnswerUsage's reading of `body` fed in pieces of `piece` bytes, its peak memory)."""
+    reader = AnswerUsage()
+    pieces = [body[i : i + piece] for i in range(0, len(body), piece)]
+    tracemalloc.start()
+    try:
+        for chunk in pieces:
+            reader.feed(chunk)
+        usage = reader.usage()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return usage, peak
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4099, 65536])
+def test_the_usage_of_an_answer_read_in_pieces_is_the_whole_answers_in_bounded_memory(
+    piece: int,
+) -> None:
+    """The gateway and the agent relay a large answer as it arrives: any cut of it (a key or
+    its value split across two reads) reads the same usage, holding about one piece."""
+    small, large = _echo_answer(10), _echo_answer(8_000)
+    assert _fed(small, piece)[0] == answer_usage(small) == json.loads(small)["usage"]
+    if piece < 1024:
+        return  # a few bytes at a time through 24 MB is only slow, not different
+    usage, peak = _fed(large, piece)
+    assert usage == answer_usage(large) == {"prompt_tokens": 8_000, "completion_tokens": 8,
+                                            "total_tokens": 8}  # fmt: skip
+    assert peak < 3 * WHOLE_PARSE_BYTES + 4 * piece, peak  # not the 24 MB document
+
+
+def test_a_responses_answer_whose_tools_echo_sits_between_output_and_usage_is_metered() -> None:
+    """vLLM's Responses answer echoes the request's `tools` after `output` and before `usage`:
+    up to the request's size (1 MiB) between the text and the figures, past any fixed tail."""
+    tools = [
+        {"type": "function", "name": f"f{i}", "parameters": {"x": "y" * 900}} for i in range(1200)
+    ]
+    usage = {"input_tokens": 12, "output_tokens": 30, "total_tokens": 42}
+    body = json.dumps(
+        {
+            "output": [{"type": "message", "content": [{"text": "z" * 400_000}]}],
+            "tools": tools,
+            "usage": usage,
+            "user": None,
+        }
+    ).encode()
+    assert len(body) > 4 * WHOLE_PARSE_BYTES
+    assert _fed(body, 65536)[0] == answer_usage(body) == usage
