@@ -21,7 +21,7 @@ from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.concurrency import ConcurrencyLimited
 from lorafleet_gateway.errors import APIError, error_response, model_not_found
 from lorafleet_gateway.pool_router import plan_pool_route
-from lorafleet_gateway.relay import RelayResult, relay_stream
+from lorafleet_gateway.relay import AnswerCut, RelayResult, relay_answer, relay_stream
 from lorafleet_gateway.reqlog import log_request
 from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.runtime import Gateway
@@ -193,6 +193,11 @@ class CompletionEndpoint:
             await response(scope, receive, send)
             return
         held.answered()
+        if not req.stream:  # a non-stream answer longer than the gateway holds
+            await self._relay_answer(
+                opened, adapter_id, req, held, out, headers, scope, receive, send
+            )
+            return
         result = RelayResult()
         stream = StreamingResponse(
             relay_stream(opened, req.include_usage, result),
@@ -204,6 +209,44 @@ class CompletionEndpoint:
         finally:
             self._stream_ended(opened, held, result, out)
             self._meter_stream(held, adapter_id, req, result)
+
+    async def _relay_answer(
+        self,
+        opened: Opened,
+        adapter_id: str,
+        req: CompletionRequest,
+        held: Reservation,
+        out: _Outcome,
+        headers: dict[str, str],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Relay it as it arrives, then account for it as a held answer is (its usage)."""
+        upstream = opened.response.headers
+        if "content-length" in upstream and "content-encoding" not in upstream:
+            headers["content-length"] = upstream["content-length"]  # a cut shows as short
+        result = RelayResult()
+        response = StreamingResponse(
+            relay_answer(opened, result),
+            headers=headers,
+            media_type=upstream.get("content-type", "application/json"),
+        )
+        try:
+            await response(scope, receive, send)
+        except AnswerCut:
+            pass  # logged by the relay; the client's connection ends short of the answer
+        finally:
+            self._charge(held, result.usage, out)
+            if result.usage is not None:
+                prompt, completion = usage_tokens(result.usage)
+            else:  # cut (or the client left) before its usage: the prompt was read
+                prompt, completion = req.prompt_tokens_estimate, 0
+            self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
+            if result.error:
+                out.status, out.error = "stream_error", result.error
+            else:
+                out.status = 200 if result.completed else "client_closed"
 
     def _stream_ended(
         self, opened: Opened, held: Reservation, result: RelayResult, out: _Outcome

@@ -6,7 +6,8 @@ Responses API events alike), so the usage event can be read (rate-limit reconcil
 metrics) and dropped when the client did not ask for it. Everything else passes through unchanged
 (line endings normalised to LF). The relay only moves bytes and records what it saw in a
 `RelayResult`; the request handler (lorafleet_gateway.routes) does the bookkeeping once the
-response has ended.
+response has ended. A non-stream answer longer than the gateway holds (upstream's
+`answer_buffer_bytes`) is relayed as it arrives too (`relay_answer`), its usage read on the way.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 
 from lorafleet_core.openai_stream import (
+    AnswerUsage,
     ends_stream,
     event_usage,
     is_content_event,
@@ -142,3 +144,32 @@ async def relay_stream(
         )
     finally:
         result.finished_at = time.perf_counter()
+
+
+class AnswerCut(Exception):
+    """A non-stream answer broke off after part of it reached the client: its connection is
+    closed short of the answer's length (nothing else can tell it a JSON body is incomplete)."""
+
+
+async def relay_answer(opened: Opened, result: RelayResult) -> AsyncIterator[bytes]:
+    """Yield a long non-stream answer as it arrives; its usage goes into `result` (read by
+    AnswerUsage in bounded memory, never the whole answer held). A replica failing inside it
+    raises AnswerCut once what arrived has been sent."""
+    assert opened.chunks is not None
+    reader = AnswerUsage()
+    reader.feed(opened.first)
+    try:
+        yield opened.first
+        async for chunk in opened.chunks:
+            reader.feed(chunk)
+            yield chunk
+    except httpx.HTTPError as exc:
+        log.warning("replica %s failed inside a %d-byte answer: %r", opened.replica_id,
+                    reader.size, exc)  # fmt: skip
+        result.error = "upstream_error"
+        await drop_connection(opened.response)
+        raise AnswerCut(str(exc)) from exc
+    finally:
+        result.finished_at = time.perf_counter()
+    result.usage = reader.usage()
+    result.completed = True

@@ -126,6 +126,7 @@ class Gateway:
             self.client,
             self.tracker,
             max_attempts=settings.max_attempts,
+            answer_buffer_bytes=settings.answer_buffer_bytes,
             on_outcome=lambda outcome: metrics.child(metrics.routing, outcome).inc(),
             # The agents' internal credential: the setting, else the mounted file (a projected
             # ServiceAccount token or the Secret's token), re-read when the kubelet rotates it.

@@ -143,6 +143,12 @@ class GatewaySettings(BaseSettings):
 
     # Request bounds.
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    answer_buffer_bytes: int = Field(
+        default=256 * 1024,
+        ge=4096,
+        description="a non-stream answer up to this is held whole (retried elsewhere if the "
+        "replica fails inside it); a longer one is relayed as it arrives",
+    )
     max_tokens_limit: int = Field(default=4096, ge=1, description="largest max_tokens accepted")
     default_max_tokens: int = Field(
         default=DEFAULT_MAX_TOKENS,

@@ -7,7 +7,10 @@ candidate is one `try_replica` step: send; on a 404 `adapter_not_registered` (th
 no record of the adapter yet) post the record from the catalog to the replica's internal load
 endpoint, then send once more carrying the tier the load found the adapter in
 (`HEADER_LOADED_FROM`), so that request, and only that request, reports it. After the first
-byte the choice is final (lorafleet_gateway.relay takes over).
+byte the choice is final (lorafleet_gateway.relay takes over). For a non-stream answer the
+"first byte" is its first `answer_buffer_bytes`: an answer up to that is held whole, so a
+replica failing inside it is still retried; a longer one is relayed as it arrives
+(relay.relay_answer), so a gateway holds at most that much of any answer.
 
 Every data request carries the gateway's token estimate (`HEADER_TOKENS_ESTIMATE`), which the
 agent counts as the request's tokens in flight, and the agents' data credential (`data_token`,
@@ -54,14 +57,15 @@ _RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolErro
 class Opened:
     """An upstream answer whose first bytes have arrived (or a full non-stream body).
 
-    For a stream `response` stays open until the caller closes it.
+    With `chunks` (a stream, or a non-stream answer longer than the gateway holds) `response`
+    stays open until the caller closes it.
     """
 
     replica_id: str
     status: int
     tier: str
     response: httpx.Response
-    first: bytes  # the first body chunk (stream) or the whole body
+    first: bytes  # the first body chunk (stream), the whole body, or its first part
     first_at: float  # perf_counter when `first` arrived
     chunks: AsyncIterator[bytes] | None = None  # the rest of a stream
     attempts: int = 1  # replicas tried, this one included
@@ -110,6 +114,7 @@ class Upstream:
         tracker: ReplicaTracker,
         *,
         max_attempts: int = 3,
+        answer_buffer_bytes: int = 256 * 1024,
         on_outcome: Callable[[str], None] = lambda _o: None,
         replica_token: str | Callable[[], str | None] | None = None,
         data_token: str | Callable[[], str | None] | None = None,
@@ -121,6 +126,7 @@ class Upstream:
         self._data_token = data_token if callable(data_token) else (lambda: data_token)
         self.tracker = tracker
         self.max_attempts = max_attempts
+        self.answer_buffer_bytes = answer_buffer_bytes
         self.on_outcome = on_outcome
 
     async def open(
@@ -267,8 +273,9 @@ class Upstream:
                 while not first:  # an empty read is not the first byte
                     first = await anext(chunks)
             else:
-                first = await response.aread()
-                await response.aclose()
+                first, chunks = await _held_part(response.aiter_raw(), self.answer_buffer_bytes)
+                if chunks is None:
+                    await response.aclose()
         except StopAsyncIteration:
             raise TryNext(f"{replica_id}: closed before the first byte") from None
         except _RETRYABLE as exc:
@@ -291,3 +298,18 @@ class Upstream:
         # elsewhere would double the work on an overloaded fleet.
         log.warning("replica %s timed out before the first byte", replica_id)
         return APIError(504, "The replica did not answer in time.", code="upstream_timeout")
+
+
+async def _held_part(
+    chunks: AsyncIterator[bytes], limit: int
+) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """A non-stream answer read up to `limit` bytes: (the whole body, None), or (its first
+    part, the rest still to come) when it is longer."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(parts), chunks
+    return b"".join(parts), None

@@ -52,6 +52,9 @@ class FakeReplica:
         self.engine_ready = True  # false as the agent reports while its vLLM is down or hung
         self.reject_loads = False
         self.n_tokens = 4
+        # A non-stream answer padded by this many bytes before its usage, sent in 64 KiB
+        # pieces (with its Content-Length); hold_streams / die_after_chunks apply to them.
+        self.answer_pad = 0
         self.split_crlf = False  # CRLF line ends, every event written in two pieces cut in one
         self.state_polls = 0
         self.merged: dict[str, str] | None = None  # /state `merged` (a merged pool's replica)
@@ -174,6 +177,15 @@ class FakeReplica:
                 "choices": [{**choice, "index": k} for k in range(n)],
                 "usage": usage,
             }
+            if self.answer_pad:
+                del out["usage"]  # then written after the padding, as vLLM writes it last
+                out["pad"] = "x" * self.answer_pad
+                out["usage"] = usage
+                raw = json.dumps(out).encode()
+                headers["content-length"] = str(len(raw))
+                return StreamingResponse(
+                    self._pieces(raw), media_type="application/json", headers=headers
+                )
             return JSONResponse(out, headers=headers)
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         if self.raw_stream is not None:
@@ -185,6 +197,15 @@ class FakeReplica:
             media_type="text/event-stream",
             headers=headers,
         )
+
+    async def _pieces(self, raw: bytes) -> AsyncIterator[bytes]:
+        pieces = [raw[i : i + 65536] for i in range(0, len(raw), 65536)]
+        for i, piece in enumerate(pieces):
+            if self.die_after_chunks is not None and i >= self.die_after_chunks:
+                raise RuntimeError("replica died inside its answer")  # the connection drops
+            yield piece
+            if self.hold_streams is not None and i == 0:
+                await asyncio.to_thread(self.hold_streams.wait)
 
     async def _respond(self, request: Request) -> Response:
         """The Responses API, as vLLM answers it: named events, usage in the last one."""
