@@ -27,6 +27,7 @@ class FaultProxy:
         self._conns: list[socket.socket] = []
         self._rate: float | None = None  # bytes/s engine -> agent; None: full speed
         self.hung_up = 0  # connections the agent's side closed (its recv saw end of stream)
+        self.sent_back = 0  # bytes forwarded engine -> agent so far
         # Per direction (back: engine -> agent), cleared while stalled.
         self._flowing = {False: threading.Event(), True: threading.Event()}
         for event in self._flowing.values():
@@ -86,12 +87,14 @@ class FaultProxy:
                 rate = self._rate if back else None
                 if not rate:
                     dst.sendall(data)
+                    self._count(back, len(data))
                     continue
                 # Throttled by what is sent, not by the read: a read issued before slow() (a
                 # kept-alive connection's pump waiting in recv) may return a whole answer.
                 for i in range(0, len(data), 256):
                     piece = data[i : i + 256]
                     dst.sendall(piece)
+                    self._count(back, len(piece))
                     time.sleep(len(piece) / rate)  # the slow link itself, not synchronisation
             if not back:
                 with self._lock:
@@ -101,6 +104,11 @@ class FaultProxy:
         finally:
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
+
+    def _count(self, back: bool, size: int) -> None:
+        if back:
+            with self._lock:
+                self.sent_back += size
 
     def stall(self, *, answers_only: bool = False) -> None:
         """The engine stops (SIGSTOP): accepted, never answered, until `resume()`.

@@ -25,6 +25,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from lorafleet_agent.engine_waits import EngineHung, EngineWaits
 from lorafleet_agent.http_edge import APP_OPTIONS, install_openai_errors, read_json
 from lorafleet_agent.internal_auth import InternalAuth
 from lorafleet_agent.manager import AdapterManager, CacheFull, Lease
@@ -42,7 +43,7 @@ from lorafleet_core.names import (
     HEADER_TOKENS_ESTIMATE,
 )
 from lorafleet_core.openai_errors import error_body
-from lorafleet_core.openai_stream import answer_usage, usage_tokens
+from lorafleet_core.openai_stream import AnswerUsage, usage_tokens
 from lorafleet_core.tiers import parse_tier
 
 log = logging.getLogger("lorafleet.agent.requests")
@@ -63,8 +64,10 @@ def build_data_app(
     replica_id: str,
     auth: InternalAuth,
     *,
+    waits: EngineWaits | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
+    waits = waits if waits is not None else EngineWaits()
     app = FastAPI(title="lorafleet agent (data)", **APP_OPTIONS)
     app.add_middleware(request_ids.RequestIdMiddleware)
     install_openai_errors(app)
@@ -146,11 +149,17 @@ def build_data_app(
                 # Retries once after a resync when vLLM lost the registration (it restarted).
                 # A gateway that hangs up meanwhile cancels it: vLLM sees its client leave and
                 # stops generating (nothing else here would notice before the answer starts).
-                resp = await unless_client_leaves(
-                    request.receive, manager.open_completion(adapter_id, path, body)
-                )
+                with waits.on_engine():  # failed if vLLM stays hung (engine_waits)
+                    resp = await unless_client_leaves(
+                        request.receive, manager.open_completion(adapter_id, path, body)
+                    )
             except ClientDisconnect:
                 return Response(status_code=499)  # nobody is left to read it
+            except EngineHung:
+                # Nothing of the answer has left: the gateway tries another replica.
+                return _error(
+                    503, "vLLM is hung: no answer in time", "engine_unavailable", **headers
+                )
             except (httpx.HTTPError, VllmError, FetchError, VerificationError, CacheFull):
                 # Nothing reached vLLM's engine: 503 lets the gateway try another replica.
                 return _error(503, "vLLM is not answering", "engine_unavailable", **headers)
@@ -164,24 +173,31 @@ def build_data_app(
                 resp.status_code,
                 extra={"request_id": request_id},  # the formatter appends it (request_ids)
             )
-            if resp.status_code != 200 or not body.get("stream"):
+            media = resp.headers.get("content-type", "application/json")
+            if resp.status_code == 200 and not body.get("stream"):
+                # Relayed as it arrives, its usage read on the way: held whole, 64 answers of
+                # 10 MB were 640 MB here. A cut shows as short of the Content-Length.
+                if "content-length" in resp.headers and "content-encoding" not in resp.headers:
+                    headers["content-length"] = resp.headers["content-length"]
+                handed_off = True
+                return StreamingResponse(
+                    _relay_answer(resp, manager, stats, waits, lease, tokens),
+                    media_type=media,
+                    headers=headers,
+                )
+            if resp.status_code != 200:  # vLLM's error answer: small, passed on whole
                 try:
                     content = await unless_client_leaves(request.receive, resp.aread())
                 except ClientDisconnect:
                     return Response(status_code=499)
                 finally:
                     await resp.aclose()
-                if resp.status_code == 200:
-                    _count_json_usage(stats, adapter_id, content)
                 return Response(
-                    content,
-                    status_code=resp.status_code,
-                    media_type=resp.headers.get("content-type", "application/json"),
-                    headers=headers,
+                    content, status_code=resp.status_code, media_type=media, headers=headers
                 )
             handed_off = True
             return StreamingResponse(
-                _relay(resp, manager, stats, lease, tokens),
+                _relay(resp, manager, stats, waits, lease, tokens),
                 media_type="text/event-stream",
                 headers=headers,
             )
@@ -209,11 +225,16 @@ def build_data_app(
 
 
 async def _relay(
-    resp: httpx.Response, manager: AdapterManager, stats: RequestStats, lease: Lease, tokens: int
+    resp: httpx.Response,
+    manager: AdapterManager,
+    stats: RequestStats,
+    waits: EngineWaits,
+    lease: Lease,
+    tokens: int,
 ) -> AsyncIterator[bytes]:
     counter = SseTokenCounter()
     try:
-        async for chunk in resp.aiter_raw():
+        async for chunk in _engine_chunks(resp, waits):
             stats.count_tokens(lease.adapter_id, counter.feed(chunk))
             yield chunk
     finally:
@@ -221,6 +242,43 @@ async def _relay(
             await resp.aclose()
         finally:
             await _settle(manager, stats, lease, tokens, started=True)
+
+
+async def _relay_answer(
+    resp: httpx.Response,
+    manager: AdapterManager,
+    stats: RequestStats,
+    waits: EngineWaits,
+    lease: Lease,
+    tokens: int,
+) -> AsyncIterator[bytes]:
+    """A non-stream answer passed on as it arrives; its completion tokens are counted from
+    its usage at the end (AnswerUsage: bounded memory, never a parse of the whole)."""
+    reader = AnswerUsage()
+    try:
+        async for chunk in _engine_chunks(resp, waits):
+            reader.feed(chunk)
+            yield chunk
+        usage = reader.usage()
+        if usage is not None:
+            stats.count_tokens(lease.adapter_id, usage_tokens(usage)[1])
+    finally:
+        try:
+            await resp.aclose()
+        finally:
+            await _settle(manager, stats, lease, tokens, started=True)
+
+
+async def _engine_chunks(resp: httpx.Response, waits: EngineWaits) -> AsyncIterator[bytes]:
+    """vLLM's answer as it arrives; each read is a wait on the engine (EngineHung once it has
+    been hung too long: the answer is cut, as when vLLM dies)."""
+    chunks = resp.aiter_raw()
+    while True:
+        with waits.on_engine():
+            chunk = await anext(chunks, None)
+        if chunk is None:
+            return
+        yield chunk
 
 
 async def _settle(
@@ -237,9 +295,3 @@ async def _settle(
             await manager.release(lease.adapter_id)
     finally:
         stats.finish(tokens, started=started)
-
-
-def _count_json_usage(stats: RequestStats, adapter_id: str, content: bytes) -> None:
-    usage = answer_usage(content)
-    if usage is not None:
-        stats.count_tokens(adapter_id, usage_tokens(usage)[1])

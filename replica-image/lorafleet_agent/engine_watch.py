@@ -15,6 +15,9 @@ so everything the agent believed registered would answer "model does not exist".
   disk on demand (disk copies re-verified first) while a background task registers the rest
   again. Re-registering hundreds of adapters first would keep the replica out for minutes.
 
+A hung engine's requests are failed once it has been hung for `hung_fail_s`
+(lorafleet_agent.engine_waits says why and how); a short stall keeps them.
+
 The same resync also runs on the request path when vLLM answers "model does not exist" between
 two polls (`AdapterManager.open_completion`), so no request sees that 404.
 """
@@ -23,17 +26,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import httpx
 
+from lorafleet_agent.engine_waits import EngineWaits
 from lorafleet_agent.manager import AdapterManager
 
 log = logging.getLogger(__name__)
 
 
 class EngineWatch:
-    def __init__(self, manager: AdapterManager, interval_s: float, slow_limit: int = 3) -> None:
+    def __init__(
+        self,
+        manager: AdapterManager,
+        interval_s: float,
+        slow_limit: int = 3,
+        *,
+        waits: EngineWaits | None = None,
+        hung_fail_s: float = 30.0,
+    ) -> None:
         self.manager = manager
+        self.waits = waits if waits is not None else EngineWaits()
+        self.hung_fail_s = hung_fail_s
+        self._hung_since: float | None = None  # when the engine was called hung
         self.interval_s = interval_s
         self.slow_limit = slow_limit
         self._slow = 0  # consecutive timed-out checks
@@ -57,8 +73,13 @@ class EngineWatch:
         finally:
             self.rounds += 1
         self._slow = self._slow + 1 if health == "slow" else 0
-        if health == "down" or self._slow >= self.slow_limit:
-            self._down(f"vLLM is {'not answering' if health == 'down' else 'hung'}")
+        if health == "slow" and self._slow >= self.slow_limit:
+            self._down("vLLM is hung")
+            self._fail_waits_past_bound()
+            return
+        self._hung_since = None
+        if health == "down":
+            self._down("vLLM is not answering")
             return
         if health == "slow":
             return  # undecided: keep the current readiness
@@ -66,6 +87,21 @@ class EngineWatch:
         if not m.ready:
             log.warning("vLLM answers again and the agent has resynchronised: ready")
             m.ready = True
+
+    def _fail_waits_past_bound(self) -> None:
+        now = time.monotonic()
+        if self._hung_since is None:
+            self._hung_since = now
+        if now - self._hung_since < self.hung_fail_s:
+            return  # maybe a stall it resumes from: its requests wait
+        failed = self.waits.fail_all()
+        if failed:
+            self.manager.metrics.hung_engine_failed_requests.inc(failed)
+            log.error(
+                "vLLM hung for %.0f s: failed the %d requests waiting on it (retryable)",
+                now - self._hung_since,
+                failed,
+            )
 
     def _down(self, why: str) -> None:
         self.manager.metrics.engine_up.set(0)

@@ -84,6 +84,11 @@ class AgentMetrics:
             "Completions vLLM answered 'model does not exist' for, retried after a resync",
             registry=r,
         )
+        self.hung_engine_failed_requests = Counter(
+            "lorafleet_agent_hung_engine_failed_requests",
+            "Requests failed because vLLM stayed hung past ENGINE_HUNG_FAIL_S",
+            registry=r,
+        )
         self.engine_up = Gauge(
             "lorafleet_agent_engine_up", "1 while vLLM answers its health check", registry=r
         )

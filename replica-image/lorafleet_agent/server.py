@@ -15,6 +15,7 @@ from lorafleet_agent.conflict_events import ConflictEvents
 from lorafleet_agent.data_app import build_data_app
 from lorafleet_agent.data_auth import build_data_auth
 from lorafleet_agent.disk_cache import DiskCache
+from lorafleet_agent.engine_waits import EngineWaits
 from lorafleet_agent.engine_watch import EngineWatch
 from lorafleet_agent.internal_app import build_internal_app
 from lorafleet_agent.internal_auth import build_internal_auth
@@ -85,7 +86,10 @@ class Agent:
         if self.events is not None:
             self.manager.on_conflict = self.events.report
         self.stats = RequestStats(self.metrics, s.activity_window_s)
-        self.data_app = build_data_app(self.manager, self.stats, s.replica_id, data_auth)
+        self.engine_waits = EngineWaits()  # requests waiting on vLLM (failed if it stays hung)
+        self.data_app = build_data_app(
+            self.manager, self.stats, s.replica_id, data_auth, waits=self.engine_waits
+        )
         self.watcher = (
             PrewarmWatcher(
                 self.manager, s.owned_adapters_file, s.prewarm_poll_s, s.prewarm_ready_timeout_s
@@ -104,7 +108,12 @@ class Agent:
             auth,
             warming=(lambda: watcher.warming) if watcher is not None else None,
         )
-        self.engine_watch = EngineWatch(self.manager, s.engine_check_s)
+        self.engine_watch = EngineWatch(
+            self.manager,
+            s.engine_check_s,
+            waits=self.engine_waits,
+            hung_fail_s=s.engine_hung_fail_s,
+        )
         self._servers: list[uvicorn.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self.ready = threading.Event()  # set when requests can be served (tests wait on it)

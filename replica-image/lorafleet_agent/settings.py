@@ -45,6 +45,12 @@ class AgentSettings(BaseSettings):
         default=1.0, gt=0, description="how often vLLM's health and registrations are checked"
     )
     request_timeout_s: float = 600.0
+    engine_hung_fail_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="once vLLM has been hung this long, the requests waiting on it fail "
+        "(503 before their answer started, cut after): a short stall keeps them",
+    )
     vllm_start_timeout_s: float = Field(default=900.0, description="how long to wait for vLLM")
 
     # Disk tier.
