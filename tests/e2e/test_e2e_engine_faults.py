@@ -8,11 +8,13 @@ adapter's registration (unloaded behind the agents' backs), which is what a fres
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -82,6 +84,34 @@ def fleet(
     demo_assets: DemoAssets,
     make_record: Callable[..., AdapterRecord],
 ) -> Iterator[Fleet]:
+    with _fleet(tmp_path, vllm_server, s3_server, demo_assets, make_record) as fleet:
+        yield fleet
+
+
+@pytest.fixture
+def quick_to_fail_fleet(
+    tmp_path: Path,
+    vllm_server: VllmServer,
+    s3_server: S3Server,
+    demo_assets: DemoAssets,
+    make_record: Callable[..., AdapterRecord],
+) -> Iterator[Fleet]:
+    """Agents that fail what a hung engine holds 1 s after calling it hung (default 30 s)."""
+    with _fleet(
+        tmp_path, vllm_server, s3_server, demo_assets, make_record, engine_hung_fail_s=1.0
+    ) as fleet:
+        yield fleet
+
+
+@contextlib.contextmanager
+def _fleet(
+    tmp_path: Path,
+    vllm_server: VllmServer,
+    s3_server: S3Server,
+    demo_assets: DemoAssets,
+    make_record: Callable[..., AdapterRecord],
+    **agent_settings: Any,
+) -> Iterator[Fleet]:
     record = make_record("zebra", unique_id("chaos-zebra"), tenant="chaos")
     rids = ("chaos-r0", "chaos-r1")
     proxies = {rid: FaultProxy(vllm_server.port) for rid in rids}
@@ -89,7 +119,7 @@ def fleet(
         for proxy in proxies.values():
             stack.exits.callback(proxy.close)
         for rid in rids:
-            stack.agent(rid, vllm_url=proxies[rid].url, engine_check_s=0.2)
+            stack.agent(rid, vllm_url=proxies[rid].url, engine_check_s=0.2, **agent_settings)
         stack.write_manifests("chaos", KEY, [record], {MODEL: record.id}, requests_per_second=1000)
         stack.write_replicas()
         gateway, server = stack.gateway(poll_interval_s=0.3, catalog_reload_interval_s=0.1)
@@ -210,3 +240,42 @@ def test_a_stalled_engine_holds_its_streams_its_replica_goes_unready_and_comes_b
     assert held_s > 6  # it really was held past the health checks' verdict
     eventually(lambda: fleet.ready(victim), within_s=20, what="the victim ready again")
     eventually(lambda: fleet.ask()[1] == victim, within_s=30, what="the victim serving again")
+
+
+def test_a_stream_held_by_an_engine_hung_past_the_bound_ends_with_an_error_the_client_can_retry(
+    quick_to_fail_fleet: Fleet,
+) -> None:
+    """The victim's engine stops and stays stopped. Its stream is not left to the 300 s / 600 s
+    read timeouts: once the agent has called the engine hung and ENGINE_HUNG_FAIL_S has
+    passed, the client gets the in-band OpenAI error event and its retry is served by the
+    other replica."""
+    for _ in range(4):
+        assert quick_to_fail_fleet.ask()[0].startswith("ZEBRA-7")
+    body = {"model": MODEL, "messages": PROMPT, "max_tokens": 120, "temperature": 0,
+            "ignore_eos": True, "stream": True}  # fmt: skip
+    headers = {"authorization": f"Bearer {KEY}"}
+    for proxy in quick_to_fail_fleet.proxies.values():
+        proxy.slow(2048)  # the stream is surely still running when the engine stops
+    url = f"{quick_to_fail_fleet.url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=120) as resp:
+        assert resp.status_code == 200
+        victim = resp.headers["x-replica-id"]
+        (survivor,) = set(quick_to_fail_fleet.agents) - {victim}
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        quick_to_fail_fleet.proxies[victim].stall()
+        stalled_at = time.monotonic()
+        rest = [line for line in lines if line.startswith("data: ")]
+        ended_after = time.monotonic() - stalled_at
+    for proxy in quick_to_fail_fleet.proxies.values():
+        proxy.slow(None)
+    errors = [json.loads(line[6:])["error"] for line in rest if '"error"' in line]
+    assert errors, rest[-3:]
+    assert errors[-1]["code"] == "upstream_error"
+    assert ended_after < 30, ended_after  # the verdict (~7 s) and the bound, not minutes
+    answer, served_by = quick_to_fail_fleet.ask()  # the client's retry
+    assert (answer.startswith("ZEBRA-7"), served_by) == (True, survivor)
+    quick_to_fail_fleet.proxies[victim].resume()
+    eventually(
+        lambda: quick_to_fail_fleet.ready(victim), within_s=20, what="the victim ready again"
+    )
