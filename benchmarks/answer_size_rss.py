@@ -109,6 +109,7 @@ class Figures:
     agent_before_mib: float
     agent_peak_mib: float
     answers: int
+    failed: int
     answer_bytes: int
     seconds: float
 
@@ -142,8 +143,9 @@ async def _ask(client: httpx.AsyncClient, url: str) -> int:
     headers = {"authorization": f"Bearer {KEY}"}
     size = 0
     async with client.stream("POST", url, json=body, headers=headers, timeout=300) as resp:
-        if resp.status_code != 200:
-            raise RuntimeError(f"{resp.status_code}: {(await resp.aread())[:300]!r}")
+        if resp.status_code != 200:  # counted as failed (the servers' log says why)
+            print(f"{resp.status_code}: {(await resp.aread())[:200]!r}", file=sys.stderr)
+            return -1
         async for chunk in resp.aiter_raw():
             size += len(chunk)  # dropped: the client holds nothing
     return size
@@ -223,11 +225,11 @@ async def run_tree(tree: Tree, args: argparse.Namespace, tmp: Path, log: Any) ->
             answer_bytes = await _ask(client, url)  # warm-up: the on-demand load, imports
             gw_before, agent_before = _mib(gateway_pid, "VmRSS"), _mib(agent_pid, "VmRSS")
             started = time.monotonic()
-            answers = 0
+            answers = failed = 0
             for _ in range(args.rounds):
                 sizes = await asyncio.gather(*(_ask(client, url) for _ in range(args.concurrency)))
-                assert all(s == answer_bytes for s in sizes), set(sizes)
-                answers += len(sizes)
+                answers += sum(1 for s in sizes if s == answer_bytes)
+                failed += sum(1 for s in sizes if s != answer_bytes)
             seconds = time.monotonic() - started
         return Figures(
             tree.label,
@@ -236,6 +238,7 @@ async def run_tree(tree: Tree, args: argparse.Namespace, tmp: Path, log: Any) ->
             agent_before,
             _mib(agent_pid, "VmHWM"),
             answers,
+            failed,
             answer_bytes,
             seconds,
         )
@@ -256,12 +259,12 @@ def report(rows: list[Figures], args: argparse.Namespace) -> None:
         f"(gateway -> agent -> engine stand-in, each its own process)\n"
     )
     print(f"{'tree':<28} {'gateway RSS idle':>17} {'gateway peak':>13} "
-          f"{'agent RSS idle':>15} {'agent peak':>11} {'answers/s':>10}")  # fmt: skip
+          f"{'agent RSS idle':>15} {'agent peak':>11} {'answers/s':>10} {'failed':>7}")  # fmt: skip
     for r in rows:
         print(
             f"{r.label:<28} {r.gateway_before_mib:>13.0f} MiB {r.gateway_peak_mib:>9.0f} MiB "
             f"{r.agent_before_mib:>11.0f} MiB {r.agent_peak_mib:>7.0f} MiB "
-            f"{r.answers / r.seconds:>10.1f}"
+            f"{r.answers / r.seconds:>10.1f} {r.failed:>7}"
         )
     print("\ncommand: " + " ".join([Path(sys.executable).name, *sys.argv]))
 
@@ -272,6 +275,8 @@ def main() -> int:
     parser.add_argument("--answer-mb", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--log", type=Path, default=Path("answer_size_rss.log"),
+                        help="the servers' stderr")  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="answer-rss-") as name:
         tmp = Path(name)
@@ -283,7 +288,7 @@ def main() -> int:
         subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
         trees = [Tree(f"before ({args.before})", before), Tree("after (this checkout)", ROOT)]
         rows = []
-        with (tmp / "servers.log").open("wb") as log:
+        with args.log.open("wb") as log:
             for tree in trees:
                 tree_label = tree.label.split(" ")[0]
                 rows.append(asyncio.run(run_tree(Tree(tree_label, tree.root), args, tmp, log)))
