@@ -6,8 +6,10 @@ on). The gateway computes it once per request and passes it to the agent in the
 `HEADER_TOKENS_ESTIMATE` header (lorafleet_core.names), so both count the same number; the
 agent falls back to this module only for a request that comes without it.
 
-The rule: the characters of the prompt's text (message contents, the completion prompt, or a
-Responses request's instructions and input; a token id counts as one token) divided by
+The rule: the characters of the prompt's text (message contents and the calls in assistant
+messages' `tool_calls`, the completion prompt, or a Responses request's instructions and
+input; a token id counts as one token), plus the tool definitions (`tools`, `functions`) as
+the JSON text the chat template renders into the prompt, divided by
 `CHARS_PER_TOKEN`, plus one, plus the request's `max_completion_tokens` / `max_tokens` /
 `max_output_tokens`, or `DEFAULT_MAX_TOKENS` when it sets none, once per choice (`n`): the
 engine reads the prompt once and generates every choice, which is how its `usage` counts them
@@ -17,6 +19,7 @@ with a BPE tokenizer; the gateway reconciles its limiter with the real usage whe
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
 CHARS_PER_TOKEN: Final = 4
@@ -64,13 +67,42 @@ def input_chars(value: Any) -> int:
 
 def prompt_chars(body: dict[str, Any]) -> int:
     """Characters of prompt text in a chat (`messages`), completion (`prompt`) or Responses
-    (`instructions` + `input`) body."""
+    (`instructions` + `input`) body, tool definitions included (`tool_chars`)."""
     messages = body.get("messages")
     if isinstance(messages, list):
-        return sum(text_chars(m.get("content")) for m in messages if isinstance(m, dict))
-    if "input" in body:
-        return text_chars(body.get("instructions")) + input_chars(body["input"])
-    return text_chars(body.get("prompt"))
+        chars = sum(message_chars(m) for m in messages if isinstance(m, dict))
+    elif "input" in body:
+        chars = text_chars(body.get("instructions")) + input_chars(body["input"])
+    else:
+        chars = text_chars(body.get("prompt"))
+    return chars + tool_chars(body)
+
+
+def message_chars(message: dict[str, Any]) -> int:
+    """A chat message's content, and the name and arguments of each of its `tool_calls` (an
+    assistant turn the engine reads back)."""
+    total = text_chars(message.get("content"))
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                total += sum(
+                    len(v) for k in ("name", "arguments") if isinstance(v := function.get(k), str)
+                )
+    return total
+
+
+def tool_chars(body: dict[str, Any]) -> int:
+    """The tool definitions (`tools`; the legacy `functions`) as compact JSON text: chat
+    templates render them into the prompt (`tools | tojson` in most), so a request of tiny
+    messages and a 100 KB tools array is a 25,000-token prefill, not a 1-token prompt."""
+    total = 0
+    for key in ("tools", "functions"):
+        value = body.get(key)
+        if isinstance(value, list) and value:
+            total += len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+    return total
 
 
 def prompt_tokens(chars: int) -> int:

@@ -22,8 +22,10 @@ from lorafleet_core.strict_json import StrictJsonError, loads_strict
 from lorafleet_core.tokens import (
     DEFAULT_MAX_TOKENS,
     input_chars,
+    message_chars,
     prompt_tokens,
     text_chars,
+    tool_chars,
 )
 from lorafleet_gateway.errors import APIError
 from lorafleet_gateway.output_schema import check_output_constraints
@@ -96,7 +98,7 @@ def _check_messages(messages: Any, bounds: Bounds) -> int:
         content = msg.get("content")
         if content is not None and not isinstance(content, str | list):
             raise _bad(f"'messages[{i}].content' must be a string or an array.", "messages")
-        chars += text_chars(content)
+        chars += message_chars(msg)  # its tool calls too
     return chars
 
 
@@ -298,6 +300,7 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         chars = _check_responses(body, bounds)
     else:
         chars = _check_prompt(body.get("prompt"))
+    chars += tool_chars(body)  # the tool definitions are prompt too (lorafleet_core.tokens)
     check_output_constraints(body, kind)
     return CompletionRequest(
         kind=kind,

@@ -35,3 +35,20 @@ def test_estimate_counts_max_tokens_once_per_choice():
     body = {"prompt": "x" * 8, "max_tokens": 10, "n": 3}
     assert estimate(body) == 8 // 4 + 1 + 3 * 10
     assert estimate({**body, "n": True}) == 8 // 4 + 1 + 10  # junk n: one choice
+
+
+def test_tool_definitions_and_tool_calls_count_as_prompt():
+    """A chat template renders `tools` into the prompt (as JSON) and reads back the calls of
+    assistant turns: tiny messages with a 100 KB tools array are a 25,000-token prefill."""
+    tools = [{"type": "function", "function": {"name": f"f{i}", "description": "d" * 1000}}
+             for i in range(100)]  # fmt: skip
+    tiny = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    assert estimate(tiny) == 2 // 4 + 1 + 1
+    assert estimate(tiny | {"tools": tools}) > 100_000 // 4
+    assert estimate(tiny | {"functions": [t["function"] for t in tools]}) > 100_000 // 4
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "a" * 4000}}
+    replay = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
+    assert estimate(replay | {"max_tokens": 1}) == 4001 // 4 + 1 + 1
+    responses = {"input": "hi", "tools": [{"type": "function", "name": "f",
+                                            "parameters": {"d": "x" * 8000}}]}  # fmt: skip
+    assert estimate(responses | {"max_output_tokens": 1}) > 8000 // 4
