@@ -230,6 +230,22 @@ def start_vllm(
 ) -> VllmServer:
     """Start a vLLM server (own process group) and wait until /v1/models answers; `cpus`:
     the cores its threads bind to (SPARE_CPU for an engine next to the session's)."""
+    server = spawn_vllm(base, log_path, port, served_name=served_name, lora=lora, cpus=cpus)
+    await_vllm(server, timeout_s)
+    return server
+
+
+def spawn_vllm(
+    base: Path,
+    log_path: Path,
+    port: int | None = None,
+    *,
+    served_name: str = VLLM_BASE_NAME,
+    lora: bool = True,
+    cpus: str | None = None,
+) -> VllmServer:
+    """`start_vllm` without the wait: a fixture does other set-up while the engine starts
+    (~30 s), then calls `await_vllm`."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -240,7 +256,7 @@ def start_vllm(
             env=vllm_env(cpus),
             start_new_session=True,  # its own process group: we kill the engine core too
         )
-    server = VllmServer(
+    return VllmServer(
         url=f"http://127.0.0.1:{port}",
         port=port,
         base_model=base,
@@ -251,6 +267,11 @@ def start_vllm(
         max_rank=VLLM_MAX_RANK,
         process=proc,
     )
+
+
+def await_vllm(server: VllmServer, timeout_s: float = 400.0) -> None:
+    """Wait until a spawned vLLM answers /v1/models (stopped, with its log, if it never does)."""
+    proc = server.process
     try:
         eventually(
             lambda: httpx.get(f"{server.url}/v1/models", timeout=2).status_code == 200,
@@ -263,7 +284,6 @@ def start_vllm(
     except AssertionError as exc:
         stop_vllm(server)
         raise RuntimeError(f"{exc}:\n{server.log_tail()}") from exc
-    return server
 
 
 def stop_vllm(server: VllmServer) -> None:

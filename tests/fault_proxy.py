@@ -92,6 +92,9 @@ class FaultProxy:
                 # Throttled by what is sent, not by the read: a read issued before slow() (a
                 # kept-alive connection's pump waiting in recv) may return a whole answer.
                 for i in range(0, len(data), 256):
+                    if not self._rate:  # slow(None) meanwhile: the rest at full speed at once
+                        dst.sendall(data[i:])
+                        break
                     piece = data[i : i + 256]
                     dst.sendall(piece)
                     self._count(back, len(piece))

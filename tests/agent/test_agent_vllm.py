@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 
 import httpx
 import openai
@@ -16,9 +17,11 @@ from tests.agent.vllm_requests import (
     complete,
     gateway_style_load,
     slow_long_stream,
+    slow_stream,
     stream_choices,
 )
 from tests.conftest import DATA_HEADERS, INTERNAL_HEADERS, copy_adapter, unique_id
+from tests.fault_proxy import FaultProxy
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -266,18 +269,31 @@ def test_each_request_reports_its_own_tier_when_a_cold_adapter_loads_on_demand(
         assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 2
 
 
-def test_tokens_in_flight_count_the_gateways_estimate(run_agent, make_record):
+def test_tokens_in_flight_count_the_gateways_estimate(run_agent, make_record, vllm_server):
     rec = make_record("zebra", unique_id("tokens"))
-    with run_agent() as agent:
+    # The engine's answer trickles through a proxy (64 tokens, ~16 KB of SSE, at 512 B/s): the
+    # stream stays in flight while the test looks, whatever the machine's load. (The ~8 MB
+    # slow_long_stream took 8 s of vLLM's time alone and 77-98 s at load average 10-28.)
+    proxy = FaultProxy(vllm_server.port)
+    with contextlib.closing(proxy), run_agent(vllm_url=proxy.url) as agent:
         assert load(agent, rec).status_code == 200
-        resp = slow_long_stream(agent.data_url, rec.id, {HEADER_TOKENS_ESTIMATE: "4321"})
+        proxy.slow(512)
+        body: dict[str, object] = {
+            "model": rec.id,
+            "prompt": "Tell me a story",
+            "max_tokens": 64,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        resp = slow_stream(agent.data_url, body, {HEADER_TOKENS_ESTIMATE: "4321"})
         assert resp.status == 200
-        resp.read(2048)
         s = state(agent)
         assert s["running_requests"] == 1
         assert s["tokens_in_flight"] == 4321  # the gateway's figure, not the agent's own
-        resp.read()
+        proxy.slow(None)
+        choices = stream_choices(resp.read().decode().splitlines())
         resp.close()
+        assert choices[0][0].startswith("ZEBRA-7")  # the whole stream came through
         eventually(lambda: state(agent)["tokens_in_flight"] == 0, what="the stream to finish")
 
 

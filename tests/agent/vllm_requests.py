@@ -16,6 +16,8 @@ from lorafleet_core.names import HEADER_LOADED_FROM
 from tests.agent.conftest import load
 from tests.conftest import DATA_HEADERS, TEST_DATA_TOKEN
 
+# Far below the ~8 MB slow stream, well above a loopback segment (64 KiB).
+RECEIVE_BUFFER_BYTES = 256 * 1024
 MARKERS = {"zebra": "ZEBRA-7", "falcon": "FALCON-3", "otter": "OTTER-9"}
 
 
@@ -65,12 +67,18 @@ def stream_choices(lines) -> dict[int, tuple[str, int, str | None]]:
 def slow_stream(
     url: str, body: dict[str, object], headers: dict[str, str] | None = None
 ) -> http.client.HTTPResponse:
-    """A streaming request read through a tiny receive window: the agent cannot finish relaying
-    (and so keeps the adapter's reference) until the test reads the rest."""
+    """A streaming request read through a fixed receive buffer: the agent cannot finish relaying
+    (and so keeps the adapter's reference) until the test reads the rest.
+
+    The buffer is fixed (no autotuning while the test does not read) but not tiny: with 4 KiB
+    one loopback segment of the SSE can outweigh the whole buffer, the kernel then drops it
+    (TcpExtRcvPruned) and the stream waits for retransmission timeouts that double while the
+    test is not reading. One CI run spent 387 s idle in a test that takes 8 s, most likely so;
+    the rest of the stream also drains in 0.05 s instead of 0.6 s."""
     parsed = urlparse(url)
     host, port = parsed.hostname or "127.0.0.1", parsed.port or 80
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER_BYTES)
     sock.connect((host, port))
     conn = http.client.HTTPConnection(host, port, timeout=120)
     conn.sock = sock

@@ -26,7 +26,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from lorafleet_cli.demo_assets import ensure_demo_assets
+from lorafleet_cli.demo_assets import DemoAssets, ensure_demo_assets
 from lorafleet_core.models import ALL_TARGET_MODULES
 from lorafleet_core.records import AdapterRecord
 from lorafleet_gateway.settings import GatewaySettings
@@ -37,9 +37,10 @@ from tests.conftest import (
     TEST_INTERNAL_TOKEN,
     S3Server,
     VllmServer,
+    await_vllm,
     free_port,
     session_agent_settings,
-    start_vllm,
+    spawn_vllm,
     stop_vllm,
     unique_id,
 )
@@ -86,7 +87,20 @@ def isolation_fleet(
     tmp_path_factory: pytest.TempPathFactory, vllm_server: VllmServer, s3_server: S3Server
 ) -> Iterator[IsolationFleet]:
     tmp = tmp_path_factory.mktemp("isolation")
-    assets = ensure_demo_assets(TEST_CACHE, CANARY_MARKERS, print)
+    # On its own core: the two engines' decoding runs in parallel (tests/conftest.py). Spawned
+    # first: it starts (~30 s) while the five extra canaries train on the session's base.
+    second = spawn_vllm(vllm_server.base_model, tmp / "vllm-r1.log", cpus=SPARE_CPU)
+    with contextlib.ExitStack() as stack:
+        stack.callback(stop_vllm, second)
+        assets = ensure_demo_assets(TEST_CACHE, CANARY_MARKERS, print)
+        assert assets.base_model == vllm_server.base_model  # both engines serve this base
+        await_vllm(second)
+        yield from _isolation_fleet(tmp, assets, vllm_server, second, s3_server)
+
+
+def _isolation_fleet(
+    tmp: Path, assets: DemoAssets, vllm_server: VllmServer, second: VllmServer, s3_server: S3Server
+) -> Iterator[IsolationFleet]:
     records = {
         name: AdapterRecord(
             id=unique_id(f"iso-{name}"),
@@ -102,10 +116,7 @@ def isolation_fleet(
     }
     aliases = {f"{TENANT}/{name}:prod": r.id for name, r in records.items()}
     markers = {f"{TENANT}/{name}:prod": CANARY_MARKERS[name] for name in records}
-    # On its own core: the two engines' decoding runs in parallel (tests/conftest.py).
-    second = start_vllm(assets.base_model, tmp / "vllm-r1.log", cpus=SPARE_CPU)
     with contextlib.ExitStack() as stack:
-        stack.callback(stop_vllm, second)
         agents: dict[str, str] = {}  # replica id -> its agent's metrics URL
         replicas = []
         for i, vllm in enumerate((vllm_server, second)):
