@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from lorafleet_cli.standalone.auto_merge import AutoMerge
+from lorafleet_cli.standalone.cpu_binding import EngineCores
 from lorafleet_cli.standalone.merged import MergedRun
 from lorafleet_cli.standalone.planning import Plan, plan
 from lorafleet_cli.standalone.processes import ReplicaPlan
@@ -115,6 +116,7 @@ def test_drain_goes_into_the_manifest_and_delete_removes_the_pool_and_its_listin
         say=lambda _m: None,
         runs=runs,
         publish=lambda: published.append([r.pool for r in runs]),
+        cores=EngineCores((0, 1), expected=1),
     )
     # after the cool-down: draining, written where the gateway's folder catalog reads it
     p = replan(path, first, 0.0, T0 + timedelta(minutes=2))

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from lorafleet_cli.standalone.cpu_binding import EngineCores
 from lorafleet_cli.standalone.local_replicas import start_merged_pools
 from lorafleet_cli.standalone.merged import MergedRun, plan_merged_pools
 from lorafleet_cli.standalone.planning import Plan
@@ -50,6 +51,7 @@ class AutoMerge:
         say: Callable[[str], None],
         runs: list[MergedRun],
         publish: Callable[[], None],
+        cores: EngineCores,
     ) -> None:
         self.state_dir = state_dir
         self.manifests_dir = manifests_dir
@@ -60,6 +62,7 @@ class AutoMerge:
         self.say = say
         self.runs = runs  # the runner's list: what the replicas file and up.json show
         self.publish = publish  # rewrite the replicas file and the merge status from runs
+        self.cores = cores  # a pool created later takes the next engine share, round robin
 
     def apply(self, plan: Plan) -> None:
         for body in plan.pools_to_create:
@@ -82,6 +85,7 @@ class AutoMerge:
             self.token,
             self.stop,
             self.say,
+            self.cores,
             count=1,
         )
         self.runs.extend(started)

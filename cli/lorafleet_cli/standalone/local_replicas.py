@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from lorafleet_cli.standalone import processes
+from lorafleet_cli.standalone.cpu_binding import EngineCores
 from lorafleet_cli.standalone.merged import (
     MergedPoolPlan,
     MergedRun,
@@ -55,6 +56,19 @@ def local_replica_count(
     return wanted
 
 
+def _quiet(_msg: str) -> None:
+    """Says nothing: start_merged_pools tells the user about capped counts itself."""
+
+
+def merged_engine_count(plans: list[MergedPoolPlan]) -> int:
+    """How many engines start_merged_pools starts at `up` (before it merges anything)."""
+    return sum(
+        local_replica_count(p.pool.spec.replicas, None, _quiet, p.name)
+        for p in plans
+        if p.record is not None
+    )
+
+
 def plan_replicas(state_dir: Path, pool_name: str, count: int) -> list[ReplicaPlan]:
     """Replica ids as a StatefulSet names its pods; every port picked free on loopback."""
     return [
@@ -90,6 +104,7 @@ def start_merged_pools(
     token: str,
     stop: Callable[[], bool],
     say: Callable[[str], None],
+    cores: EngineCores,
     count: int | None = None,
 ) -> list[MergedRun]:
     """Each merged pool: the merge as a local step, then its own replica(s) on the result
@@ -113,7 +128,7 @@ def start_merged_pools(
         replicas = plan_replicas(state_dir, p.name, n)
         run = MergedRun(p.name, status, replicas)
         try:
-            _start_replicas(run, p, sup, folder, token, stop, say, logs)
+            _start_replicas(run, p, sup, folder, token, stop, say, logs, cores)
         except StartError as exc:
             sup.stop(run.children)
             if stop():
@@ -133,13 +148,18 @@ def _start_replicas(
     stop: Callable[[], bool],
     say: Callable[[str], None],
     logs: Path,
+    cores: EngineCores,
 ) -> None:
     assert p.record is not None
     assert run.status.checksum is not None
     for r in run.replicas:
         r.cache_dir.mkdir(parents=True, exist_ok=True)
         cpu = processes.is_cpu_build()
-        engine = sup.start(processes.vllm_process(r, folder, p.pool.spec, cpu=cpu, log_dir=logs))
+        engine = sup.start(
+            processes.vllm_process(
+                r, folder, p.pool.spec, cpu=cpu, omp_cpus=cores.next(), log_dir=logs
+            )
+        )
         run.children.append(engine)
         sup.wait_ready(engine, stop=stop)
         agent = sup.start(

@@ -20,6 +20,7 @@ from typing import IO
 
 from lorafleet_cli.standalone import processes
 from lorafleet_cli.standalone.auto_merge import AutoMerge
+from lorafleet_cli.standalone.cpu_binding import EngineCores
 from lorafleet_cli.standalone.guards import (
     UpError,
     check_ports_free,
@@ -29,6 +30,7 @@ from lorafleet_cli.standalone.guards import (
 from lorafleet_cli.standalone.local_replicas import (
     free_port,
     local_replica_count,
+    merged_engine_count,
     plan_replicas,
     replica_states,
     start_merged_pools,
@@ -79,6 +81,7 @@ def _start_processes(
     model_dir: Path,
     stop: _Stop,
     token: str,
+    cores: EngineCores,
 ) -> None:
     """vLLM servers (all at once: they take longest), then agents, then the gateway."""
     logs = opts.state_dir / "logs"
@@ -86,7 +89,9 @@ def _start_processes(
     build = "CPU" if cpu else "GPU"
     _say(f"starting {len(replicas)} replica(s) of pool {pool_name} ({build} vLLM)")
     engines = [
-        sup.start(processes.vllm_process(r, model_dir, pool, cpu=cpu, log_dir=logs))
+        sup.start(
+            processes.vllm_process(r, model_dir, pool, cpu=cpu, omp_cpus=cores.next(), log_dir=logs)
+        )
         for r in replicas
     ]
     for child in engines:
@@ -181,14 +186,19 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
         reconciler.tick()
         # The agents' internal credential for this run: the gateway posts records with it.
         token = secrets.token_urlsafe(32)
+        merged_plans = plan_merged_pools(load_folder(opts.manifests_dir))
+        cores = EngineCores.of_this_process(count + merged_engine_count(merged_plans))
+        if processes.is_cpu_build():
+            _say(cores.describe())
         merged[:] = start_merged_pools(
             opts.state_dir,
             sup,
-            plan_merged_pools(load_folder(opts.manifests_dir)),
+            merged_plans,
             model_dir,
             token,
             lambda: bool(stop),
             _say,
+            cores,
         )
 
         def publish() -> None:
@@ -208,9 +218,10 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
             say=_say,
             runs=merged,
             publish=publish,
+            cores=cores,
         )
 
-        _start_processes(opts, sup, replicas, pool, pool_name, model_dir, stop, token)
+        _start_processes(opts, sup, replicas, pool, pool_name, model_dir, stop, token, cores)
         write_up_status(opts, replicas, sup, "ready", merged)
         _say(f"gateway ready on http://{processes.LOOPBACK}:{opts.port}")
         if opts.banner:

@@ -1,0 +1,62 @@
+"""Each CPU engine of `lorafleet up` gets its own cores (cpu_binding), unless the user chose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lorafleet_cli.standalone import processes
+from lorafleet_cli.standalone.cpu_binding import BIND_ENV, EngineCores, engine_core_sets
+from lorafleet_cli.standalone.processes import ReplicaPlan
+from lorafleet_core.models import ReplicaPoolSpec
+
+POOL = ReplicaPoolSpec.model_validate(
+    {"baseModel": {"name": "b", "hash": "sha256:" + "a" * 64, "uri": "file:///m"}}
+)
+
+
+def test_one_engine_keeps_the_last_core_free_like_vllms_auto() -> None:
+    assert engine_core_sets([0, 1], 1) == [[0]]
+    assert engine_core_sets(range(8), 1) == [[0, 1, 2, 3, 4, 5, 6]]
+
+
+def test_two_engines_on_two_cores_get_one_core_each() -> None:
+    assert engine_core_sets([0, 1], 2) == [[0], [1]]
+
+
+def test_engines_split_all_but_the_last_core_evenly_when_cores_allow() -> None:
+    assert engine_core_sets(range(9), 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert engine_core_sets(range(4), 2) == [[0], [1]]  # cores 2 and 3 for the rest
+    assert engine_core_sets([2, 5, 7], 2) == [[2], [5]]  # an affinity mask, not 0..n-1
+
+
+def test_more_engines_than_cores_go_round_robin() -> None:
+    assert engine_core_sets([0, 1], 3) == [[0], [1], [0]]
+
+
+def test_engines_are_handed_distinct_cores_and_later_ones_wrap_around() -> None:
+    cores = EngineCores((0, 1, 2, 3, 4), expected=2)
+    assert [cores.next(), cores.next(), cores.next()] == ["0-1", "2-3", "0-1"]
+    assert "core(s) 4 for the rest" in cores.describe()
+
+
+def test_a_users_binding_in_the_environment_wins(tmp_path: Path) -> None:
+    cores = EngineCores.of_this_process(2, env={BIND_ENV: "auto"})
+    assert cores.next() is None
+    assert "auto" in cores.describe()
+    replica = ReplicaPlan("p-0", 7000, 7001, 7002, tmp_path)
+    spec = processes.vllm_process(
+        replica, Path("/m"), POOL, cpu=True, omp_cpus=None, log_dir=tmp_path
+    )
+    assert BIND_ENV not in spec.env  # inherited from `up`'s environment as the user set it
+
+
+def test_the_cpu_engine_gets_its_cores_and_a_gpu_engine_none(tmp_path: Path) -> None:
+    replica = ReplicaPlan("p-0", 7000, 7001, 7002, tmp_path)
+    cpu = processes.vllm_process(
+        replica, Path("/m"), POOL, cpu=True, omp_cpus="1", log_dir=tmp_path
+    )
+    gpu = processes.vllm_process(
+        replica, Path("/m"), POOL, cpu=False, omp_cpus="1", log_dir=tmp_path
+    )
+    assert cpu.env[BIND_ENV] == "1"
+    assert BIND_ENV not in gpu.env
