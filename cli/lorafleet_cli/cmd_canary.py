@@ -32,7 +32,11 @@ def register(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--gateway", default="http://127.0.0.1:8080", help="gateway URL (/v1 optional)")
+    p.add_argument(
+        "--gateway",
+        default="http://127.0.0.1:8080",
+        help="gateway URL (/v1 optional; default: lorafleet up's, %(default)s)",
+    )
     p.add_argument("--key-file", type=Path, default=None, help=f"default {DEFAULT_KEY_FILE}")
     p.add_argument("--manifests", type=Path, default=None, help="aliases and markers from here")
     p.add_argument("--aliases", nargs="+", default=None, help="default: every alias with a marker")

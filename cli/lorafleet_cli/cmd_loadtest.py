@@ -74,7 +74,11 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     t = p.add_argument_group("target")
-    t.add_argument("--gateway", default="http://127.0.0.1:8080", help="gateway URL (/v1 optional)")
+    t.add_argument(
+        "--gateway",
+        default="http://127.0.0.1:8080",
+        help="gateway URL (/v1 optional; default: lorafleet up's, %(default)s)",
+    )
     t.add_argument("--key-file", type=Path, default=None, help=f"default {DEFAULT_KEY_FILE}")
     t.add_argument(
         "--aliases",

@@ -100,13 +100,16 @@ def register(subparsers: Any) -> None:
         "--model", type=Path, default=None, help="base model folder (default: the pool's uri)"
     )
     p.add_argument(
-        "--port", type=_port, default=8080, help="gateway port on 127.0.0.1 (0: any free port)"
+        "--port",
+        type=_port,
+        default=8080,
+        help="gateway port on 127.0.0.1 (default %(default)s; 0: any free port)",
     )
     p.add_argument(
         "--internal-port",
         type=_port,
         default=9090,
-        help="gateway metrics/health port (0: any free port)",
+        help="gateway metrics/health port (default %(default)s; 0: any free port)",
     )
     p.add_argument(
         "--control-port",

@@ -72,7 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod.register(sub)
     crds = sub.add_parser(
-        "crds", help="write the CustomResourceDefinitions (crds/*.yaml) for kubectl apply"
+        "crds",
+        help="write the CustomResourceDefinitions (crds/*.yaml) for kubectl apply",
+        description="Writes the CRDs generated from the pydantic models, one file per kind "
+        "(the files in crds/ and charts/lorafleet/crds/). The Helm chart installs them; "
+        "`kubectl apply -f DIR` installs them without it.",
     )
     crds.add_argument("--out", default="crds", help="output folder (default: crds)")
     crds.set_defaults(func=_cmd_crds)

@@ -30,10 +30,15 @@ def run_operator(namespaces: list[str] | None = None, verbose: bool = False) -> 
 def register(subparsers: Any) -> None:
     """Add `lorafleet operator` to the CLI (the lead wires it into lorafleet_cli.main)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "operator", help="run the Kubernetes operator (kopf)"
+        "operator",
+        help="run the Kubernetes operator (kopf)",
+        description="Runs the kopf operator against the cluster of your kubeconfig (in a pod: "
+        "its ServiceAccount). It serves the namespaces given with -n, else those in "
+        "LORAFLEET_OPERATOR_NAMESPACES, else the whole cluster. The Helm chart runs it for "
+        "you; run it by hand only to develop or debug it.",
     )
     parser.add_argument(
         "-n", "--namespace", action="append", default=[], help="namespace to serve (repeatable)"
     )
-    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     parser.set_defaults(func=lambda args: run_operator(args.namespace, args.verbose))
