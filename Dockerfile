@@ -1,7 +1,7 @@
 # Control-plane image: the operator, the gateway and the CLI, as the Helm chart runs them
 # (`python3 -m lorafleet_operator`, `python3 -m lorafleet_gateway`, user 10001). Replica pods use
 # replica-image/Dockerfile (vLLM + agent) instead.
-#   docker build -t REGISTRY/lorafleet:0.1.0 .
+#   docker build -t registry.example.com/lorafleet:0.1.0 .
 # The base is pinned by version; pin it by digest as well in CI
 # (`docker buildx imagetools inspect python:3.11.11-slim-bookworm`).
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
