@@ -112,6 +112,27 @@ def test_wait_ready_reports_a_child_that_dies_with_its_log(tmp_path):
     sup.stop_all()
 
 
+def test_wait_ready_says_what_it_waits_for_while_a_child_starts(tmp_path: Path) -> None:
+    said: list[str] = []
+    sup = Supervisor(say=said.append, progress_s=0.5)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    child = sup.start(
+        ProcessSpec(
+            name="slow",
+            argv=sleeper,
+            log_file=tmp_path / "slow.log",
+            health_url="http://127.0.0.1:9/never",
+            start_timeout_s=2.0,
+        )
+    )
+    with pytest.raises(StartError, match="slow not ready after 2 s"):
+        sup.wait_ready(child)
+    sup.stop_all()
+    assert said, "nothing said while waiting"
+    assert said[0].startswith("slow still starting (")
+    assert f"gives up after 2 s; log {tmp_path / 'slow.log'}" in said[0]
+
+
 def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     """SIGKILL on `lorafleet up` (no chance to clean up) still leaves no server running."""
     pid_file = tmp_path / "child.pid"

@@ -105,8 +105,12 @@ class Supervisor:
         restart_backoff_s: float = 1.0,
         say: Callable[[str], None] = print,
         stable_s: float = 300.0,
+        progress_s: float = 15.0,
     ) -> None:
         self.children: list[Child] = []
+        # wait_ready says what it waits for this often: a CPU vLLM takes a minute or more to
+        # start, and a console silent that long looks hung to whoever ran `lorafleet up`.
+        self.progress_s = progress_s
         self.max_restarts = max_restarts
         # A child that ran this long since its last start was healthy: its restart budget is
         # whole again, so three crashes a week apart do not add up to "gave up".
@@ -145,7 +149,9 @@ class Supervisor:
     def wait_ready(self, child: Child, stop: Callable[[], bool] = lambda: False) -> None:
         """Block until the child's health URL answers 200; StartError if it dies or times out."""
         spec = child.spec
-        deadline = time.monotonic() + spec.start_timeout_s
+        began = time.monotonic()
+        deadline = began + spec.start_timeout_s
+        next_note = began + self.progress_s
         while True:
             code = child.proc.poll()
             if code is not None:
@@ -159,6 +165,13 @@ class Supervisor:
                 raise StartError(
                     f"{spec.name} not ready after {spec.start_timeout_s:.0f} s{_tail(spec)}"
                 )
+            if time.monotonic() >= next_note:
+                log = f"; log {spec.log_file}" if spec.log_file is not None else ""
+                self.say(
+                    f"{spec.name} still starting ({time.monotonic() - began:.0f} s, "
+                    f"gives up after {spec.start_timeout_s:.0f} s{log})"
+                )
+                next_note += self.progress_s
             time.sleep(0.5)
 
     def check(self) -> list[str]:
