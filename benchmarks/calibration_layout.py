@@ -1,8 +1,9 @@
 """The calibration's CPU layout: which cores vLLM's engine and the request path may run on (I/O).
 
-`shared` (what `lorafleet up` does): vLLM binds its worker's OMP threads to one core
-(`VLLM_CPU_OMP_THREADS_BIND=auto` keeps one of the machine's cores for the rest) and every
-other process, vLLM's EngineCore included, may run on every core. On this 2-core machine the
+`shared` (what `lorafleet up` does with its one engine): vLLM binds its worker's OMP threads to
+one core (`lorafleet up`'s cpu_binding gives a lone engine every core but the last, as
+`VLLM_CPU_OMP_THREADS_BIND=auto` would, and keeps the last for the rest) and every other
+process, vLLM's EngineCore included, may run on every core. On this 2-core machine the
 EngineCore and the worker busy-poll their shared-memory queues (`sched_yield` for 1 s after
 each message, vLLM's `shm_broadcast`), so while the engine steps the path's processes (gateway,
 agent, vLLM's API server, the load client) compete with ~2 runnable engine threads, and the
@@ -44,8 +45,8 @@ def _pin(pid: int, cpus: set[int]) -> int:
 
 
 def split_cpus(cpus: set[int]) -> tuple[set[int], set[int]]:
-    """(engine, path) cores: the engine gets the lowest core, where vLLM's auto OMP binding
-    already puts its worker, the path the rest."""
+    """(engine, path) cores: the engine gets the lowest core, where `lorafleet up` (and vLLM's
+    auto OMP binding) already puts a lone engine's worker, the path the rest."""
     if len(cpus) < 2:
         raise ValueError("the pinned layout needs at least 2 cores")
     ordered = sorted(cpus)
