@@ -32,7 +32,7 @@ def _tids(pid: int) -> list[int]:
     return sorted(int(t.name) for t in Path(f"/proc/{pid}/task").glob("*") if t.name.isdigit())
 
 
-def _pin(pid: int, cpus: set[int]) -> int:
+def pin_threads(pid: int, cpus: set[int]) -> int:
     """Every thread of `pid` onto `cpus`; returns how many threads were set."""
     n = 0
     for tid in _tids(pid):
@@ -67,7 +67,7 @@ def apply_layout(layout: str, roles: dict[str, list[int]]) -> dict[str, Any]:
     threads: dict[str, int] = {}
     for role, pids in roles.items():
         cpus = engine if role in ENGINE_ROLES else path
-        threads[role] = sum(_pin(pid, cpus) for pid in pids)
+        threads[role] = sum(pin_threads(pid, cpus) for pid in pids)
     return {
         "layout": "pinned",
         "engine_cpus": sorted(engine),
