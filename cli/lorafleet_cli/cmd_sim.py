@@ -42,6 +42,8 @@ def register(sub: Any) -> None:
         "--scenario",
         choices=sorted([*SCENARIOS, merged.SCENARIO, merged_overflow.SCENARIO]),
         default="steady",
+        metavar="SCENARIO",
+        help="%(choices)s (default steady; each is described in docs/performance.md)",
     )
     p.add_argument(
         "--hot-rates",
@@ -68,18 +70,23 @@ def register(sub: Any) -> None:
         help="hot-tenant-merged: processes running the seeds of one fleet size (same figures)",
     )
     p.add_argument("--rate", type=float, default=40.0, help="requests/s (default 40)")
-    p.add_argument("--duration", type=float, default=3600.0, help="simulated seconds")
     p.add_argument(
-        "--warmup", type=float, default=600.0, help="simulated first, left out of the figures"
+        "--duration", type=float, default=3600.0, help="simulated seconds (default 3600)"
     )
-    p.add_argument("--adapters", type=int, default=5000)
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=600.0,
+        help="simulated first, left out of the figures (default 600)",
+    )
+    p.add_argument("--adapters", type=int, default=5000, help="adapters (default 5000)")
     p.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of popularity")
     p.add_argument(
         "--mix", type=Path, default=None, help="tenant mix CSV: tenant,share[,tokens_per_s]"
     )
     p.add_argument("--trace", type=Path, default=None, help="trace CSV (default ../shared/traces)")
     p.add_argument("--poisson", action="store_true", help="Poisson arrivals, trace lengths")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="same seed, same figures (default 0)")
     p.add_argument(
         "--router",
         choices=ROUTERS,
@@ -105,7 +112,7 @@ def register(sub: Any) -> None:
         help="capacity search: prefill tokens/s to search at (design 8,000; GPUs measure more)",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results/sim"), help="JSON/PNG/markdown")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 
