@@ -4,6 +4,7 @@ chart has: a renamed setting otherwise leaves a doc that configures nothing."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -132,3 +133,26 @@ def test_a_renamed_variable_or_value_is_caught():
     paths, _ = value_paths()
     assert "monitoring.gpuHourlyPrice" in paths
     assert "monitoring.gpuHourPrice" not in paths
+
+
+# vLLM's own variables (`VLLM_CPU_OMP_THREADS_BIND`, ...), not a lorafleet setting's tail such
+# as the agent's `VLLM_URL` (`LORAFLEET_AGENT_VLLM_URL`, listed by suffix in docs/agent.md).
+VLLM_VAR = re.compile(r"(?<![A-Z0-9_])VLLM_[A-Z0-9_]*[A-Z0-9]")
+
+
+def vllm_variables() -> set[str]:
+    """The variables the installed vLLM reads (its envs.py, read as text: no import of vLLM)."""
+    spec = importlib.util.find_spec("vllm")
+    assert spec is not None, "vLLM is not installed"
+    assert spec.submodule_search_locations, "vLLM is not a package"
+    envs = Path(next(iter(spec.submodule_search_locations))) / "envs.py"
+    return set(re.findall(r'"(VLLM_[A-Z0-9_]+)"\s*:', envs.read_text()))
+
+
+def test_every_vllm_variable_the_docs_name_is_one_vllm_reads():
+    ours = {v.removeprefix("LORAFLEET_AGENT_") for v in settings_variables()}
+    known = vllm_variables() | ours
+    assert "VLLM_CPU_OMP_THREADS_BIND" in known  # vLLM's list was found
+    assert "VLLM_CPU_OMP_THREAD_BIND" not in known  # and a misspelt one is not in it
+    wrong = [f"{where}: {name}" for where, name in named(VLLM_VAR) if name not in known]
+    assert not wrong, "\n".join(wrong)
