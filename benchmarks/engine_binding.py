@@ -78,12 +78,15 @@ def main() -> int:
                 pin_threads(worker.pid, cores)
             cpu0, t0 = procs.cpu().get("worker", 0.0), time.monotonic()
             results, elapsed = asyncio.run(
-                saturate(fleet.base_url + "/v1", fleet.api_key, fleet.aliases, concurrency=16,
+                saturate(fleet.base_url, fleet.api_key, fleet.aliases, concurrency=16,
                          duration_s=args.duration, max_tokens=32, prompt_tokens=32,
                          tokens_per_word=2.4, timeout_s=120.0, progress=False)
             )  # fmt: skip
             worker_cpu = (procs.cpu().get("worker", 0.0) - cpu0) / (time.monotonic() - t0)
             ok = [r for r in results if r.ok]
+            if not ok:  # a round that measured nothing: say why instead of printing zeros
+                bad = next((r for r in results), None)
+                raise SystemExit(f"no request answered; first: {bad}")
             tokens = sum(r.completion_tokens or 0 for r in ok)
             row = {
                 "tokens_per_s": tokens / elapsed,

@@ -21,7 +21,7 @@ from typing import Any
 
 from lorafleet_cli.exit_codes import USAGE, fail
 from lorafleet_cli.probe.canary import format_report, probe, prometheus_textfile, verdict
-from lorafleet_cli.probe.client import DEFAULT_KEY_FILE, base_url, read_key
+from lorafleet_cli.probe.client import DEFAULT_KEY_FILE, base_url, manifests_for, read_key
 from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
 
 
@@ -38,7 +38,13 @@ def register(sub: Any) -> None:
         help="gateway URL (/v1 optional; default: lorafleet up's, %(default)s)",
     )
     p.add_argument("--key-file", type=Path, default=None, help=f"default {DEFAULT_KEY_FILE}")
-    p.add_argument("--manifests", type=Path, default=None, help="aliases and markers from here")
+    p.add_argument(
+        "--manifests",
+        type=Path,
+        default=None,
+        help="aliases and markers from here (default: .lorafleet/manifests "
+        "for lorafleet up's gateway)",
+    )
     p.add_argument("--aliases", nargs="+", default=None, help="default: every alias with a marker")
     p.add_argument("--markers", nargs="*", default=[], metavar="ALIAS=MARKER")
     p.add_argument("--rounds", type=int, default=1, help="rounds of one probe per alias (1)")
@@ -65,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.max_error_rate <= 1:
         return fail("--max-error-rate is a share between 0 and 1", USAGE)
     try:
-        found = markers_from_manifests(args.manifests) if args.manifests else {}
+        manifests = manifests_for(args.gateway, args.manifests)
+        found = markers_from_manifests(manifests) if manifests else {}
         given = parse_marker_args(args.markers)
         key = read_key(args.key_file)
     except ValueError as exc:

@@ -37,7 +37,7 @@ from lorafleet_cli.loadtest import report, session
 from lorafleet_cli.loadtest.driver import Target, list_models
 from lorafleet_cli.loadtest.plan import LengthLimits
 from lorafleet_cli.loadtest.stats import verdict
-from lorafleet_cli.probe.client import DEFAULT_KEY_FILE, base_url, read_key
+from lorafleet_cli.probe.client import DEFAULT_KEY_FILE, base_url, manifests_for, read_key
 from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
 from lorafleet_cli.sim.workload import default_trace
 from lorafleet_core.version import version
@@ -87,7 +87,13 @@ def register(sub: Any) -> None:
         help="models to load, hottest first (default: --manifests, else every "
         "model the gateway lists for the key)",
     )
-    t.add_argument("--manifests", type=Path, default=None, help="aliases and markers from here")
+    t.add_argument(
+        "--manifests",
+        type=Path,
+        default=None,
+        help="aliases and markers from here (default: .lorafleet/manifests "
+        "for lorafleet up's gateway)",
+    )
     t.add_argument("--markers", nargs="*", default=[], metavar="ALIAS=MARKER")
     t.add_argument("--label", default="", help="names this run in its results (e.g. the policy)")
     w = p.add_argument_group("replay")
@@ -183,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
             if args.engine_key_file
             else os.environ.get("LORAFLEET_ENGINE_KEY", "").strip()
         )
-        found = markers_from_manifests(args.manifests) if args.manifests else {}
+        manifests = manifests_for(args.gateway, args.manifests)
+        found = markers_from_manifests(manifests) if manifests else {}
         markers = found | parse_marker_args(args.markers)
         trace = args.trace or default_trace()
         if not args.overhead and not trace.is_file():

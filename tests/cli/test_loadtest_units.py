@@ -21,6 +21,7 @@ from lorafleet_cli.loadtest.plan import (
 )
 from lorafleet_cli.loadtest.stats import stats_to_json, summarize, tpot_s, verdict
 from lorafleet_cli.main import main as cli
+from lorafleet_cli.probe.client import DEFAULT_MANIFESTS, manifests_for
 from lorafleet_cli.probe.results import RequestResult, percentile
 from lorafleet_cli.sim.workload import default_trace
 
@@ -256,3 +257,15 @@ def test_compare_needs_readable_result_files(tmp_path: Path, capsys: pytest.Capt
     assert cli(["loadtest", "--compare", str(a), str(b), "--out", str(out)]) == 0
     assert "| random | 2.00 | 10 | 0 | 40.0% |" in capsys.readouterr().out
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.json", "compare.png"}
+
+
+def test_canary_and_loadtest_read_up_s_manifests_only_for_up_s_gateway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert manifests_for("http://127.0.0.1:8080", None) is None  # no folder yet
+    (tmp_path / DEFAULT_MANIFESTS).mkdir(parents=True)
+    assert manifests_for("http://127.0.0.1:8080", None) == DEFAULT_MANIFESTS
+    assert manifests_for("http://127.0.0.1:8080/v1/", None) == DEFAULT_MANIFESTS
+    assert manifests_for("https://gw.example", None) is None  # not that folder's aliases
+    assert manifests_for("https://gw.example", tmp_path / "m") == tmp_path / "m"

@@ -18,6 +18,18 @@ from lorafleet_cli.probe.results import RequestResult, marker_matches
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
 DEFAULT_KEY_FILE = Path(".lorafleet/demo-api-key")
+DEFAULT_MANIFESTS = Path(".lorafleet/manifests")
+
+
+def manifests_for(gateway: str, given: Path | None) -> Path | None:
+    """Where aliases and markers come from: `--manifests`, else the local `lorafleet up`'s
+    folder when the gateway is that `up`'s default one (a remote gateway's aliases are not
+    in a local folder)."""
+    if given is not None:
+        return given
+    if base_url(gateway) == DEFAULT_BASE_URL and DEFAULT_MANIFESTS.is_dir():
+        return DEFAULT_MANIFESTS
+    return None
 
 
 def make_client(base_url: str, api_key: str, timeout_s: float) -> openai.AsyncOpenAI:
