@@ -17,7 +17,9 @@ Then the run's figures as `lorafleet sim` prints them (the same for the same see
 
 `--kept-cold-tps` / `--kept-margin` replace `lorafleet_core.planning.prewarm.KEPT_COLD_TPS` and
 `KEPT_MARGIN_BANDS` for the run (the kept set's floor and hysteresis; docs/performance.md,
-"Kept set with hysteresis"): the values it was measured against. Against a checkout from
+"Kept set with hysteresis"): the values it was measured against. `--prewarm-pulls-per-min`
+replaces `PREWARM_EVICTING_PULLS_PER_MIN` (the pace of pre-warm pulls that evict from a full
+disk; 0: unpaced; "Pre-warm pulls paced on a full disk"). Against a checkout from
 before them (this file copied in) it counts the planner as it was.
 """
 
@@ -133,7 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     hysteresis = hasattr(prewarm, "KEPT_COLD_TPS")
     ap.add_argument("--kept-cold-tps", type=float, default=getattr(prewarm, "KEPT_COLD_TPS", 0))
     ap.add_argument("--kept-margin", type=float, default=getattr(prewarm, "KEPT_MARGIN_BANDS", 0))
+    paced = hasattr(prewarm, "PREWARM_EVICTING_PULLS_PER_MIN")
+    ap.add_argument(
+        "--prewarm-pulls-per-min",
+        type=float,
+        default=getattr(prewarm, "PREWARM_EVICTING_PULLS_PER_MIN", 0),
+    )
     args = ap.parse_args(argv)
+    if paced:  # 0: no pace (a rate too high to ever wait)
+        prewarm.PREWARM_EVICTING_PULLS_PER_MIN = args.prewarm_pulls_per_min or float("inf")
     if hysteresis and args.kept_cold_tps <= 0:
         ap.error("--kept-cold-tps must be > 0 (use 0.001 for no floor)")
     if hysteresis:
@@ -143,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     flags = run_flags(args)
     if hysteresis:
         flags += f" --kept-cold-tps {args.kept_cold_tps:g} --kept-margin {args.kept_margin:g}"
+    if paced:
+        flags += f" --prewarm-pulls-per-min {args.prewarm_pulls_per_min:g}"
     planner = "" if hysteresis else ", a planner without the kept set's hysteresis"
     print(f"## annotation churn: {run.name}, seed {args.seed}{flags} (whole run{planner})\n")
     print("| re-planned on | re-plans | pods rewritten | ids newly listed |\n|---|---|---|---|")

@@ -26,6 +26,10 @@ listed ~60 new rows per interval pass in the simulated ramp, ~3 with the hystere
 (docs/performance.md, "Kept set with hysteresis"). With the
 current annotation as the only memory the plan stays a pure function of the observed world,
 and an operator that has no traffic figures yet (just restarted) keeps what is listed.
+
+What owner changes still move (joins and leaves reassign ~1/N of every pod's adapters) the
+agents pull at a bounded pace where their disk cache is full (`evicting_pull_wait`): the plan
+says what a pod should hold, the pace how fast a full cache turns over to it.
 """
 
 from __future__ import annotations
