@@ -46,6 +46,7 @@ class ChurnEngine(Engine):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.churn: Counter[tuple[str, str]] = Counter()
         self.evicted: Counter[tuple[str, int, str]] = Counter()  # (pod, minute, cause)
+        self._counted = 0  # evictions counted so far (a nested step's are not its caller's)
         self._last: tuple[tuple[str, ...], Any] | None = None
         super().__init__(*args, **kwargs)
         plan = self.annotations.plan
@@ -89,11 +90,14 @@ class ChurnEngine(Engine):
     def _count(self, replica: Replica, at: float, name: str, tier: str, act: Any) -> Any:
         """Run one cache step; count its evictions by tier and by who asked: the pre-warm pass
         (the adapter it is loading) or a request, per pod and minute."""
-        before = replica.evictions
+        before, nested = replica.evictions, self._counted
         by = "pre-warm" if name == replica.warm.current else "requests"  # before it moves on
         result = act()
-        if replica.evictions > before:
-            self.evicted[(replica.id, int(at // 60), f"{tier}, {by}")] += replica.evictions - before
+        # A fetch goes on to register (counted there, as RAM): count only this step's own.
+        own = replica.evictions - before - (self._counted - nested)
+        if own:
+            self.evicted[(replica.id, int(at // 60), f"{tier}, {by}")] += own
+            self._counted += own
         return result
 
 
