@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from lorafleet_cli.sim.engine import Engine
 from lorafleet_cli.sim.params import with_overrides
-from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run
+from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run, engine_for
 
 E = TypeVar("E", bound=Engine)
 
@@ -36,15 +36,7 @@ def scenario_run(args: argparse.Namespace) -> Run:
 
 
 def run_engine(engine: type[E], run: Run, seed: int) -> E:
-    eng = engine(
-        run.workload,
-        run.replica,
-        run.fleet,
-        router=run.router,
-        seed=seed,
-        events=run.events,
-        duration_s=run.workload.at[-1],
-    )
+    eng = engine_for(run, seed, engine)
     eng.run()
     return eng
 
