@@ -9,11 +9,17 @@ the live replicas (a join, a leave, a failure), an owner count, or neither (only
 kept set of a pod owning more than its annotation holds). For each cause: the re-plans, the
 pods whose annotation changed (each starts an agent pass) and the ids newly listed on a pod
 that already had a list (each a pull to disk, and a disk eviction once the cache is full).
+Then the measured period's evictions by tier (disk, RAM) and by who caused them (the agent's
+pre-warm pass or a request's load), for the fleet and for the worst pod's worst ten minutes:
+the thrashing alert's window (`report`'s figure slides over 10 s samples, this one whole
+minutes, so the two can differ a little).
 Then the run's figures as `lorafleet sim` prints them (the same for the same seed and values).
 
 `--kept-cold-tps` / `--kept-margin` replace `lorafleet_core.planning.prewarm.KEPT_COLD_TPS` and
 `KEPT_MARGIN_BANDS` for the run (the kept set's floor and hysteresis; docs/performance.md,
-"Kept set with hysteresis"): the values it was measured against. Against a checkout from
+"Kept set with hysteresis"): the values it was measured against. `--prewarm-pulls-per-min`
+replaces `PREWARM_EVICTING_PULLS_PER_MIN` (the pace of pre-warm pulls that evict from a full
+disk; 0: unpaced; "Pre-warm pulls paced on a full disk"). Against a checkout from
 before them (this file copied in) it counts the planner as it was.
 """
 
@@ -23,13 +29,12 @@ import argparse
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
+from benchmarks.sim_scenario_run import add_run_args, run_engine, run_flags, scenario_run
 from lorafleet_cli.sim import report
 from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.params import with_overrides
-from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs
+from lorafleet_cli.sim.replica import Replica
 from lorafleet_core.planning import prewarm
 
 CAUSES = ("membership", "owner counts", "traffic only")
@@ -40,6 +45,8 @@ class ChurnEngine(Engine):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.churn: Counter[tuple[str, str]] = Counter()
+        self.evicted: Counter[tuple[str, int, str]] = Counter()  # (pod, minute, cause)
+        self._counted = 0  # evictions counted so far (a nested step's are not its caller's)
         self._last: tuple[tuple[str, ...], Any] | None = None
         super().__init__(*args, **kwargs)
         plan = self.annotations.plan
@@ -66,50 +73,99 @@ class ChurnEngine(Engine):
 
         self.annotations.plan = counted  # type: ignore[method-assign]
 
+    def _new_replica(self, now: float, ready_at: float | None) -> Replica:
+        replica = super()._new_replica(now, ready_at)
+        fetched, register = replica._fetched, replica._register
+
+        def counted_fetch(at: float, arg: tuple[int, str]) -> None:
+            self._count(replica, at, arg[1], "disk", lambda: fetched(at, arg))
+
+        def counted_register(name: str) -> bool:
+            return bool(self._count(replica, self.now, name, "RAM", lambda: register(name)))
+
+        replica._fetched = counted_fetch  # type: ignore[method-assign,assignment]
+        replica._register = counted_register  # type: ignore[method-assign]
+        return replica
+
+    def _count(self, replica: Replica, at: float, name: str, tier: str, act: Any) -> Any:
+        """Run one cache step; count its evictions by tier and by who asked: the pre-warm pass
+        (the adapter it is loading) or a request, per pod and minute."""
+        before, nested = replica.evictions, self._counted
+        by = "pre-warm" if name == replica.warm.current else "requests"  # before it moves on
+        result = act()
+        # A fetch goes on to register (counted there, as RAM): count only this step's own.
+        own = replica.evictions - before - (self._counted - nested)
+        if own:
+            self.evicted[(replica.id, int(at // 60), f"{tier}, {by}")] += own
+            self._counted += own
+        return result
+
+
+def _evictions_by_cause(eng: ChurnEngine, since: float) -> str:
+    """The measured period's evictions by cause: the fleet's, and the worst pod's worst ten
+    minutes (the thrashing alert's window; its sliding figure is the report's)."""
+    first = int(since // 60)
+    total: Counter[str] = Counter()
+    per_pod: dict[str, Counter[int]] = {}
+    for (rid, minute, cause), n in eng.evicted.items():
+        if minute >= first:
+            total[cause] += n
+            per_pod.setdefault(rid, Counter())[minute] += n
+    worst = max(
+        (
+            (sum(c[m] for m in range(m0, m0 + 10)), rid, m0)
+            for rid, c in per_pod.items()
+            for m0 in c
+        ),
+        default=(0, "-", first),
+    )
+    _, rid, m0 = worst
+    window: Counter[str] = Counter()
+    for (r, minute, cause), n in eng.evicted.items():
+        if r == rid and m0 <= minute < m0 + 10:
+            window[cause] += n
+    lines = [
+        f"| evictions by cause | measured period, fleet | {rid}, minutes {m0}-{m0 + 10} |",
+        "|---|---|---|",
+    ]
+    for cause in sorted(set(total) | set(window)):
+        lines.append(f"| {cause} | {total[cause]} | {window[cause]} |")
+    return "\n".join(lines)
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scenario", default="ramp", choices=sorted(SCENARIOS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--duration", type=float, default=3600.0, help="measured seconds")
-    ap.add_argument("--warmup", type=float, default=600.0, help="simulated first, left out")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    add_run_args(ap)
     hysteresis = hasattr(prewarm, "KEPT_COLD_TPS")
     ap.add_argument("--kept-cold-tps", type=float, default=getattr(prewarm, "KEPT_COLD_TPS", 0))
     ap.add_argument("--kept-margin", type=float, default=getattr(prewarm, "KEPT_MARGIN_BANDS", 0))
+    paced = hasattr(prewarm, "PREWARM_EVICTING_PULLS_PER_MIN")
+    ap.add_argument(
+        "--prewarm-pulls-per-min",
+        type=float,
+        default=getattr(prewarm, "PREWARM_EVICTING_PULLS_PER_MIN", 0),
+    )
     args = ap.parse_args(argv)
+    if paced:  # 0: no pace (a rate too high to ever wait)
+        prewarm.PREWARM_EVICTING_PULLS_PER_MIN = args.prewarm_pulls_per_min or float("inf")
     if hysteresis and args.kept_cold_tps <= 0:
         ap.error("--kept-cold-tps must be > 0 (use 0.001 for no floor)")
     if hysteresis:
         prewarm.KEPT_COLD_TPS, prewarm.KEPT_MARGIN_BANDS = args.kept_cold_tps, args.kept_margin
-    base = Inputs(seed=args.seed, duration_s=args.duration, warmup_s=args.warmup)
-    inputs = replace(
-        base,
-        fleet=with_overrides(base.fleet, args.set),
-        replica=with_overrides(base.replica, args.set),
-    )
-    run = SCENARIOS[args.scenario](inputs)[-1]
-    eng = ChurnEngine(
-        run.workload,
-        run.replica,
-        run.fleet,
-        router=run.router,
-        seed=args.seed,
-        events=run.events,
-        duration_s=run.workload.at[-1],
-    )
-    eng.run()
-    flags = "".join(f" --set {s}" for s in args.set)
-    if (args.duration, args.warmup) != (3600.0, 600.0):
-        flags = f" --duration {args.duration:g} --warmup {args.warmup:g}{flags}"
+    run = scenario_run(args)
+    eng = run_engine(ChurnEngine, run, args.seed)
+    flags = run_flags(args)
     if hysteresis:
         flags += f" --kept-cold-tps {args.kept_cold_tps:g} --kept-margin {args.kept_margin:g}"
+    if paced:
+        flags += f" --prewarm-pulls-per-min {args.prewarm_pulls_per_min:g}"
     planner = "" if hysteresis else ", a planner without the kept set's hysteresis"
     print(f"## annotation churn: {run.name}, seed {args.seed}{flags} (whole run{planner})\n")
     print("| re-planned on | re-plans | pods rewritten | ids newly listed |\n|---|---|---|---|")
     for cause in CAUSES:
         row = [eng.churn[(cause, what)] for what in ("re-plans", "pods rewritten")]
         print(f"| {cause} | {row[0]} | {row[1]} | {eng.churn[(cause, 'ids newly listed')]} |")
+    print(f"\n{_evictions_by_cause(eng, run.measure_from)}")
     summary = report.summarize(run.name, eng, run.measure_from, hot=run.hot)
     print(f"\n{report.table([summary])}\n\n{report.detail(summary)}")
     print(

@@ -22,13 +22,11 @@ import argparse
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
+from benchmarks.sim_scenario_run import add_run_args, run_engine, run_flags, scenario_run
 from lorafleet_cli.sim.engine import OUTCOMES, Engine
-from lorafleet_cli.sim.params import with_overrides
 from lorafleet_cli.sim.replica import Replica
-from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs
 from lorafleet_core.planning.prewarm import PrewarmPass
 
 REMOTE = 3  # lorafleet_cli.sim.replica.TIER_CODE[Tier.REMOTE]
@@ -76,29 +74,10 @@ def _age(seconds: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scenario", default="ramp", choices=sorted(SCENARIOS))
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--duration", type=float, default=3600.0, help="measured seconds")
-    ap.add_argument("--warmup", type=float, default=600.0, help="simulated first, left out")
-    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    add_run_args(ap)
     args = ap.parse_args(argv)
-    base = Inputs(seed=args.seed, duration_s=args.duration, warmup_s=args.warmup)
-    inputs = replace(
-        base,
-        fleet=with_overrides(base.fleet, args.set),
-        replica=with_overrides(base.replica, args.set),
-    )
-    run = SCENARIOS[args.scenario](inputs)[-1]
-    eng = RecordingEngine(
-        run.workload,
-        run.replica,
-        run.fleet,
-        router=run.router,
-        seed=args.seed,
-        events=run.events,
-        duration_s=run.workload.at[-1],
-    )
-    eng.run()
+    run = scenario_run(args)
+    eng = run_engine(RecordingEngine, run, args.seed)
     remote: Counter[tuple[str, str]] = Counter()
     owner_fetch: Counter[str] = Counter()
     spills: Counter[tuple[str, str]] = Counter()
@@ -119,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             rid = eng.replicas[eng.replica_of[req]].id
             name = eng.names[eng.adapter_of[req]]
             owner_fetch["asked to pre-warm" if name in eng.asked[rid] else "never asked"] += 1
-    sets = "".join(f" --set {s}" for s in args.set)
-    if (args.duration, args.warmup) != (3600.0, 600.0):
-        sets = f" --duration {args.duration:g} --warmup {args.warmup:g}{sets}"
+    sets = run_flags(args)
     print(f"## remote loads: {run.name}, seed {args.seed}{sets}\n")
     total = sum(remote.values())
     print(f"measured requests {routed}, remote loads {total} ({100 * total / routed:.2f}%)\n")

@@ -25,7 +25,7 @@ from lorafleet_cli.arg_options import options_from_args
 from lorafleet_cli.exit_codes import UsageError
 from lorafleet_cli.sim import capacity, merged, merged_overflow, params, report
 from lorafleet_cli.sim.engine import ROUTERS, Engine
-from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run
+from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run, engine_for
 
 # Inputs fields named otherwise than their flags (arg_options.options_from_args).
 INPUT_ARGS = {"duration_s": "duration", "warmup_s": "warmup", "zipf_s": "zipf", "mix_file": "mix"}
@@ -136,16 +136,7 @@ def simulate(run_: Run, seed: int, progress: bool) -> report.Summary:
     with tqdm(
         total=len(run_.workload), desc=run_.name, unit="req", disable=not progress, mininterval=0.5
     ) as bar:
-        eng = Engine(
-            run_.workload,
-            run_.replica,
-            run_.fleet,
-            router=run_.router,
-            seed=seed,
-            events=run_.events,
-            duration_s=run_.workload.at[-1] if len(run_.workload) else 0.0,
-            progress=bar.update,
-        ).run()
+        eng = engine_for(run_, seed, Engine, progress=bar.update).run()
     return report.summarize(run_.name, eng, run_.measure_from, hot=run_.hot)
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from lorafleet_agent.manager import AdapterManager
 from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
-from lorafleet_core.planning.prewarm import prewarm_pass
+from lorafleet_core.planning.prewarm import evicting_pull_wait, prewarm_pass
 from lorafleet_core.records import AdapterRecord, decode_owned, parse_downward_annotations
+from lorafleet_core.tiers import Tier
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class PrewarmWatcher:
         self._started: float | None = None  # when run() began (the engine is up)
         self._passed = False
         self._gave_up = False
+        self._last_evicting_pull: float | None = None  # evicting_pull_wait's memory
 
     @property
     def warming(self) -> bool:
@@ -111,12 +113,33 @@ class PrewarmWatcher:
         for record in plan.register:
             try:
                 self.manager.add_record(record)
+                await self._pace(record)
                 await self.manager.ensure_registered(record.id)
             except Exception as exc:  # one bad adapter must not stop the others
                 log.warning("pre-warm of %s failed: %s", record.id, exc)
         for record in plan.to_disk:
             try:
                 self.manager.add_record(record)
+                await self._pace(record)
                 await self.manager.ensure_on_disk(record.id)
             except Exception as exc:
                 log.warning("pre-warm of %s failed: %s", record.id, exc)
+
+    async def _pace(self, record: AdapterRecord) -> None:
+        """Wait for this pull's turn when it would evict from the full disk cache (the pass's
+        evicting pulls keep apart, `evicting_pull_wait`); pulls into free room go at once."""
+        if not self._pull_would_evict(record):
+            return
+        wait = evicting_pull_wait(self.clock(), self._last_evicting_pull)
+        if wait > 0:
+            await asyncio.sleep(wait)  # rate limiting, not synchronisation
+        self._last_evicting_pull = self.clock()
+
+    def _pull_would_evict(self, record: AdapterRecord) -> bool:
+        manager = self.manager
+        if manager.tier_of(record.id) is not Tier.REMOTE:
+            return False
+        lru = manager.disk.lru
+        # A record without sizeBytes: as big as the cached ones on average.
+        size = record.size_bytes or (lru.used // len(lru) if len(lru) else 0)
+        return bool(manager.cache.disk_victims(size))

@@ -2,12 +2,16 @@ from __future__ import annotations
 
 import random
 import time
+from itertools import pairwise
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lorafleet_core.planning.prewarm import (
     KEPT_COLD_TPS,
+    PREWARM_EVICTING_PULLS_PER_MIN,
+    evicting_pull_wait,
     plan_owned_annotations,
     prewarm_order,
     prewarm_pass,
@@ -235,3 +239,35 @@ def test_a_new_pod_or_one_with_room_ranks_by_traffic_alone():
     # Listed for another pod, or listing adapters it no longer owns, changes nothing here.
     assert _kept(recs, traffic, {"other-pod": {r.id for r in recs[:ROOM]}})[1] == kept
     assert _kept(recs[ROOM:], traffic, {"only-0": {r.id for r in recs[:ROOM]}})[1] == kept
+
+
+def test_an_evicting_pull_waits_for_the_pace_and_the_first_goes_at_once():
+    gap = 60.0 / PREWARM_EVICTING_PULLS_PER_MIN
+    assert evicting_pull_wait(100.0, None) == 0.0
+    assert evicting_pull_wait(100.0, 100.0) == pytest.approx(gap)
+    assert evicting_pull_wait(100.0 + gap / 2, 100.0) == pytest.approx(gap / 2)
+    assert evicting_pull_wait(100.0 + 2 * gap, 100.0) == 0.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(asks=st.lists(st.floats(0.0, 3_600.0), min_size=1, max_size=300))
+def test_evicting_pulls_never_exceed_the_pace_in_any_ten_minutes(asks):
+    # A pass asks to pull at arbitrary times (each waits its turn, in order, as the agent's
+    # sequential pass does): however bursty the asks, any ten minutes start at most
+    # 10 x PREWARM_EVICTING_PULLS_PER_MIN of them (+1 for the window's edge), below the
+    # thrashing alert's 30/min.
+    started: list[float] = []
+    now, last = 0.0, None
+    for ask in sorted(asks):
+        now = max(now, ask)
+        now += evicting_pull_wait(now, last)
+        started.append(now)
+        last = now
+    limit = 10 * PREWARM_EVICTING_PULLS_PER_MIN + 1
+    for i, t in enumerate(started):
+        assert sum(1 for u in started[i:] if u < t + 600.0) <= limit
+    # ... and none waited longer than it had to: each starts at its ask or one pace after the
+    # previous, whichever is later (the pace, not a stall).
+    gap = 60.0 / PREWARM_EVICTING_PULLS_PER_MIN
+    for ask, (before, start) in zip(sorted(asks)[1:], pairwise(started), strict=True):
+        assert start == pytest.approx(max(ask, before + gap))

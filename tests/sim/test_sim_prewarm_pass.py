@@ -4,6 +4,7 @@ registered, the rest pulled to disk, one fetch at a time; later requests load fr
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 
@@ -12,7 +13,11 @@ from lorafleet_cli.sim.params import FleetParams, ReplicaParams
 from lorafleet_cli.sim.replica import Replica
 from lorafleet_cli.sim.workload import Workload
 from lorafleet_core.placement import owners
-from lorafleet_core.planning.prewarm import PrewarmPass, prewarm_pass
+from lorafleet_core.planning.prewarm import (
+    PREWARM_EVICTING_PULLS_PER_MIN,
+    PrewarmPass,
+    prewarm_pass,
+)
 from lorafleet_core.records import decode_owned
 from lorafleet_core.tiers import Tier
 
@@ -130,3 +135,35 @@ def test_a_later_pass_registers_only_what_the_annotation_newly_lists(monkeypatch
     assert [list(p.register) for p in only_new] == [gained, []]
     # what it listed before is still pulled to disk (skipped where present): no RAM slot
     assert [list(p.to_disk) for p in only_new] == [had, had]
+
+
+def test_a_later_pass_paces_the_pulls_that_evict_from_a_full_disk(monkeypatch):
+    pulls: list[tuple[float, str, bool]] = []  # (when, adapter, evicts) of replica-1's fetches
+    start_load = Replica.start_load
+
+    def record(self: Replica, name: str, tier: Tier, now: float, reqs: list[int]) -> None:
+        if self.id == "replica-1" and tier is Tier.REMOTE and not reqs:
+            pulls.append((now, name, bool(self.cache.disk_victims(self.p.adapter_bytes))))
+        start_load(self, name, tier, now, reqs)
+
+    monkeypatch.setattr(Replica, "start_load", record)
+    had = sorted(n for n in NAMES if owners(n, MEMBERS[:3], 1) == ["replica-1"])
+    gained = sorted(
+        n for n in NAMES if owners(n, MEMBERS[1:3], 1) == ["replica-1"] and n not in had
+    )
+    # Its disk holds exactly what it owns: every adapter it gains evicts one.
+    rp = replace(RP, disk_bytes=len(had) * RP.adapter_bytes)
+    down = FleetEvent(ADD_AT, "fail", 0, down_s=600.0)  # back after the pass ends
+    Engine(workload((0.0, NAMES[0])), rp, FP, events=[down]).run()
+    later = [p for p in pulls if p[0] >= ADD_AT]  # the fleet started warm: none before
+    # Every gained adapter was pulled; on the full disk each pull evicted (LRU: what the pod
+    # owned before, which a later pull then fetched again), each a full gap after the last.
+    assert len(gained) >= 3
+    assert set(gained) <= {p[1] for p in later}
+    assert all(p[2] for p in later)
+    gap = 60.0 / PREWARM_EVICTING_PULLS_PER_MIN
+    starts = [p[0] for p in later]
+    assert starts[0] == pytest.approx(ADD_AT)
+    gaps = [b - a for a, b in pairwise(starts)]
+    assert min(gaps) == pytest.approx(gap)  # back to back at the pace (0.4 s unpaced)
+    assert all(g >= gap - 1e-9 for g in gaps)

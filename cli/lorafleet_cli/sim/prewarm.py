@@ -21,7 +21,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from lorafleet_core.cache_policy import CachePolicy
-from lorafleet_core.planning.prewarm import PrewarmPass, plan_owned_annotations
+from lorafleet_core.planning.prewarm import (
+    PrewarmPass,
+    evicting_pull_wait,
+    plan_owned_annotations,
+)
 from lorafleet_core.records import AdapterRecord, owned_ids
 from lorafleet_core.tiers import Tier
 
@@ -96,7 +100,8 @@ class AgentPass:
     or fetched first), then `to_disk` entries fetched only; present ones are skipped. An
     adapter a request is loading holds the agent's per-adapter lock, so the pass waits for that
     load. An annotation read while a pass runs waits for it; a later one replaces it (the
-    watcher reads the latest value when the pass ends).
+    watcher reads the latest value when the pass ends). A fetch that would evict from the full
+    disk cache waits its turn (`evicting_pull_wait`), as the agent's does.
     """
 
     def __init__(self, replica: Replica) -> None:
@@ -106,9 +111,11 @@ class AgentPass:
         self.current: str | None = None  # the adapter the pass is loading or waiting for
         self.disk_only: set[str] = set()  # the pass's fetches that stop at the disk tier
         self.passed = False  # a first pass ended: the agent's `warming` state until then
+        self.last_evicting_pull: float | None = None  # `evicting_pull_wait`'s memory
+        self._waiting = False  # the pass waits for its next evicting pull's turn
 
     def start(self, plan: PrewarmPass[str], now: float) -> None:
-        if self.current is None and not self.queue:
+        if self.current is None and not self.queue and not self._waiting:
             self._queue(plan)
             self.advance(now)
         else:
@@ -116,7 +123,13 @@ class AgentPass:
 
     def add(self, names: Sequence[str], now: float) -> None:
         self.queue.extend((name, False) for name in names)
-        if self.current is None:
+        if self.current is None and not self._waiting:
+            self.advance(now)
+
+    def _resume(self, now: float, epoch: int) -> None:
+        # An evicting pull's turn came; a pod that failed meanwhile has a new agent.
+        if epoch == self.replica.epoch and self.replica.warm is self and self._waiting:
+            self._waiting = False
             self.advance(now)
 
     def _queue(self, plan: PrewarmPass[str]) -> None:
@@ -125,6 +138,8 @@ class AgentPass:
 
     def advance(self, now: float) -> None:
         """The next load of the pass (the replica calls back when the current one ends)."""
+        if self._waiting:
+            return  # `_resume` goes on
         replica = self.replica
         cache, queue = replica.cache, self.queue
         while True:
@@ -134,6 +149,14 @@ class AgentPass:
                     self.current = name  # continued when that load ends
                     return
                 tier = cache.tier(name)
+                if tier is Tier.REMOTE and cache.disk_victims(replica.p.adapter_bytes):
+                    wait = evicting_pull_wait(now, self.last_evicting_pull)
+                    if wait > 0:
+                        queue.appendleft((name, to_disk))
+                        self.current, self._waiting = None, True
+                        replica.eng.schedule(now + wait, self._resume, replica.epoch)
+                        return
+                    self.last_evicting_pull = now
                 if tier is Tier.REMOTE or (not to_disk and tier is Tier.DISK):
                     self.current = name
                     if to_disk:

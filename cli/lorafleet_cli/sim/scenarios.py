@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from lorafleet_cli.sim import workload as wl
-from lorafleet_cli.sim.engine import FleetEvent
+from lorafleet_cli.sim.engine import Engine, FleetEvent
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
 
 
@@ -73,6 +74,29 @@ class Run:
     events: list[FleetEvent] = field(default_factory=list)
     measure_from: float = 0.0
     hot: str | None = None  # the adapter report.summarize calls hot (None: the busiest)
+
+
+E = TypeVar("E", bound=Engine)
+
+
+def engine_for(
+    run: Run,
+    seed: int,
+    engine: type[E],
+    progress: Callable[[int], None] | None = None,
+) -> E:
+    """An engine (`Engine`, or a subclass that looks inside it) for one run, not yet run:
+    the run's workload, parameters, router and events, simulated to its last arrival."""
+    return engine(
+        run.workload,
+        run.replica,
+        run.fleet,
+        router=run.router,
+        seed=seed,
+        events=run.events,
+        duration_s=run.workload.at[-1] if len(run.workload) else 0.0,
+        progress=progress,
+    )
 
 
 def steady(i: Inputs) -> list[Run]:

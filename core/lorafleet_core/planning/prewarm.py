@@ -26,6 +26,10 @@ listed ~60 new rows per interval pass in the simulated ramp, ~3 with the hystere
 (docs/performance.md, "Kept set with hysteresis"). With the
 current annotation as the only memory the plan stays a pure function of the observed world,
 and an operator that has no traffic figures yet (just restarted) keeps what is listed.
+
+What owner changes still move (joins and leaves reassign ~1/N of every pod's adapters) the
+agents pull at a bounded pace where their disk cache is full (`evicting_pull_wait`): the plan
+says what a pod should hold, the pace how fast a full cache turns over to it.
 """
 
 from __future__ import annotations
@@ -73,6 +77,31 @@ def prewarm_pass(
     register = [x for x in owned[:cut] if x not in listed_before]
     chosen = set(register)
     return PrewarmPass(register=register, to_disk=[x for x in owned if x not in chosen])
+
+
+# At most this many pre-warm pulls per minute on one pod that evict from its full disk cache
+# (`evicting_pull_wait`). Each owner change (a join, a leave, a kept-set refill) makes the
+# pods it touches pull their newcomers, and on a full disk every pull evicts one adapter; a
+# burst of joins made one pod evict ~60/min for ten minutes in the simulated ramp, twice the
+# thrashing alert's 30/min (docs/performance.md, "Pre-warm pulls paced on a full disk").
+# Paced, the same pulls end within minutes, below the rate that means thrashing, and a request
+# for an adapter not pulled yet loads it on demand as before.
+PREWARM_EVICTING_PULLS_PER_MIN = 10.0
+
+
+def evicting_pull_wait(now: float, last_evicting_pull: float | None) -> float:
+    """Seconds a pre-warm pull that would evict from the pod's full disk cache waits before
+    it starts, given when the pass started the last such pull (None: none yet).
+
+    Pulls into free room never wait (a fresh pod fills its cache at the link's speed), nor do
+    a request's own loads: only the pass's evicting pulls keep 60 / PREWARM_EVICTING_PULLS_PER_MIN
+    seconds apart. The agent's pass (`lorafleet_agent.prewarm`) and the simulator's
+    (`lorafleet_cli.sim.prewarm.AgentPass`) both ask this before each such pull.
+    """
+    if last_evicting_pull is None:
+        return 0.0
+    gap = 60.0 / PREWARM_EVICTING_PULLS_PER_MIN
+    return max(0.0, last_evicting_pull + gap - now)
 
 
 @dataclass(frozen=True)
