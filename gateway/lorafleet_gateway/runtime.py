@@ -110,6 +110,9 @@ class Gateway:
             settings.max_n,
         )
         self.client = httpx.AsyncClient(
+            # Answers are relayed byte for byte (upstream, relay): a compressed one would reach
+            # the client without its Content-Encoding, so none is accepted.
+            headers={"accept-encoding": "identity"},
             timeout=httpx.Timeout(
                 settings.read_timeout_s, connect=settings.connect_timeout_s, pool=None
             ),

@@ -29,7 +29,10 @@ def is_unknown_model(status: int, body: bytes) -> bool:
 class VllmClient:
     def __init__(self, base_url: str, timeout_s: float, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        # Answers are passed on byte for byte (data_app): none may come compressed.
+        headers = {"accept-encoding": "identity"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
         # No pool limit: every in-flight completion holds one connection for its whole stream.
         self.http = httpx.AsyncClient(
             base_url=self.base_url,
