@@ -16,6 +16,8 @@ refusal is logged (the gateway writes its structured request line).
   in two seconds), so a trailer could also pose as a request
   header (a second `Authorization`). Here trailers are dropped, never seen by the app, and
   counted: past `max_header_bytes` the request is answered 431 and the connection closed.
+- Transfer-Encoding: only one `chunked` field (`transfer_coding_refusal`): 501 for any other
+  coding, 400 on an HTTP/1.0 request; the parser read `gzip, chunked` as chunked.
 - Header timeout: uvicorn times out idle keep-alive connections but not a request whose headers
   never finish, nor a connection that never sends a byte. Here headers must be complete within
   `header_timeout_s` of the connection opening or the request's first byte; otherwise 408 and
@@ -104,7 +106,33 @@ class _LingeringTransport:
 
 
 class _HeadersTooLarge(Exception):
-    """Raised from a parser callback: it stops the parser before a request starts."""
+    """Raised from a parser callback: it stops the parser before a request starts (the
+    answer is `send_400_response`'s: 431, or the protocol's `_header_refusal`)."""
+
+
+def transfer_coding_refusal(
+    headers: list[tuple[bytes, bytes]], http_version: str
+) -> tuple[int, str, str] | None:
+    """Why a request's Transfer-Encoding is refused, if it is: (status, message, code).
+
+    Only a single `Transfer-Encoding: chunked` is read (RFC 9112 6.1). The parser took
+    `gzip, chunked`, and `identity` then `chunked` on two lines, as plain chunked: a proxy in
+    front that reads such framing otherwise (the last coding that is not chunked, the first
+    field of two) would see other requests in the same bytes than the gateway does, which is
+    request smuggling. Other codings are 501, as RFC 9112 says; framing an HTTP/1.0 request
+    by Transfer-Encoding is faulty there (400)."""
+    values = [v for n, v in headers if n.lower() == b"transfer-encoding"]
+    if not values:
+        return None
+    if http_version == "1.0":
+        return (400, "HTTP/1.0 requests cannot be chunked.", "invalid_http_request")
+    if len(values) > 1 or values[0].strip().lower() != b"chunked":
+        return (
+            501,
+            "Only `Transfer-Encoding: chunked` is supported (one field, no other coding).",
+            "unsupported_transfer_encoding",
+        )
+    return None
 
 
 class EdgeHttpToolsProtocol(HttpToolsProtocol):
@@ -116,6 +144,7 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
 
     discarding = False
     _headers_too_large = False
+    _header_refusal: tuple[int, str, str] | None = None
     _write_timer: TimerHandle | None = None
     _header_bytes = 0
     _trailer_bytes = 0
@@ -187,6 +216,9 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         if size > self.max_header_bytes:
             self._headers_too_large = True
             raise _HeadersTooLarge  # httptools stops and re-raises: send_400_response runs
+        self._header_refusal = transfer_coding_refusal(self.headers, self.parser.get_http_version())
+        if self._header_refusal is not None:
+            raise _HeadersTooLarge
         self._stop_header_clock()
         super().on_headers_complete()
         if self.body_timeout_s is not None:  # stopped by on_message_complete
@@ -219,6 +251,8 @@ class EdgeHttpToolsProtocol(HttpToolsProtocol):
         # uvicorn's answer to bytes that are not HTTP is text/plain; ours is OpenAI's shape.
         if self._headers_too_large:
             self._refuse_too_large()
+        elif self._header_refusal is not None:
+            self._refuse(*self._header_refusal)
         else:
             self._refuse(400, "The request is not valid HTTP/1.1.", "invalid_http_request")
 

@@ -11,6 +11,8 @@
   to `max_body_bytes` (300 such connections grew it by 220 MB). No route outside `/v1/`
   takes a body (the probes are GETs), so a body there is never read either: key or not,
   `POST /nope` with a megabyte trickled in is answered (404) and closed at once;
+- the bytes of bodies in transit are bounded per key and on the pod (body_budget.py): 429
+  `concurrency_limit_exceeded` or 503 `server_busy`, connection closed;
 - a client that disconnects before its body is complete is counted `client_closed`, not 500;
 - an exception no route handled is answered with an OpenAI-shaped 500 (never text/plain);
 - early failures (400, 401, 404, 405, 408, 413, 422, ...) are charged to a token bucket per
@@ -41,6 +43,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lorafleet_core.openai_errors import error_body
 from lorafleet_gateway.auth import bearer_token
+from lorafleet_gateway.body_budget import BodyBudget
 from lorafleet_gateway.metrics import GatewayMetrics
 from lorafleet_gateway.ratelimit import TokenBucket, retry_after_headers
 from lorafleet_gateway.reqlog import log_request
@@ -130,12 +133,16 @@ def _presented_key(scope: Scope) -> str | None:
     return None
 
 
+def _key_ident(token: str) -> str:
+    # A digest: never the key itself in memory longer than the request.
+    return "key:" + hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
 def _idents(scope: Scope, known_key: Callable[[str], bool] | None) -> tuple[str, ...]:
     """The buckets a request is limited by and charged to: its key's, and its address's
     unless the key is valid."""
     token = _presented_key(scope)
-    # A digest: never the key itself in memory longer than the request.
-    key = ("key:" + hashlib.sha256(token.encode()).hexdigest()[:32],) if token else ()
+    key = (_key_ident(token),) if token else ()
     if token and known_key is not None and known_key(token):
         return key
     client = scope.get("client")
@@ -167,13 +174,16 @@ class EdgeMiddleware:
         limits: EdgeLimits,
         metrics: GatewayMetrics | None = None,
         known_key: Callable[[str], bool] | None = None,
+        bodies: BodyBudget | None = None,
     ) -> None:
-        """`known_key(token)`: whether a presented key is valid (its tenant's bucket only)."""
+        """`known_key(token)`: whether a presented key is valid (its tenant's bucket only);
+        `bodies`: the bytes of bodies in transit (the gateway's, or unbounded)."""
         self.app = app
         self.limits = limits
         self.metrics = metrics
         self.known_key = known_key
         self.failures = FailureLimiter(limits.failures_per_second, limits.failure_burst)
+        self.bodies = bodies if bodies is not None else BodyBudget(1 << 62, 1 << 62)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -244,6 +254,18 @@ class EdgeMiddleware:
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 raise _too_large(limit)
+        # Counted against the key's and the pod's bytes in transit until the body is whole
+        # or refused (body_budget.py: a key's trickled bodies once had no bound in all).
+        key = _key_ident(_presented_key(scope) or "")
+        counted = [0]  # bytes taken from the budget so far
+        try:
+            return await self._receive_body(receive, limit, key, counted)
+        finally:
+            self.bodies.give_back(key, counted[0])
+
+    async def _receive_body(
+        self, receive: Receive, limit: int, key: str, counted: list[int]
+    ) -> bytes:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.body_timeout_s
         chunks: list[bytes] = []
@@ -265,6 +287,10 @@ class EdgeMiddleware:
             size += len(chunk)
             if size > limit:
                 raise _too_large(limit)
+            over = self.bodies.take(key, len(chunk))
+            if over is not None:
+                raise _too_many_bodies(over, self.bodies)
+            counted[0] += len(chunk)
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -296,6 +322,25 @@ def _declares_body(scope: Scope) -> bool:
 def _too_large(limit: int) -> _Refused:
     return _Refused(
         413, f"Request body exceeds {limit} bytes.", "request_too_large", {"connection": "close"}
+    )
+
+
+def _too_many_bodies(over: str, budget: BodyBudget) -> _Refused:
+    headers = {"connection": "close", **retry_after_headers(1.0)}
+    if over == "key":
+        return _Refused(
+            429,
+            f"Too many request bodies in transit for this API key: at most "
+            f"{budget.per_key} bytes may be being uploaded at once. Send each body whole and "
+            "promptly, or fewer at a time.",
+            "concurrency_limit_exceeded",
+            headers,
+        )
+    return _Refused(
+        503,
+        "The gateway is receiving too many request bodies at once; please retry shortly.",
+        "server_busy",
+        headers,
     )
 
 

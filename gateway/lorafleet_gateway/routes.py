@@ -90,6 +90,7 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
                 limits=edge_limits(gw.settings),
                 metrics=gw.metrics,
                 known_key=lambda token: gw.holder.current.keys.tenant_for(token) is not None,
+                bodies=gw.bodies,
             ),
         ],
         lifespan=lifespan,

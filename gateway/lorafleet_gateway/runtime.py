@@ -11,6 +11,7 @@ import httpx
 
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.secret_file import bearer_token_reader
+from lorafleet_gateway.body_budget import BodyBudget
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
 from lorafleet_gateway.concurrency import ConcurrencyLimiter
 from lorafleet_gateway.metrics import GatewayMetrics
@@ -99,6 +100,10 @@ class Gateway:
         self.holder.subscribe(lambda snap: self.metrics.usage.prime(snap.served_pairs()))
         self.limiter, self._close_limiter = limiter_from_settings(settings, self.metrics)
         self.concurrency = ConcurrencyLimiter()  # per pod, in memory (concurrency.py says why)
+        # Request bodies being received (the edge reads them before any cap above applies).
+        self.bodies = BodyBudget(
+            settings.max_buffered_body_bytes_per_key, settings.max_buffered_body_bytes
+        )
         self.thresholds = thresholds_from_settings(settings)
         self.bounds = Bounds(
             settings.max_body_bytes,

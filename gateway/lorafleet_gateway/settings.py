@@ -168,6 +168,16 @@ class GatewaySettings(BaseSettings):
         default=10.0, gt=0, description="from connection (or request start) to complete headers"
     )
     body_timeout_s: float = Field(default=30.0, gt=0, description="to receive the whole body")
+    max_buffered_body_bytes_per_key: int = Field(
+        default=64 << 20,
+        ge=1024,
+        description="bytes of one key's request bodies being received at once (429 past it)",
+    )
+    max_buffered_body_bytes: int = Field(
+        default=256 << 20,
+        ge=1024,
+        description="bytes of all request bodies being received at once (503 past it)",
+    )
     write_timeout_s: float = Field(
         default=60.0, gt=0, description="a client that accepts no bytes this long is cut"
     )

@@ -60,6 +60,13 @@ class CompletionRequest:
         return self.prompt_tokens_estimate + self.n * self.max_tokens
 
 
+_OUTPUT_BOUNDS = {
+    "chat": ("max_tokens", "max_completion_tokens"),
+    "completion": ("max_tokens",),
+    "responses": ("max_output_tokens",),
+}
+
+
 def _bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
 
@@ -261,9 +268,11 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
 
     max_tokens = bounds.default_max_tokens
     max_tokens_param = None
-    # The output bound each endpoint reads (the later one wins, as in vLLM).
-    chat = ("max_tokens", "max_completion_tokens")
-    params = ("max_output_tokens",) if kind == "responses" else chat
+    # The output bound each endpoint reads, as vLLM reads it (the later one wins): chat takes
+    # max_completion_tokens over max_tokens; completions only max_tokens (vLLM ignores a
+    # max_completion_tokens there: `max_tokens: 120, max_completion_tokens: 1` generated 120
+    # tokens while the estimate, the limiter and tokens in flight counted 1).
+    params = _OUTPUT_BOUNDS[kind]
     for param in params:
         value = body.get(param)
         if value is None:

@@ -155,3 +155,29 @@ def test_a_request_without_an_output_bound_is_held_to_max_tokens_limit_on_a_long
                 assert sent_bounds(path, {**body, explicit: 7}) == {explicit: 7}
     finally:
         stop_env(env)
+
+
+def test_completions_are_estimated_by_max_tokens_the_bound_vllm_reads_there(
+    env: GatewayEnv,
+) -> None:
+    """vLLM's completions endpoint has no max_completion_tokens: `max_tokens: 120,
+    max_completion_tokens: 1` generated 120 tokens on the real engine while the gateway's
+    estimate (rate limit, tokens in flight, the agent's count) took 1. Chat reads
+    max_completion_tokens over max_tokens, as vLLM does."""
+
+    bounds = {"max_tokens": 120, "max_completion_tokens": 1}
+
+    def estimate_sent(path: str, body: dict[str, object]) -> int:
+        resp = httpx.post(
+            env.base_url + path,
+            json={"model": "acme/support:prod", **bounds, **body},
+            headers={"authorization": f"Bearer {KEYS['acme']}"},
+        )
+        assert resp.status_code == 200, resp.text
+        replica = env.replicas[resp.headers["x-replica-id"]]
+        return int(replica.request_headers[-1]["x-lorafleet-tokens-estimate"])
+
+    prompt = prompt_tokens(len("hello"))
+    assert estimate_sent("/completions", {"prompt": "hello"}) == prompt + 120
+    chat_prompt = prompt_tokens(prompt_chars({"messages": MSG_DEFAULT}))
+    assert estimate_sent("/chat/completions", {"messages": MSG_DEFAULT}) == chat_prompt + 1

@@ -145,6 +145,52 @@ def test_a_broken_chunked_body_is_answered_400_not_dropped(env: GatewayEnv):
     assert _sent(env) == before
 
 
+@pytest.mark.parametrize(
+    ("version", "codings", "status"),
+    [
+        (b"1.1", [b"gzip, chunked"], 501),
+        (b"1.1", [b"identity", b"chunked"], 501),  # two fields: a proxy may read the first
+        (b"1.1", [b"chunked", b"identity"], 400),  # the parser's own refusal: not last
+        (b"1.0", [b"chunked"], 400),
+    ],
+)
+def test_transfer_encoding_other_than_one_chunked_field_is_refused(
+    env: GatewayEnv, version: bytes, codings: list[bytes], status: int
+):
+    """The parser read each of these as plain chunked and served the request: a proxy in
+    front that frames them otherwise would see different requests in the same bytes
+    (request smuggling). RFC 9112: 501 for a coding not understood, and Transfer-Encoding
+    on HTTP/1.0 is faulty."""
+    before = _sent(env)
+    request = (
+        b"POST /v1/chat/completions HTTP/" + version + b"\r\nhost: gw\r\n"
+        b"content-type: application/json\r\nauthorization: " + BEARER.encode() + b"\r\n"
+        + b"".join(b"transfer-encoding: " + c + b"\r\n" for c in codings)
+        + b"\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(CHAT), CHAT)
+    )  # fmt: skip
+    got, error = _raw(env, request)
+    code = "unsupported_transfer_encoding" if status == 501 else "invalid_http_request"
+    assert (got, error["code"]) == (status, code)
+    assert _sent(env) == before
+
+
+@pytest.mark.parametrize("coding", [b"chunked", b"Chunked", b" chunked "])
+def test_one_chunked_field_in_any_case_is_served(env: GatewayEnv, coding: bytes):
+    before = _sent(env)
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json"
+        b"\r\nauthorization: " + BEARER.encode() + b"\r\ntransfer-encoding: " + coding
+        + b"\r\nconnection: close\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(CHAT), CHAT)
+    )  # fmt: skip
+    with socket.create_connection(("127.0.0.1", env.server.ports[0]), timeout=10) as sock:
+        sock.sendall(request)
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    assert raw.startswith(b"HTTP/1.1 200 "), raw[:300]
+    assert _sent(env) == before + 1
+
+
 def test_trailers_after_a_chunked_body_are_bounded_like_headers(env: GatewayEnv):
     """uvicorn appended every trailer field to the running request's headers, with no
     limit: 300 MB of trailers grew the gateway by 300 MB in under two seconds."""
