@@ -111,13 +111,17 @@ def prompt_tokens(chars: int) -> int:
 
 
 def max_tokens(body: dict[str, Any], default: int = DEFAULT_MAX_TOKENS) -> int:
-    """The output tokens a request may generate: max_completion_tokens, max_tokens (chat,
-    completions), max_output_tokens (Responses API) or the default."""
-    for key in MAX_TOKENS_PARAMS:
-        value = body.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return default
+    """The output tokens a request may generate: the largest of max_completion_tokens,
+    max_tokens (chat, completions) and max_output_tokens (Responses API) it sets, or the
+    default. The largest, because which one binds depends on the endpoint (vLLM's completions
+    ignore max_completion_tokens; the gateway reads each endpoint's own): this fallback, used
+    without the gateway's figure, must never count a request smaller than it can be."""
+    bounds = [
+        value
+        for key in MAX_TOKENS_PARAMS
+        if isinstance(value := body.get(key), int) and not isinstance(value, bool) and value > 0
+    ]
+    return max(bounds, default=default)
 
 
 def choices(body: dict[str, Any]) -> int:

@@ -302,6 +302,16 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
             "use_beam_search",
             "unsupported_parameter",
         )
+    # A pool may run vLLM with `--scheduling-policy priority` (extraArgs); then a request's own
+    # `priority` would put one tenant ahead of every other's queue. The fleet sets order, not
+    # the caller: only the default (0) passes.
+    if body.get("priority") not in (None, 0) or type(body.get("priority")) is float:
+        raise _bad(
+            "Request priority is not supported: the fleet schedules requests first come, "
+            "first served (priority must be 0 or absent).",
+            "priority",
+            "unsupported_parameter",
+        )
 
     if kind == "chat":
         chars = _check_messages(body.get("messages"), bounds)

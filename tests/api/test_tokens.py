@@ -18,8 +18,11 @@ def test_estimate_is_prompt_chars_over_four_plus_one_plus_max_tokens():
     assert estimate({"prompt": [1, 2, 3]}) == 3 + 1 + DEFAULT_MAX_TOKENS  # token ids: one each
 
 
-def test_max_tokens_prefers_max_completion_tokens_and_ignores_junk():
+def test_max_tokens_takes_the_largest_bound_set_and_ignores_junk():
     assert max_tokens({"max_tokens": 5, "max_completion_tokens": 9}) == 9
+    # vLLM's completions read max_tokens only: 120 tokens come back, never count them as 1.
+    assert max_tokens({"max_tokens": 120, "max_completion_tokens": 1}) == 120
+    assert max_tokens({"max_tokens": "lots", "max_output_tokens": 33}) == 33
     assert max_tokens({"max_tokens": "lots"}) == DEFAULT_MAX_TOKENS
     assert max_tokens({"max_tokens": True}) == DEFAULT_MAX_TOKENS
     assert max_tokens({}, default=16) == 16

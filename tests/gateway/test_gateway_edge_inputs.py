@@ -195,6 +195,18 @@ def test_beam_search_is_refused_as_a_work_multiplier(env: GatewayEnv, path: str)
     assert _sent(env) == before + 1
 
 
+@pytest.mark.parametrize("path", ["/chat/completions", "/completions"])
+def test_a_request_cannot_set_its_own_priority(env: GatewayEnv, path: str):
+    """Under a pool's priority scheduling a negative priority would jump every queue."""
+    before = _sent(env)
+    for value in (-(2**62), -1, 1, 0.0, "0", True):
+        error = _error(_post(env, json.dumps(_completion(path, {"priority": value})), path), 400)
+        assert (error["code"], error["param"]) == ("unsupported_parameter", "priority")
+    assert _sent(env) == before
+    assert _post(env, json.dumps(_completion(path, {"priority": 0})), path).is_success
+    assert _sent(env) == before + 1
+
+
 def _completion(path: str, extra: dict[str, object]) -> dict[str, object]:
     prompt = {"messages": MSG_DEFAULT} if path == "/chat/completions" else {"prompt": "hi"}
     return {"model": "acme/support:prod", **prompt, **extra}
