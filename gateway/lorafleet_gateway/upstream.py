@@ -102,6 +102,10 @@ def upstream_body(req: CompletionRequest, adapter_id: str) -> bytes:
         body["store"] = False
     elif req.stream:
         options = dict(body.get("stream_options") or {})
+        if not req.include_usage:
+            # vLLM gives usage in every chunk only with include_usage; the gateway's own
+            # include_usage must not turn a client's continuous_usage_stats on.
+            options.pop("continuous_usage_stats", None)
         options["include_usage"] = True
         body["stream_options"] = options
     return json.dumps(body).encode()

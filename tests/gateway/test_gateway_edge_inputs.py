@@ -263,3 +263,19 @@ def test_logprobs_of_generated_tokens_and_a_plain_echo_reach_the_engine(
     before = _sent(env)
     assert _post(env, json.dumps(_completion(path, extra)), path).status_code == 200
     assert _sent(env) == before + 1
+
+
+def test_continuous_usage_stats_reaches_the_replica_only_with_the_clients_include_usage():
+    """The gateway asks every stream for usage (the limiter reconciles with it); vLLM then
+    honours continuous_usage_stats, which alone it ignores, and usage would ride every chunk."""
+
+    def forwarded(options: dict[str, bool]) -> object:
+        body = {"model": "acme/support:prod", "messages": MSG_DEFAULT, "stream": True}
+        req = parse_request(
+            json.dumps(body | {"stream_options": options}).encode(), "chat", Bounds()
+        )
+        return json.loads(upstream_body(req, "a1"))["stream_options"]
+
+    assert forwarded({"continuous_usage_stats": True}) == {"include_usage": True}
+    both = {"include_usage": True, "continuous_usage_stats": True}
+    assert forwarded(both) == both
