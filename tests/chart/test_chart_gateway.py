@@ -45,7 +45,12 @@ def test_gateway_limits_are_set_from_values_and_reach_the_settings():
     from lorafleet_gateway.settings import GatewaySettings
 
     limits = {"maxTokens": 8192, "defaultMaxTokens": 512, "maxN": 8, "maxMessages": 64}
-    values = {"gateway": {"limits": {**limits, "maxBodyBytes": 4194304}}}
+    memory = {
+        "answerBufferBytes": 65536,
+        "maxBufferedBodyBytesPerKey": 8 << 20,
+        "maxBufferedBodyBytes": 32 << 20,
+    }
+    values = {"gateway": {"limits": {**limits, **memory, "maxBodyBytes": 4194304}}}
     (gateway,) = [
         d for d in by_kind(render(values), "Deployment") if "gateway" in d["metadata"]["name"]
     ]
@@ -56,6 +61,11 @@ def test_gateway_limits_are_set_from_values_and_reach_the_settings():
     )
     assert (settings.max_tokens_limit, settings.default_max_tokens) == (8192, 512)
     assert (settings.max_n, settings.max_messages, settings.max_body_bytes) == (8, 64, 4194304)
+    assert settings.answer_buffer_bytes == 65536
+    assert (settings.max_buffered_body_bytes_per_key, settings.max_buffered_body_bytes) == (
+        8 << 20,
+        32 << 20,
+    )
     assert settings.drain_timeout_s == 120 - 5  # cut by the gateway before the kubelet kills
 
 
