@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from lorafleet_cli.main import build_parser
+from tests.docs.markdown import doc_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -35,22 +36,12 @@ def options(parser: argparse.ArgumentParser) -> set[str]:
 def command_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line, what follows `lorafleet`) for every lorafleet command in a markdown file: in code
     blocks (backslash continuations joined) and in inline code."""
-    lines = path.read_text().splitlines()
-    in_code = False
-    i = 0
-    while i < len(lines):
-        number, line = i + 1, lines[i]
-        if line.lstrip().startswith("```"):
-            in_code = not in_code
-        elif in_code:
-            while line.endswith("\\") and i + 1 < len(lines):
-                i += 1
-                line = line[:-1] + " " + lines[i]
+    for number, line, in_code in doc_lines(path):
+        if in_code:
             yield from ((number, c) for c in _commands_in(line))
         else:
             for code in re.findall(r"`([^`]+)`", line):
                 yield from ((number, c) for c in _commands_in(code))
-        i += 1
 
 
 def _commands_in(text: str) -> Iterator[str]:

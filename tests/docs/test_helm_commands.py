@@ -17,6 +17,8 @@ import helm_python
 import pytest
 import yaml
 
+from tests.docs.markdown import doc_lines
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "e2e" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 HELM = re.compile(r"\bhelm\s+(install|upgrade|template)\s+(.*)$")
@@ -25,20 +27,10 @@ HELM = re.compile(r"\bhelm\s+(install|upgrade|template)\s+(.*)$")
 def helm_commands(path: Path) -> Iterator[tuple[int, str]]:
     """(line, the words after `helm install|upgrade|template`) in the file's code blocks,
     backslash continuations joined."""
-    lines = path.read_text().splitlines()
-    in_code, i = False, 0
-    while i < len(lines):
-        number, line = i + 1, lines[i]
-        if line.lstrip().startswith("```"):
-            in_code = not in_code
-        elif in_code:
-            while line.endswith("\\") and i + 1 < len(lines):
-                i += 1
-                line = line[:-1] + " " + lines[i]
-            match = HELM.search(line)
-            if match:
-                yield number, match.group(2)
-        i += 1
+    for number, line, in_code in doc_lines(path):
+        match = HELM.search(line) if in_code else None
+        if match:
+            yield number, match.group(2)
 
 
 def _put(values: dict[str, Any], dotted: str, value: Any) -> None:
