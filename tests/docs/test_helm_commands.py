@@ -69,10 +69,12 @@ def values_of(words: str) -> tuple[str, str, dict[str, Any]] | None:
 
 
 def documented() -> list[tuple[str, str]]:
+    # Commands on another chart (e.g. kube-prometheus-stack) are not this test's to render.
     found = [
         (f"{path.relative_to(ROOT)}:{number}", words)
         for path in DOCS
         for number, words in helm_commands(path)
+        if values_of(words) is not None
     ]
     assert len(found) >= 2, found  # the README's install and the canary upgrade at least
     return found
@@ -81,8 +83,7 @@ def documented() -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("where", "words"), documented(), ids=lambda x: str(x)[:40])
 def test_documented_helm_command_renders_the_chart(where: str, words: str) -> None:
     parsed = values_of(words)
-    if parsed is None:
-        pytest.skip(f"{where}: not this repo's chart")
+    assert parsed is not None, where  # documented() keeps only this repo's chart
     release, namespace, values = parsed
     rendered = helm_python.Chart.load(ROOT / "charts" / "lorafleet").render(
         values, name=release, namespace=namespace
