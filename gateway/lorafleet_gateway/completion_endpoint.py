@@ -208,7 +208,7 @@ class CompletionEndpoint:
             await stream(scope, receive, send)
         finally:
             self._stream_ended(opened, held, result, out)
-            self._meter_stream(held, adapter_id, req, result)
+            self._meter_relayed(held, adapter_id, req, result)
 
     async def _relay_answer(
         self,
@@ -237,16 +237,11 @@ class CompletionEndpoint:
         except AnswerCut:
             pass  # logged by the relay; the client's connection ends short of the answer
         finally:
+            # Cut (or the client left) before its usage: the prompt estimate, no completion
+            # (a relayed answer has no content events to count).
             self._charge(held, result.usage, out)
-            if result.usage is not None:
-                prompt, completion = usage_tokens(result.usage)
-            else:  # cut (or the client left) before its usage: the prompt was read
-                prompt, completion = req.prompt_tokens_estimate, 0
-            self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
-            if result.error:
-                out.status, out.error = "stream_error", result.error
-            else:
-                out.status = 200 if result.completed else "client_closed"
+            _relay_outcome(result, out)
+            self._meter_relayed(held, adapter_id, req, result)
 
     def _stream_ended(
         self, opened: Opened, held: Reservation, result: RelayResult, out: _Outcome
@@ -260,14 +255,9 @@ class CompletionEndpoint:
         completion = out.log.get("completion_tokens") or 0
         if result.completed and completion > 1 and result.finished_at:
             gw.metrics.tpot.observe((result.finished_at - opened.first_at) / (completion - 1))
-        if result.error:
-            out.status, out.error = "stream_error", result.error
-        elif not result.completed:
-            out.status = "client_closed"
-        else:
-            out.status = 200
+        _relay_outcome(result, out)
 
-    def _meter_stream(
+    def _meter_relayed(
         self, held: Reservation, adapter_id: str, req: CompletionRequest, result: RelayResult
     ) -> None:
         if result.usage is not None:
@@ -294,6 +284,14 @@ class CompletionEndpoint:
         if out.error:
             out.log["error"] = out.error
         log_request(**out.log)
+
+
+def _relay_outcome(result: RelayResult, out: _Outcome) -> None:
+    """A relayed answer's status for the log and the request counter."""
+    if result.error:
+        out.status, out.error = "stream_error", result.error
+    else:
+        out.status = 200 if result.completed else "client_closed"
 
 
 class _Outcome:
