@@ -33,11 +33,10 @@ from lorafleet_core.adapter_files import (
     check_shapes,
     inspect_adapter,
 )
+from lorafleet_core.adapter_manifest import adapter_object_name, build_adapter
 from lorafleet_core.models import (
     ADAPTER_NAME,
-    LoRAAdapter,
     LoRAAdapterSpec,
-    ObjectMeta,
     ReplicaPool,
 )
 from lorafleet_core.planning.adapters import validate_adapter
@@ -45,12 +44,6 @@ from lorafleet_core.planning.adapters import validate_adapter
 
 class PushRefused(RuntimeError):
     """The adapter cannot be served by the pool; the message lists every reason."""
-
-
-def adapter_object_name(tenant: str, name: str, version: str) -> str:
-    raw = f"{tenant}-{name}-{version}".lower()
-    cleaned = re.sub(r"[^a-z0-9.-]+", "-", raw).strip("-.")
-    return cleaned[:253]
 
 
 def local_model_dir(uri: str) -> Path | None:
@@ -80,36 +73,6 @@ def pool_problems(
     if dims is not None:
         problems.extend(check_shapes(info, dims).problems)
     return problems
-
-
-def build_adapter(
-    *,
-    object_name: str,
-    tenant: str,
-    version: str,
-    info: AdapterInfo,
-    base_hash: str,
-    weights_uri: str,
-    checksum: str,
-    adapter_name: str,
-) -> LoRAAdapter:
-    return LoRAAdapter(
-        metadata=ObjectMeta(
-            name=object_name,
-            labels={names.LABEL_TENANT: tenant, f"{names.GROUP}/adapter-name": adapter_name},
-        ),
-        spec=LoRAAdapterSpec(
-            tenant=tenant,
-            version=version,
-            base_model_hash=base_hash,
-            rank=info.rank,
-            alpha=info.alpha,
-            target_modules=list(info.target_modules),
-            weights_uri=weights_uri,
-            checksum=checksum,
-            size_bytes=info.size_bytes,
-        ),
-    )
 
 
 def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:

@@ -22,8 +22,9 @@ from lorafleet_cli.loadtest.plan import (
 from lorafleet_cli.loadtest.stats import stats_to_json, summarize, tpot_s, verdict
 from lorafleet_cli.main import main as cli
 from lorafleet_cli.probe.client import DEFAULT_MANIFESTS, manifests_for
-from lorafleet_cli.probe.results import RequestResult, percentile
+from lorafleet_cli.probe.results import RequestResult
 from lorafleet_cli.sim.workload import default_trace
+from lorafleet_core.stats import percentile
 
 TRACE = default_trace()
 

@@ -13,7 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from lorafleet_cli.probe.results import TIER_ORDER, RequestResult, percentile
+from lorafleet_cli.probe.results import TIER_ORDER, RequestResult
+from lorafleet_core.stats import percentile
 
 QUANTILES = (0.5, 0.95, 0.99)
 

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 
 from lorafleet_cli.probe.client import make_client, stream_chat
-from lorafleet_cli.probe.results import RequestResult, percentile
+from lorafleet_cli.probe.results import RequestResult
+from lorafleet_core.stats import percentile
 
 PROMPT = "Tell me about the weather today"
 

@@ -3,7 +3,6 @@ lorafleet_cli.loadtest.stats."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 TIER_ORDER = ("gpu", "ram", "disk", "remote", "?")
@@ -45,12 +44,3 @@ def marker_matches(text: str, marker: str | None, *, truncated: bool = False) ->
         return True
     head = text.strip()
     return truncated and bool(head) and marker.startswith(head)
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in [0, 1]); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q * len(ordered)))
-    return ordered[min(rank, len(ordered)) - 1]

@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
-from lorafleet_cli.probe.results import percentile
 from lorafleet_cli.sim.params import FleetParams, ReplicaParams
 from lorafleet_cli.sim.workload import Workload
+from lorafleet_core.stats import percentile
 
 TIERS = ("gpu", "ram", "disk", "remote")  # the simulator's tier codes 0..3, in order
 TARGET_ERROR = 0.20  # the target: predicted within 20% of measured

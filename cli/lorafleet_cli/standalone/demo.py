@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from lorafleet_cli import objectstore
-from lorafleet_cli.cmd_adapter import adapter_object_name, build_adapter
 from lorafleet_core.adapter_files import inspect_adapter
+from lorafleet_core.adapter_manifest import adapter_object_name, build_adapter
 from lorafleet_core.apikeys import TenantKeys, generate_key, hash_key
 from lorafleet_core.manifests import atomic_write, file_name_for, write_object
 from lorafleet_core.models import (
