@@ -16,6 +16,10 @@ COPY operator operator
 COPY gateway gateway
 COPY replica-image/lorafleet_agent replica-image/lorafleet_agent
 COPY cli cli
+COPY standalone standalone
+COPY sim sim
+COPY loadtest loadtest
+COPY demo demo
 # A plain (non-editable) install; the extras pull only what the control plane needs (no torch,
 # no vLLM).
 RUN /opt/lorafleet/bin/pip install --no-cache-dir '.[operator,gateway,cli]'

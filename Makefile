@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SRC := core operator gateway replica-image cli
+SRC := core operator gateway replica-image cli standalone sim loadtest demo
 # Extras for a full developer/CI environment: every component, the CPU engine, the test tools.
 EXTRAS := operator,gateway,agent,cli,demo,cpu,dev
 

@@ -32,9 +32,9 @@ from typing import Any
 
 import httpx
 
-from lorafleet_cli.demo_assets import ensure_demo_assets
 from lorafleet_core.models import ALL_TARGET_MODULES
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import ensure_demo_assets
 from tests.conftest import TEST_CACHE, TEST_MARKERS, TEST_RANKS, free_port
 from tests.gateway import manifests as m
 

@@ -1,5 +1,5 @@
 """The host-CPU probe of the calibration: what the request path outside vLLM's engine costs in
-CPU seconds, per request and per streamed token (I/O; the model is `lorafleet_cli.sim.host`).
+CPU seconds, per request and per streamed token (I/O; the model is `lorafleet_sim.host`).
 
 On the calibration machine vLLM's engine process keeps its own core, and the gateway, the
 agent, vLLM's API server process, the `lorafleet up` supervisor and the load client share what
@@ -43,10 +43,10 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.calibration_probes import TOKENS_PER_WORD, scrape
-from lorafleet_cli.loadtest.driver import Target
-from lorafleet_cli.loadtest.plan import prompt_text
-from lorafleet_cli.probe.client import make_client, stream_chat
-from lorafleet_cli.probe.results import RequestResult
+from lorafleet_loadtest.driver import Target
+from lorafleet_loadtest.plan import prompt_text
+from lorafleet_loadtest.probe.client import make_client, stream_chat
+from lorafleet_loadtest.probe.results import RequestResult
 
 PATH_ROLES = ("gateway", "agent", "api_server", "client")  # a request's own work
 HOST_ROLES = (*PATH_ROLES, "supervisor")  # everything on the host CPU (background included)

@@ -11,8 +11,8 @@ gateway with the official `openai` client, with vLLM's own `/metrics` read besid
   tokens each (the canaries stop after their ~9-token marker); vLLM's
   `inter_token_latency_seconds` and the client's (total - TTFT) / (n - 1) give the time per
   output token at batch k, and a line through them the per-sequence cost of a step.
-- `replay`: the load test's plan (`lorafleet_cli.loadtest.plan`) sent open loop
-  (`lorafleet_cli.loadtest.driver.replay`).
+- `replay`: the load test's plan (`lorafleet_loadtest.plan`) sent open loop
+  (`lorafleet_loadtest.driver.replay`).
 
 Each measured request is returned as a plain dict so the calibration JSON can be re-read
 without vLLM (`benchmarks/sim_calibration.py --from`).
@@ -31,11 +31,11 @@ from typing import Any
 import httpx
 import openai
 
-from lorafleet_cli.loadtest.driver import Target
-from lorafleet_cli.loadtest.driver import replay as send_plan
-from lorafleet_cli.loadtest.plan import PlannedRequest, prompt_text
-from lorafleet_cli.probe.client import make_client, stream_chat
-from lorafleet_cli.probe.results import RequestResult
+from lorafleet_loadtest.driver import Target
+from lorafleet_loadtest.driver import replay as send_plan
+from lorafleet_loadtest.plan import PlannedRequest, prompt_text
+from lorafleet_loadtest.probe.client import make_client, stream_chat
+from lorafleet_loadtest.probe.results import RequestResult
 
 _SAMPLE = re.compile(r"^(vllm:[a-z_]+)(?:\{[^}]*\})? ([0-9.eE+-]+)$")
 TOKENS_PER_WORD = 2.4  # e2e.loadtest's default for the demo tokenizer

@@ -1,5 +1,5 @@
 """The stall probe of the calibration: how often, and for how long, a hop of the request path
-stops serving (I/O; the model is `lorafleet_cli.sim.host.HostCpu.pause`).
+stops serving (I/O; the model is `lorafleet_sim.host.HostCpu.pause`).
 
 The quiet calibration's slowest requests received all their tokens at once (total time = TTFT
 + ~1 ms) and several of them at the same instant: the engine had generated the tokens, and
@@ -51,10 +51,10 @@ from benchmarks.calibration_stall_fit import (
     stop_fit,
     stops,
 )
-from lorafleet_cli.loadtest.driver import Target
-from lorafleet_cli.loadtest.plan import prompt_text
-from lorafleet_cli.probe.client import make_client, stream_chat
-from lorafleet_cli.probe.results import RequestResult
+from lorafleet_loadtest.driver import Target
+from lorafleet_loadtest.plan import prompt_text
+from lorafleet_loadtest.probe.client import make_client, stream_chat
+from lorafleet_loadtest.probe.results import RequestResult
 
 
 class GcRecorder:

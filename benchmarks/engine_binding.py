@@ -5,7 +5,7 @@
 vLLM's CPU build binds each engine's worker to the cores `VLLM_CPU_OMP_THREADS_BIND=auto`
 picks: all but the last, the same cores for every engine, so `lorafleet up --replicas 2` used
 to put both workers on core 0 of a 2-core machine. `up` now gives each engine its own cores
-(lorafleet_cli.standalone.cpu_binding). This starts one 2-replica demo fleet
+(lorafleet_standalone.cpu_binding). This starts one 2-replica demo fleet
 (e2e/standalone_fleet.py) and alternates the two layouts on it, re-pinning every thread of
 both workers with `sched_setaffinity` between rounds (the worker runs one OpenMP thread per
 core it was given, so a re-pin is the layout it would have had from the start):
@@ -35,10 +35,10 @@ from typing import Any
 from benchmarks.calibration_host_probe import FleetProcesses
 from benchmarks.calibration_layout import pin_threads
 from e2e.standalone_fleet import FleetOptions, started_fleet
-from lorafleet_cli.loadtest.driver import saturate
-from lorafleet_cli.loadtest.session import load_average
-from lorafleet_cli.loadtest.stats import Quantiles
-from lorafleet_cli.standalone.cpu_binding import engine_core_sets
+from lorafleet_loadtest.driver import saturate
+from lorafleet_loadtest.session import load_average
+from lorafleet_loadtest.stats import Quantiles
+from lorafleet_standalone.cpu_binding import engine_core_sets
 
 COMMAND = ".venv/bin/python -m benchmarks.engine_binding"
 

@@ -14,7 +14,7 @@ replica). Each distinct name is a real load: vLLM caches adapters by name, and a
 per version is what the agent does.
 
 The same churn runs once per variant, one vLLM at a time (each started with the standalone
-command line, `lorafleet_cli.standalone.processes.vllm_process`, and the variant's allocator
+command line, `lorafleet_standalone.processes.vllm_process`, and the variant's allocator
 environment in place of the shipped one):
 
     glibc      no allocator settings (glibc's defaults: dynamic mmap threshold, 8 x cores arenas)
@@ -54,9 +54,9 @@ import psutil
 
 from benchmarks.soak_rss import MIB, fit_slope
 from benchmarks.vllm_server import stop, wait_healthy
-from lorafleet_cli.demo_assets import DEFAULT_MARKERS, ensure_demo_assets
-from lorafleet_cli.standalone.processes import ReplicaPlan, vllm_process
 from lorafleet_core.models import BaseModelRef, EngineSpec, ReplicaPoolSpec
+from lorafleet_demo.assets import DEFAULT_MARKERS, ensure_demo_assets
+from lorafleet_standalone.processes import ReplicaPlan, vllm_process
 
 WORDS = ["the", "a", "support", "order", "refund", "ticket", "account", "billing", "hello"]
 REPO = Path(__file__).resolve().parent.parent

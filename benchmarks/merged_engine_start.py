@@ -47,10 +47,10 @@ PROMPT = "Tell me about the weather today"
 
 def _merged_model(state: Path) -> tuple[Path, Any]:
     """The demo base with zebra merged (the standalone merge step) and the merged pool."""
-    from lorafleet_cli.demo_assets import DEFAULT_MARKERS, ensure_demo_assets
-    from lorafleet_cli.standalone.merged import merge_locally, merged_folder, plan_merged_pools
     from lorafleet_core.manifests import load_folder, write_object
     from lorafleet_core.models import ALL_TARGET_MODULES
+    from lorafleet_demo.assets import DEFAULT_MARKERS, ensure_demo_assets
+    from lorafleet_standalone.merged import merge_locally, merged_folder, plan_merged_pools
 
     assets = ensure_demo_assets(
         ROOT / ".lorafleet" / "test-cache", {"zebra": DEFAULT_MARKERS["zebra"]}, print
@@ -121,7 +121,7 @@ def _complete(url: str, tokens: int) -> int:
 
 
 def measure(run: str, model_dir: Path, pool: Any, cache: Path, logs: Path, tokens: int) -> Any:
-    from lorafleet_cli.standalone.processes import ReplicaPlan, vllm_process
+    from lorafleet_standalone.processes import ReplicaPlan, vllm_process
 
     port = _free_port()
     replica = ReplicaPlan("zebra-merged-0", port, 0, 0, logs / run)

@@ -32,10 +32,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from benchmarks.sim_scenario_run import add_run_args, run_engine, run_flags, scenario_run
-from lorafleet_cli.sim import report
-from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.replica import Replica
 from lorafleet_core.planning import prewarm
+from lorafleet_sim import report
+from lorafleet_sim.engine import Engine
+from lorafleet_sim.replica import Replica
 
 CAUSES = ("membership", "owner counts", "traffic only")
 

@@ -20,12 +20,12 @@
    and how long a hop stops, under a paced load of its own: over 3 aliases, over all 12, and
    over 3 beside requests that keep the engine stepping), then for each of `--rates` the
    probes again and a trace replay
-   (the load test's plan, `lorafleet_cli.loadtest.plan`: Zipf(`--zipf`) over the 12 aliases,
+   (the load test's plan, `lorafleet_loadtest.plan`: Zipf(`--zipf`) over the 12 aliases,
    lengths scaled to the demo's 256-token context), recording TTFT and `x-adapter-tier` per request.
 3. Every planned prompt is tokenized with the demo model's tokenizer and chat template (what
    vLLM counts), so the simulator gets the engine's token counts, not the planner's estimate.
 
-Then, for each replay, `lorafleet sim` runs the same requests (`lorafleet_cli.sim.calibration`:
+Then, for each replay, `lorafleet sim` runs the same requests (`lorafleet_sim.calibration`:
 same arrival times, same adapter per request, same token counts, one replica with the same
 slots) with the measured parameters, and the side-by-side table, JSON and a CDF PNG are written.
 """
@@ -100,9 +100,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     )
     from benchmarks.calibration_stall_probe import GcRecorder, fleet_endpoints, probe_stalls
     from e2e.standalone_fleet import FleetOptions, started_fleet
-    from lorafleet_cli.loadtest.driver import Target
-    from lorafleet_cli.loadtest.plan import LengthLimits, ReplaySpec, plan_replay, prompt_text
-    from lorafleet_cli.probe.markers import alias_targets
+    from lorafleet_loadtest.driver import Target
+    from lorafleet_loadtest.plan import LengthLimits, ReplaySpec, plan_replay, prompt_text
+    from lorafleet_loadtest.probe.markers import alias_targets
 
     doc: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     doc["loadavg_start"] = load_average()

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.calibration_stall_fit import busy_fit, load_fit
-from lorafleet_cli.sim import calibration as cal
-from lorafleet_cli.sim import params
-from lorafleet_cli.sim.engine import Engine
+from lorafleet_sim import calibration as cal
+from lorafleet_sim import params
+from lorafleet_sim.engine import Engine
 
 # What `lorafleet up` configures for the calibration fleet (e2e.standalone_fleet, the demo pool)
 # and vLLM's CPU-build defaults for the OpenAI server (engine/arg_utils.py get_batch_defaults):

@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.sim_scenario_run import add_run_args, run_engine, run_flags, scenario_run
-from lorafleet_cli.sim.engine import OUTCOMES, Engine
-from lorafleet_cli.sim.replica import Replica
 from lorafleet_core.planning.prewarm import PrewarmPass
+from lorafleet_sim.engine import OUTCOMES, Engine
+from lorafleet_sim.replica import Replica
 
-REMOTE = 3  # lorafleet_cli.sim.replica.TIER_CODE[Tier.REMOTE]
+REMOTE = 3  # lorafleet_sim.replica.TIER_CODE[Tier.REMOTE]
 
 
 class RecordingEngine(Engine):

@@ -9,9 +9,9 @@ import argparse
 from dataclasses import replace
 from typing import TypeVar
 
-from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.params import with_overrides
-from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run, engine_for
+from lorafleet_sim.engine import Engine
+from lorafleet_sim.params import with_overrides
+from lorafleet_sim.scenarios import SCENARIOS, Inputs, Run, engine_for
 
 E = TypeVar("E", bound=Engine)
 

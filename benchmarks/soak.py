@@ -9,7 +9,7 @@ Load. The design serves 40 requests/s at peak with 26 replicas: 1.54 requests/s 
 and with the production trace's mean lengths (1,155 prompt, 211 output tokens) 1,777 prompt +
 325 output tokens/s per replica. `--load-factor 2` sends twice that request rate per replica
 (3.08 req/s x replicas), open loop, with the trace's arrivals and its prompt/output lengths
-(`lorafleet_cli.loadtest.plan`) scaled to what the demo model serves (a 256-token
+(`lorafleet_loadtest.plan`) scaled to what the demo model serves (a 256-token
 context: each length x cap / the window's p95, clipped at `--max-prompt-tokens` 160 and
 `--max-output-tokens` 64), to aliases drawn from Zipf(1.0) over the demo's aliases (three
 canaries plus `--copies` versions of each, tiny GPU/RAM slot counts so adapters keep moving
@@ -58,12 +58,12 @@ from benchmarks.soak_rss import RssSampler, mapping_growth, summarize_rss
 from benchmarks.soak_slow import MODES, SlowResult, SlowTarget, run_slow_clients
 from benchmarks.workload import WorkloadSpec
 from e2e.standalone_fleet import FleetOptions, started_fleet
-from lorafleet_cli.loadtest.driver import Target, replay
-from lorafleet_cli.loadtest.plan import LengthLimits, ReplaySpec, plan_replay
-from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
-from lorafleet_cli.sim.params import FleetParams
-from lorafleet_cli.sim.scenarios import Inputs
-from lorafleet_cli.sim.workload import read_trace
+from lorafleet_loadtest.driver import Target, replay
+from lorafleet_loadtest.plan import LengthLimits, ReplaySpec, plan_replay
+from lorafleet_loadtest.probe.markers import markers_from_manifests, parse_marker_args
+from lorafleet_sim.params import FleetParams
+from lorafleet_sim.scenarios import Inputs
+from lorafleet_sim.workload import read_trace
 
 # The design's peak (../shared/DESIGN.md), from the simulator's defaults: one home.
 DESIGN_FLEET_RPS = Inputs().rate
@@ -138,7 +138,7 @@ def resolve_stack(args: argparse.Namespace) -> Iterator[Stack]:
         return
     if args.base_url is None:
         raise SystemExit("pass --start, or --base-url of a running gateway")
-    from lorafleet_cli.probe.client import read_key
+    from lorafleet_loadtest.probe.client import read_key
 
     markers = markers_from_manifests(args.manifests) if args.manifests else {}
     markers |= parse_marker_args(args.markers)

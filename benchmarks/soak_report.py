@@ -14,8 +14,8 @@ from typing import Any
 
 from benchmarks.soak_rss import RssSample, RssSummary
 from benchmarks.soak_slow import SlowResult
-from lorafleet_cli.probe.results import RequestResult
 from lorafleet_core.stats import percentile
+from lorafleet_loadtest.probe.results import RequestResult
 
 
 def is_5xx(status: str) -> bool:

@@ -1,7 +1,7 @@
 """One vLLM server process of a benchmark: wait until it answers `/health`, then stop it.
 
 Benchmarks that start vLLM with the standalone command line
-(`lorafleet_cli.standalone.processes.vllm_process`) and talk to it directly share these two
+(`lorafleet_standalone.processes.vllm_process`) and talk to it directly share these two
 steps; `lorafleet up` has its own supervisor.
 """
 

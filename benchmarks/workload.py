@@ -15,7 +15,7 @@ from itertools import accumulate
 from pathlib import Path
 
 # One reader of the trace format and one adapter naming, shared with `lorafleet sim`.
-from lorafleet_cli.sim.workload import adapter_name, default_trace, read_trace
+from lorafleet_sim.workload import adapter_name, default_trace, read_trace
 
 DEFAULT_TRACE = default_trace()
 

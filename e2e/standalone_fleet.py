@@ -69,9 +69,9 @@ def default_assets() -> Path:
 def prepare(state: Path, opts: FleetOptions) -> tuple[str, list[str]]:
     """Write the demo + copies into `state`; returns (api key, aliases)."""
     from lorafleet_cli.main import main as cli
-    from lorafleet_cli.standalone import demo
     from lorafleet_core.apikeys import TenantKeys, hash_key
     from lorafleet_core.manifests import write_object
+    from lorafleet_standalone import demo
 
     manifests = state / "manifests"
     setup = demo.prepare_demo(state, manifests, replicas=opts.replicas, progress=False)
@@ -165,7 +165,7 @@ def started_fleet(opts: FleetOptions) -> Iterator[RunningFleet]:
 
 def stop(proc: subprocess.Popen[bytes], state: Path) -> dict[int, list[int]]:
     """SIGINT (what Ctrl-C sends) and wait; SIGKILL the group if it hangs. Returns leftovers."""
-    from lorafleet_cli.standalone.supervisor import group_members
+    from lorafleet_standalone.supervisor import group_members
 
     children = [int(p["pid"]) for p in _status(state).get("processes", {}).values()]
     if proc.poll() is None:
@@ -189,10 +189,10 @@ def started_base_engine(fleet: RunningFleet) -> Iterator[str]:
     API key, for the overhead run's base-model row: the fleet's engines take a key only their
     agents hold, so the base model is measured on this twin. Yields its URL; stopped at the end.
     """
-    from lorafleet_cli.standalone.local_replicas import free_port
-    from lorafleet_cli.standalone.processes import ReplicaPlan, is_cpu_build, vllm_process
-    from lorafleet_cli.standalone.up_options import model_dir_of
     from lorafleet_core.models import ReplicaPoolSpec
+    from lorafleet_standalone.local_replicas import free_port
+    from lorafleet_standalone.processes import ReplicaPlan, is_cpu_build, vllm_process
+    from lorafleet_standalone.up_options import model_dir_of
 
     doc = yaml.safe_load((fleet.manifests / "replicapool-demo.yaml").read_text())
     pool = ReplicaPoolSpec.model_validate(doc["spec"])

@@ -7,8 +7,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from lorafleet_agent.metrics import AgentMetrics
-from lorafleet_cli.probe.canary import AliasTally, prometheus_textfile
 from lorafleet_gateway.metrics import GatewayMetrics
+from lorafleet_loadtest.probe.canary import AliasTally, prometheus_textfile
 from lorafleet_operator.metrics import OperatorMetrics
 
 SAMPLE_SUFFIXES = {

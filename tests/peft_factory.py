@@ -2,7 +2,7 @@
 
 The layout is what `peft.save_pretrained` writes (adapter_config.json + adapter_model.safetensors
 with PEFT's tensor names); `tests/api/test_adapter_files.py` also checks one real PEFT folder.
-Trained canaries (for tests that need vLLM to answer) come from lorafleet_cli.demo_assets.
+Trained canaries (for tests that need vLLM to answer) come from lorafleet_demo.assets.
 """
 
 from __future__ import annotations

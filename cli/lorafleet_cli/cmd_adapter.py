@@ -21,10 +21,10 @@ from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
-from lorafleet_cli import cmd_adapter_read, objectstore
+from lorafleet_cli import cmd_adapter_read
 from lorafleet_cli.exit_codes import UsageError, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
-from lorafleet_core import names
+from lorafleet_core import names, objectstore
 from lorafleet_core.adapter_files import (
     AdapterFormatError,
     AdapterInfo,

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from lorafleet_cli.exit_codes import USAGE, fail
-from lorafleet_cli.probe.canary import format_report, probe, prometheus_textfile, verdict
-from lorafleet_cli.probe.client import DEFAULT_KEY_FILE, base_url, manifests_for, read_key
-from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
+from lorafleet_loadtest.probe.canary import format_report, probe, prometheus_textfile, verdict
+from lorafleet_loadtest.probe.client import DEFAULT_KEY_FILE, base_url, manifests_for, read_key
+from lorafleet_loadtest.probe.markers import markers_from_manifests, parse_marker_args
 
 
 def register(sub: Any) -> None:

@@ -32,15 +32,15 @@ from typing import Any
 
 from lorafleet_cli.arg_options import options_from_args
 from lorafleet_cli.exit_codes import FAILURE, USAGE, fail
-from lorafleet_cli.loadtest import overhead as oh
-from lorafleet_cli.loadtest import report, session
-from lorafleet_cli.loadtest.driver import Target, list_models
-from lorafleet_cli.loadtest.plan import LengthLimits
-from lorafleet_cli.loadtest.stats import verdict
-from lorafleet_cli.probe.client import DEFAULT_KEY_FILE, base_url, manifests_for, read_key
-from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
-from lorafleet_cli.sim.workload import default_trace
 from lorafleet_core.version import version
+from lorafleet_loadtest import overhead as oh
+from lorafleet_loadtest import report, session
+from lorafleet_loadtest.driver import Target, list_models
+from lorafleet_loadtest.plan import LengthLimits
+from lorafleet_loadtest.probe.client import DEFAULT_KEY_FILE, base_url, manifests_for, read_key
+from lorafleet_loadtest.probe.markers import markers_from_manifests, parse_marker_args
+from lorafleet_loadtest.stats import verdict
+from lorafleet_sim.workload import default_trace
 
 # Option fields named otherwise than their flags (arg_options.options_from_args).
 SWEEP_ARGS = {"duration_s": "duration", "zipf_s": "zipf", "timeout_s": "timeout"}

@@ -23,9 +23,9 @@ from typing import Any
 
 from lorafleet_cli.arg_options import options_from_args
 from lorafleet_cli.exit_codes import UsageError
-from lorafleet_cli.sim import capacity, merged, merged_overflow, params, report
-from lorafleet_cli.sim.engine import ROUTERS, Engine
-from lorafleet_cli.sim.scenarios import SCENARIOS, Inputs, Run, engine_for
+from lorafleet_sim import capacity, merged, merged_overflow, params, report
+from lorafleet_sim.engine import ROUTERS, Engine
+from lorafleet_sim.scenarios import SCENARIOS, Inputs, Run, engine_for
 
 # Inputs fields named otherwise than their flags (arg_options.options_from_args).
 INPUT_ARGS = {"duration_s": "duration", "warmup_s": "warmup", "zipf_s": "zipf", "mix_file": "mix"}

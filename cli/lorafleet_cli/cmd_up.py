@@ -16,11 +16,11 @@ from lorafleet_cli.targets import DEFAULT_STATE_DIR
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    from lorafleet_cli.standalone import demo
-    from lorafleet_cli.standalone.guards import UpError, lock_state_dir
-    from lorafleet_cli.standalone.local_replicas import free_port
-    from lorafleet_cli.standalone.runner import run_up
-    from lorafleet_cli.standalone.up_options import UpOptions
+    from lorafleet_standalone import demo
+    from lorafleet_standalone.guards import UpError, lock_state_dir
+    from lorafleet_standalone.local_replicas import free_port
+    from lorafleet_standalone.runner import run_up
+    from lorafleet_standalone.up_options import UpOptions
 
     state_dir: Path = args.state_dir.resolve()
     if args.manifests is not None and not args.manifests.is_dir():

@@ -1,6 +1,6 @@
 """One replica's adapter cache policy: tiers, LRU order, reference counts (pure, no I/O).
 
-The agent (lorafleet_agent.manager) and the fleet simulator (lorafleet_cli.sim) drive these
+The agent (lorafleet_agent.manager) and the fleet simulator (lorafleet_sim) drive these
 same objects, so a change to the policy changes both; nothing else may keep its own LRU.
 
 Tiers, fastest first (lorafleet_core.tiers): gpu (a vLLM LoRA slot), ram (registered with

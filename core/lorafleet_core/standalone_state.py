@@ -4,13 +4,13 @@ A manifests folder holds only what a user would `kubectl apply -f`; what the ope
 write as `status` on a cluster lives in a hidden subfolder, which `kubectl apply -f <folder>`
 (not recursive) and `lorafleet_core.manifests` never read as manifests.
 
-One writer, as on a cluster: the standalone reconciler (`lorafleet_cli.standalone.reconciler`)
+One writer, as on a cluster: the standalone reconciler (`lorafleet_standalone.reconciler`)
 saves the alias statuses its planner (`lorafleet_core.planning.aliases.plan_alias`) computed.
 Readers: the gateway's folder catalog (serves each alias's `status.adapter`) and
 `lorafleet alias rollback` (reads `status.previousAdapter`). The CLI never writes it.
 
 Merged pools' `status.merge` likewise: `lorafleet up`'s merge step
-(`lorafleet_cli.standalone.runner`, after `merged.merge_locally`) is its one writer, once per
+(`lorafleet_standalone.runner`, after `merged.merge_locally`) is its one writer, once per
 run (the whole file, so a pool whose merge did not run this time is not Ready); the gateway's
 folder catalog reads it as the pool's `status.merge` (a merged pool serves once Ready).
 """

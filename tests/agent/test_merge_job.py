@@ -11,7 +11,6 @@ import pytest
 
 from lorafleet_agent.merge_job import MergeError, MergeResult, main, run_merge
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
-from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core import reasons
 from lorafleet_core.merged_weights import (
     MergedChecksumError,
@@ -19,6 +18,7 @@ from lorafleet_core.merged_weights import (
     verify_merged,
 )
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import DemoAssets
 from tests.conftest import S3Server
 
 RecordFactory = Callable[..., AdapterRecord]

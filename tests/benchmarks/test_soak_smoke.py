@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import soak
-from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import DemoAssets
 from tests.conftest import S3Server, VllmServer, unique_id
 from tests.vllm_stack import vllm_stack
 

@@ -20,7 +20,7 @@ from benchmarks.soak_rss import (
     summarize_rss,
 )
 from benchmarks.soak_slow import SlowResult
-from lorafleet_cli.probe.results import RequestResult
+from lorafleet_loadtest.probe.results import RequestResult
 
 
 def series(label: str, values: list[float], step_s: float = 10.0) -> list[RssSample]:

@@ -11,9 +11,9 @@ import pytest
 
 from lorafleet_cli import cmd_loadtest, cmd_sim
 from lorafleet_cli.arg_options import options_from_args
-from lorafleet_cli.loadtest import session
-from lorafleet_cli.loadtest.plan import LengthLimits
 from lorafleet_cli.main import build_parser
+from lorafleet_loadtest import session
+from lorafleet_loadtest.plan import LengthLimits
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from lorafleet_cli.main import main
-from lorafleet_cli.probe.markers import markers_from_manifests
+from lorafleet_loadtest.probe.markers import markers_from_manifests
 
 
 class _Html(BaseHTTPRequestHandler):

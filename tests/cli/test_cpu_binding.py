@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lorafleet_cli.standalone import processes
-from lorafleet_cli.standalone.cpu_binding import BIND_ENV, EngineCores, engine_core_sets
-from lorafleet_cli.standalone.processes import ReplicaPlan
 from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_standalone import processes
+from lorafleet_standalone.cpu_binding import BIND_ENV, EngineCores, engine_core_sets
+from lorafleet_standalone.processes import ReplicaPlan
 
 POOL = ReplicaPoolSpec.model_validate(
     {"baseModel": {"name": "b", "hash": "sha256:" + "a" * 64, "uri": "file:///m"}}

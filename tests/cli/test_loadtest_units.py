@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from lorafleet_cli.loadtest import overhead as oh
-from lorafleet_cli.loadtest import plots, report
-from lorafleet_cli.loadtest.plan import (
+from lorafleet_cli.main import main as cli
+from lorafleet_core.stats import percentile
+from lorafleet_loadtest import overhead as oh
+from lorafleet_loadtest import plots, report
+from lorafleet_loadtest.plan import (
     LengthLimits,
     ReplaySpec,
     TraceRequest,
@@ -19,12 +21,10 @@ from lorafleet_cli.loadtest.plan import (
     scale_length,
     scale_requests,
 )
-from lorafleet_cli.loadtest.stats import stats_to_json, summarize, tpot_s, verdict
-from lorafleet_cli.main import main as cli
-from lorafleet_cli.probe.client import DEFAULT_MANIFESTS, manifests_for
-from lorafleet_cli.probe.results import RequestResult
-from lorafleet_cli.sim.workload import default_trace
-from lorafleet_core.stats import percentile
+from lorafleet_loadtest.probe.client import DEFAULT_MANIFESTS, manifests_for
+from lorafleet_loadtest.probe.results import RequestResult
+from lorafleet_loadtest.stats import stats_to_json, summarize, tpot_s, verdict
+from lorafleet_sim.workload import default_trace
 
 TRACE = default_trace()
 

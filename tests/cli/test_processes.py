@@ -8,12 +8,12 @@ from pathlib import Path
 import yaml
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_cli.standalone import processes
-from lorafleet_cli.standalone.planning import plan
-from lorafleet_cli.standalone.processes import ReplicaPlan, data_token_of
 from lorafleet_core.manifests import load_folder
 from lorafleet_core.models import ReplicaPoolSpec
 from lorafleet_gateway.settings import GatewaySettings
+from lorafleet_standalone import processes
+from lorafleet_standalone.planning import plan
+from lorafleet_standalone.processes import ReplicaPlan, data_token_of
 
 POOL = ReplicaPoolSpec.model_validate(
     {

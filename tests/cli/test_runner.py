@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from lorafleet_cli.main import main
-from lorafleet_cli.standalone.guards import UpError
-from lorafleet_cli.standalone.local_replicas import plan_replicas
-from lorafleet_cli.standalone.runner import run_up
-from lorafleet_cli.standalone.up_options import UpOptions, model_dir_of
 from lorafleet_core.manifests import write_object
+from lorafleet_standalone.guards import UpError
+from lorafleet_standalone.local_replicas import plan_replicas
+from lorafleet_standalone.runner import run_up
+from lorafleet_standalone.up_options import UpOptions, model_dir_of
 
 from .conftest import pool_manifest
 

@@ -10,12 +10,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from lorafleet_cli.standalone.auto_merge import AutoMerge
-from lorafleet_cli.standalone.cpu_binding import EngineCores
-from lorafleet_cli.standalone.merged import MergedRun
-from lorafleet_cli.standalone.planning import Plan, plan
-from lorafleet_cli.standalone.processes import ReplicaPlan
-from lorafleet_cli.standalone.supervisor import Supervisor
 from lorafleet_core import reasons as R
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import ConditionStatus, MergePhase, MergeStatus, ReplicaPool
@@ -24,6 +18,12 @@ from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.planning.merged_lifecycle import auto_created
 from lorafleet_core.replica_state import AdapterActivity, ReplicaState
+from lorafleet_standalone.auto_merge import AutoMerge
+from lorafleet_standalone.cpu_binding import EngineCores
+from lorafleet_standalone.merged import MergedRun
+from lorafleet_standalone.planning import Plan, plan
+from lorafleet_standalone.processes import ReplicaPlan
+from lorafleet_standalone.supervisor import Supervisor
 from tests.gateway import manifests as m
 from tests.operator.factories import T0
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lorafleet_cli import objectstore
-from lorafleet_cli.standalone.demo import DEMO_TENANT, demo_pool
-from lorafleet_cli.standalone.local_replicas import MAX_LOCAL_REPLICAS, local_replica_count
+from lorafleet_core import objectstore
 from lorafleet_core.models import LoRAAdapterSpec, ReplicaBounds
 from lorafleet_core.planning.adapters import validate_adapter
+from lorafleet_standalone.demo import DEMO_TENANT, demo_pool
+from lorafleet_standalone.local_replicas import MAX_LOCAL_REPLICAS, local_replica_count
 
 BASE_HASH = "sha256:" + "ab" * 32
 

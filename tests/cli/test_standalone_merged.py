@@ -11,21 +11,21 @@ from typing import Any
 import pytest
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_cli.demo_assets import DemoAssets
-from lorafleet_cli.standalone.merged import (
+from lorafleet_core import reasons
+from lorafleet_core.manifests import load_folder, write_object
+from lorafleet_core.merged_weights import verify_merged
+from lorafleet_core.models import ALL_TARGET_MODULES, MergePhase, ReplicaPool
+from lorafleet_core.replica_endpoints import parse_replicas
+from lorafleet_demo.assets import DemoAssets
+from lorafleet_standalone.merged import (
     MergedRun,
     merge_locally,
     merged_folder,
     plan_merged_pools,
     replicas_file_doc,
 )
-from lorafleet_cli.standalone.planning import plan
-from lorafleet_cli.standalone.processes import ReplicaPlan, agent_process, vllm_process
-from lorafleet_core import reasons
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.merged_weights import verify_merged
-from lorafleet_core.models import ALL_TARGET_MODULES, MergePhase, ReplicaPool
-from lorafleet_core.replica_endpoints import parse_replicas
+from lorafleet_standalone.planning import plan
+from lorafleet_standalone.processes import ReplicaPlan, agent_process, vllm_process
 from tests.operator.factories import T0
 
 

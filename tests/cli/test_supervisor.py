@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from lorafleet_cli.standalone.supervisor import (
+from lorafleet_standalone.supervisor import (
     ProcessSpec,
     StartError,
     Supervisor,
@@ -139,7 +139,7 @@ def test_children_die_with_a_killed_supervisor(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""
         import pathlib, sys, time
-        from lorafleet_cli.standalone.supervisor import ProcessSpec, Supervisor
+        from lorafleet_standalone.supervisor import ProcessSpec, Supervisor
         sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
         child = Supervisor().start(ProcessSpec(name="c", argv=sleeper))
         pathlib.Path({str(pid_file)!r}).write_text(str(child.proc.pid))

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from lorafleet_cli.main import main
-from lorafleet_cli.standalone.supervisor import group_members
+from lorafleet_standalone.supervisor import group_members
 from tests.cli.up_harness import ASSETS, NOT_YET, SharedDemoUp, Up
 from tests.waiting import eventually
 

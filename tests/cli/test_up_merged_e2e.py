@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from lorafleet_cli.main import main
-from lorafleet_cli.standalone import demo
 from lorafleet_core.manifests import load_folder, write_object
+from lorafleet_standalone import demo
 from tests.cli.up_harness import Up, prepare_demo_folder, running_up
 from tests.waiting import eventually
 

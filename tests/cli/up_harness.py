@@ -24,7 +24,7 @@ from typing import Any
 import openai
 import yaml
 
-from lorafleet_cli.standalone import demo
+from lorafleet_standalone import demo
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]

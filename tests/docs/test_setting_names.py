@@ -16,9 +16,9 @@ import yaml
 from pydantic_settings import BaseSettings
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_cli.standalone.up_options import StandaloneSettings
 from lorafleet_gateway.settings import GatewaySettings
 from lorafleet_operator.settings import OperatorSettings
+from lorafleet_standalone.up_options import StandaloneSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -22,8 +22,8 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from lorafleet_agent.server import RunningAgent
-from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
 from tests.conftest import S3Server, VllmServer, unique_id
 from tests.fault_proxy import FaultProxy

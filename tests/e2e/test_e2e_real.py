@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_cli.main import main as cli
-from lorafleet_cli.probe import canary as canary_probe
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import DemoAssets
+from lorafleet_loadtest.probe import canary as canary_probe
 from tests.conftest import S3Server, VllmServer, unique_id
 from tests.vllm_stack import VllmStack, vllm_stack
 from tests.waiting import eventually_async

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from lorafleet_cli.probe import canary as canary_probe
-from lorafleet_cli.probe.markers import markers_from_manifests, parse_marker_args
-from lorafleet_cli.probe.results import RequestResult, marker_matches
+from lorafleet_loadtest.probe import canary as canary_probe
+from lorafleet_loadtest.probe.markers import markers_from_manifests, parse_marker_args
+from lorafleet_loadtest.probe.results import RequestResult, marker_matches
 
 
 def ok_result(i: int, ttft: float, tier: str, *, marker_ok: bool | None = True) -> RequestResult:

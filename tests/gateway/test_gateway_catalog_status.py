@@ -16,11 +16,11 @@ from pathlib import Path
 import openai
 import pytest
 
-from lorafleet_cli.standalone.reconciler import Reconciler
 from lorafleet_core.models import AdapterAliasStatus
 from lorafleet_core.standalone_state import alias_status_path, save_alias_statuses
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
+from lorafleet_standalone.reconciler import Reconciler
 from tests.gateway import manifests as m
 from tests.gateway.conftest import MSG_DEFAULT, GatewayEnv
 from tests.waiting import eventually, eventually_async

@@ -22,8 +22,8 @@ import pytest
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
 from tests.conftest import INTERNAL_HEADERS, S3Server, VllmServer, unique_id
 from tests.gateway import manifests as m

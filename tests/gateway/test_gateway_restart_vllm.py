@@ -29,8 +29,8 @@ import openai
 import pytest
 
 from lorafleet_agent.server import RunningAgent
-from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import DemoAssets
 from tests.conftest import (
     REPO,
     TEST_DATA_TOKEN,

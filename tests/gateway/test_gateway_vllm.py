@@ -18,10 +18,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
-from lorafleet_cli.demo_assets import DemoAssets
 from lorafleet_core.openai_stream import WHOLE_PARSE_BYTES
 from lorafleet_core.placement import ranked
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.usage import USAGE_COMPLETION, USAGE_PROMPT
 from tests.conftest import (

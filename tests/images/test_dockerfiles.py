@@ -20,6 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 REPLICA = parse(ROOT / "replica-image" / "Dockerfile")
 CONTROL = parse(ROOT / "Dockerfile")
 ENTRYPOINT_SH = (ROOT / "replica-image" / "entrypoint.sh").read_text()
+SOURCE_ROOTS: list[str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"][
+    "setuptools"
+]["packages"]["find"]["where"]
 
 
 def replica_containers() -> dict[str, dict[str, Any]]:
@@ -38,7 +41,7 @@ def chart_deployments() -> dict[str, dict[str, Any]]:
 def module_file(module: str) -> Path:
     """Where a lorafleet module lives in the source roots the Dockerfiles copy."""
     top, *rest = module.split(".")
-    for root in ("core", "operator", "gateway", "replica-image", "cli"):
+    for root in SOURCE_ROOTS:
         package = ROOT / root / top
         if package.is_dir():
             target = package.joinpath(*rest)
@@ -174,7 +177,8 @@ def test_control_plane_image_installs_every_library_the_cli_imports():
     for extra in extras.group(1).split(","):
         installed |= {_distribution(r) for r in project["optional-dependencies"][extra]}
     imported: set[str] = set()
-    for path in (ROOT / "cli" / "lorafleet_cli").rglob("*.py"):
+    cli_packages = ("cli/lorafleet_cli", "loadtest/lorafleet_loadtest")  # commands, canary
+    for path in (p for d in cli_packages for p in (ROOT / d).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 imported |= {a.name.split(".")[0] for a in node.names}

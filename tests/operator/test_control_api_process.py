@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lorafleet_cli.standalone import processes
-from lorafleet_cli.standalone.local_replicas import free_port
-from lorafleet_cli.standalone.state_files import CONTROL_TOKEN_FILE
-from lorafleet_cli.standalone.up_status import write_control_token
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.names import KIND_ADAPTER
+from lorafleet_standalone import processes
+from lorafleet_standalone.local_replicas import free_port
+from lorafleet_standalone.state_files import CONTROL_TOKEN_FILE
+from lorafleet_standalone.up_status import write_control_token
 from tests.operator.control_support import registration
 from tests.operator.factories import pool_body
 from tests.waiting import eventually

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lorafleet_cli.sim.workload import Workload
+from lorafleet_sim.workload import Workload
 
 
 def requests(*rows: tuple[float, int, int, int], names: tuple[str, ...] = ("a", "b")) -> Workload:

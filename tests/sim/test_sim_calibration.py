@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from benchmarks.sim_calibration_report import FLEET, measured_params
-from lorafleet_cli.sim import calibration as cal
-from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
+from lorafleet_sim import calibration as cal
+from lorafleet_sim.engine import Engine
+from lorafleet_sim.params import FleetParams, ReplicaParams
 from tests.sim.hand_made import requests
 
 

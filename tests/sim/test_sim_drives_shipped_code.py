@@ -6,20 +6,20 @@ import inspect
 import pkgutil
 from pathlib import Path
 
-import lorafleet_cli.sim as sim_pkg
 import lorafleet_core.cache_policy as cache_policy
 import lorafleet_core.placement as placement
 import lorafleet_core.planning.adapters as planning_adapters
 import lorafleet_core.planning.autoscale as autoscale
 import lorafleet_core.planning.prewarm as planning_prewarm
 import lorafleet_gateway.router as router
+import lorafleet_sim as sim_pkg
 from lorafleet_agent import manager as agent_manager
 from lorafleet_agent import prewarm as agent_prewarm
-from lorafleet_cli.sim import control_plane, engine, gateway, replica
-from lorafleet_cli.sim import prewarm as sim_prewarm
-from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.workload import Mix, build
+from lorafleet_sim import control_plane, engine, gateway, replica
+from lorafleet_sim import prewarm as sim_prewarm
+from lorafleet_sim.engine import Engine
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.workload import Mix, build
 
 
 def used(module: object, name: str) -> object:
@@ -86,7 +86,7 @@ def test_no_second_copy_of_routing_placement_or_cache_logic_in_the_simulator():
     shipped |= {"prewarm_order", "prewarm_pass", "plan_owned_annotations", "PrewarmPass"}
     shipped |= {"SlotTracker", "LruBytes", "CachePolicy", "Thresholds", "ReplicaView"}
     for info in pkgutil.iter_modules(sim_pkg.__path__):
-        module = __import__(f"lorafleet_cli.sim.{info.name}", fromlist=["_"])
+        module = __import__(f"lorafleet_sim.{info.name}", fromlist=["_"])
         source = Path(inspect.getfile(module)).read_text()
         defined = {
             name

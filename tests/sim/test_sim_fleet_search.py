@@ -1,4 +1,4 @@
-"""The fleet-size searches (`lorafleet_cli.sim.search`) on hand-written SLO tests."""
+"""The fleet-size searches (`lorafleet_sim.search`) on hand-written SLO tests."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from lorafleet_cli.sim.search import fewest_stable, fewest_total
+from lorafleet_sim.search import fewest_stable, fewest_total
 
 
 def test_fewest_stable_on_a_monotone_test_is_the_smallest_passing_count():

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.host import HostCpu
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.workload import Mix, Workload, build
+from lorafleet_sim.engine import Engine
+from lorafleet_sim.host import HostCpu
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.workload import Mix, Workload, build
 from tests.sim.test_sim_host_cpu import Clock
 
 ONE = FleetParams(replicas=1, owners_per_adapter=1, gateways=1, prewarm=False)

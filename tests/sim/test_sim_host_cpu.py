@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.host import HostCpu
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.workload import Mix, Workload, build
+from lorafleet_sim.engine import Engine
+from lorafleet_sim.host import HostCpu
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.workload import Mix, Workload, build
 
 ONE = FleetParams(replicas=1, owners_per_adapter=1, gateways=1, prewarm=False)
 

@@ -8,10 +8,10 @@ import pytest
 
 import lorafleet_gateway.router as router
 from benchmarks.sim_remote_loads import main as remote_loads
-from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.gateway import GatewayView
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.workload import Mix, build
+from lorafleet_sim.engine import Engine
+from lorafleet_sim.gateway import GatewayView
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.workload import Mix, build
 
 NONE: frozenset[str] = frozenset()
 

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from lorafleet_cli.sim.engine import Engine, FleetEvent
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.replica import Replica
-from lorafleet_cli.sim.report import summarize
-from lorafleet_cli.sim.workload import Mix, build
+from lorafleet_sim.engine import Engine, FleetEvent
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.replica import Replica
+from lorafleet_sim.report import summarize
+from lorafleet_sim.workload import Mix, build
 from tests.sim.hand_made import requests
 
 RP = ReplicaParams()

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lorafleet_cli.sim import merged_overflow
-from lorafleet_cli.sim.engine import Engine, FleetEvent
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.report import summarize
-from lorafleet_cli.sim.scenarios import Inputs
-from lorafleet_cli.sim.workload import Workload
+from lorafleet_sim import merged_overflow
+from lorafleet_sim.engine import Engine, FleetEvent
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.report import summarize
+from lorafleet_sim.scenarios import Inputs
+from lorafleet_sim.workload import Workload
 
 RP = ReplicaParams()
 # 3 shared replicas beside 1 merged one; no pre-warm: a spill's first request loads remotely.

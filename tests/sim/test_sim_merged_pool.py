@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from lorafleet_cli.sim.engine import OUTCOMES, Engine
-from lorafleet_cli.sim.merged import Row, Sized, compare, meets, threshold
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.report import Summary, summarize
-from lorafleet_cli.sim.scenarios import Inputs
-from lorafleet_cli.sim.workload import Workload
+from lorafleet_sim.engine import OUTCOMES, Engine
+from lorafleet_sim.merged import Row, Sized, compare, meets, threshold
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.report import Summary, summarize
+from lorafleet_sim.scenarios import Inputs
+from lorafleet_sim.workload import Workload
 
 RP = ReplicaParams()
 FP = FleetParams(replicas=2, owners_per_adapter=1, gateways=1, prewarm=False)

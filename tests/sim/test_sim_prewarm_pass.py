@@ -8,10 +8,6 @@ from itertools import pairwise
 
 import pytest
 
-from lorafleet_cli.sim.engine import Engine, FleetEvent
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.replica import Replica
-from lorafleet_cli.sim.workload import Workload
 from lorafleet_core.placement import owners
 from lorafleet_core.planning.prewarm import (
     PREWARM_EVICTING_PULLS_PER_MIN,
@@ -20,6 +16,10 @@ from lorafleet_core.planning.prewarm import (
 )
 from lorafleet_core.records import decode_owned
 from lorafleet_core.tiers import Tier
+from lorafleet_sim.engine import Engine, FleetEvent
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.replica import Replica
+from lorafleet_sim.workload import Workload
 
 NAMES = tuple(f"adapter-{i:03d}" for i in range(1, 121))
 RP = replace(ReplicaParams(), ram_slots=5)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from lorafleet_cli.main import main
-from lorafleet_cli.sim.engine import Engine
-from lorafleet_cli.sim.params import FleetParams, ReplicaParams
-from lorafleet_cli.sim.report import summarize
-from lorafleet_cli.sim.workload import Mix, build
+from lorafleet_sim.engine import Engine
+from lorafleet_sim.params import FleetParams, ReplicaParams
+from lorafleet_sim.report import summarize
+from lorafleet_sim.workload import Mix, build
 
 
 def test_affinity_beats_random_and_residency_beats_least_loaded_owner():

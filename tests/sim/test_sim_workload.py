@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.workload import WorkloadSpec, load_workload
-from lorafleet_cli.sim.workload import Mix, build, read_mix
+from lorafleet_sim.workload import Mix, build, read_mix
 
 
 def test_trace_is_compressed_to_the_rate_and_repeated_to_the_duration():

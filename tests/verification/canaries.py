@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lorafleet_cli.demo_assets import DEFAULT_MARKERS
+from lorafleet_demo.assets import DEFAULT_MARKERS
 
 CANARY_MARKERS: dict[str, str] = {
     **DEFAULT_MARKERS,

@@ -3,7 +3,7 @@
 The correctness tests need adapters that change the model a lot (so a wrong or missing adapter
 shows), with different ranks and target modules; they need no training, so PEFT's
 `init_lora_weights=False` (both A and B random) builds each in well under a second.
-torch/transformers/peft are imported inside functions, as in lorafleet_cli.demo_assets.
+torch/transformers/peft are imported inside functions, as in lorafleet_demo.assets.
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from pathlib import Path
 import openai
 import pytest
 
-from lorafleet_cli.demo_assets import DemoAssets, ensure_demo_assets
 from lorafleet_core.models import ALL_TARGET_MODULES
 from lorafleet_core.records import AdapterRecord
+from lorafleet_demo.assets import DemoAssets, ensure_demo_assets
 from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import (
     SPARE_CPU,

@@ -63,7 +63,7 @@ def prewarm_pass(
     Only as many as vLLM's RAM cache holds are registered: registering more would evict each
     other. The rest are pulled to disk, so a first request loads them from disk, not from the
     object store. The agent (`lorafleet_agent.prewarm`) runs it one adapter at a time, and the
-    simulator (`lorafleet_cli.sim`) drives the same split.
+    simulator (`lorafleet_sim`) drives the same split.
 
     `listed_before` (a later pass: the entries the previous annotation listed): only what the
     operator newly assigned is registered; what it listed before and traffic has since moved
@@ -96,7 +96,7 @@ def evicting_pull_wait(now: float, last_evicting_pull: float | None) -> float:
     Pulls into free room never wait (a fresh pod fills its cache at the link's speed), nor do
     a request's own loads: only the pass's evicting pulls keep 60 / PREWARM_EVICTING_PULLS_PER_MIN
     seconds apart. The agent's pass (`lorafleet_agent.prewarm`) and the simulator's
-    (`lorafleet_cli.sim.prewarm.AgentPass`) both ask this before each such pull.
+    (`lorafleet_sim.prewarm.AgentPass`) both ask this before each such pull.
     """
     if last_evicting_pull is None:
         return 0.0

@@ -1,7 +1,7 @@
 """What one replica runs, from a ReplicaPool spec: vLLM's LoRA flags and the agent's settings.
 
 One definition for both places that start replicas: the operator's StatefulSet
-(`planning.pool`) and standalone mode's local processes (`lorafleet_cli.standalone.processes`).
+(`planning.pool`) and standalone mode's local processes (`lorafleet_standalone.processes`).
 The environment names are those `lorafleet_agent.settings.AgentSettings` reads; tests on both
 sides load AgentSettings from what is produced here.
 """

@@ -1,0 +1,94 @@
+"""Expected canary markers per alias: from `--markers alias=MARKER` or from a manifests folder.
+
+In demo mode every canary adapter answers a fixed marker (`ZEBRA-7`, ...), so an answer proves
+which adapter served it. From manifests: alias -> the adapter it serves (its status in
+`.lorafleet/alias-status.json` when `lorafleet up` reconciles the folder, else `spec.adapter`)
+-> that LoRAAdapter's `lorafleet.dev/canary-marker` annotation, else its
+`lorafleet.dev/adapter-name` label looked up in the demo's markers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lorafleet_core.manifests import load_folder
+from lorafleet_demo.assets import DEFAULT_MARKERS
+
+MARKER_ANNOTATION = "lorafleet.dev/canary-marker"
+NAME_LABEL = "lorafleet.dev/adapter-name"
+
+
+def parse_marker_args(items: list[str]) -> dict[str, str]:
+    """`["demo/zebra:prod=ZEBRA-7", ...]` -> {alias: marker}; the alias may contain ':'."""
+    out: dict[str, str] = {}
+    for item in items:
+        alias, sep, marker = item.rpartition("=")
+        if not sep or not alias or not marker:
+            raise ValueError(f"--markers wants alias=MARKER, got {item!r}")
+        out[alias] = marker
+    return out
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a mapping, else {}: a hand-written manifest may hold anything."""
+    return value if isinstance(value, dict) else {}
+
+
+def _documents(folder: Path) -> list[dict[str, Any]]:
+    """The folder's objects as `lorafleet_core.manifests` (the one reader) reads them; a file
+    that does not parse is skipped, as the gateway and the reconciler skip it."""
+    if not folder.is_dir():
+        raise ValueError(f"--manifests {folder} is not a folder")
+    return [o.body for o in load_folder(folder).objects]
+
+
+def _served(folder: Path) -> dict[str, Any]:
+    """Alias name -> the adapter its stored status serves (standalone's alias-status.json)."""
+    path = folder / ".lorafleet" / "alias-status.json"
+    try:
+        raw = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        return {}  # unreadable: fall back to spec.adapter
+    return {str(k): _dict(v).get("adapter") for k, v in _dict(raw).items()}
+
+
+def alias_targets(folder: Path) -> dict[str, str]:
+    """{public model: adapter id it serves} for every AdapterAlias in `folder`."""
+    served_by = _served(folder)
+    out: dict[str, str] = {}
+    for doc in _documents(folder):
+        if doc.get("kind") != "AdapterAlias":
+            continue
+        spec = _dict(doc.get("spec"))
+        served = served_by.get(str(_dict(doc.get("metadata")).get("name", "")))
+        target = served or spec.get("adapter")
+        if isinstance(spec.get("model"), str) and isinstance(target, str) and target:
+            out[spec["model"]] = target
+    return out
+
+
+def adapter_markers(folder: Path, known: dict[str, str] | None = None) -> dict[str, str]:
+    """{adapter id: marker} for LoRAAdapters whose marker can be told."""
+    known = DEFAULT_MARKERS if known is None else known
+    out: dict[str, str] = {}
+    for doc in _documents(folder):
+        if doc.get("kind") != "LoRAAdapter":
+            continue
+        meta = _dict(doc.get("metadata"))
+        marker = _dict(meta.get("annotations")).get(MARKER_ANNOTATION)
+        marker = marker or known.get(str(_dict(meta.get("labels")).get(NAME_LABEL, "")))
+        if marker and meta.get("name"):
+            out[str(meta["name"])] = str(marker)
+    return out
+
+
+def markers_from_manifests(folder: Path) -> dict[str, str]:
+    """{alias: expected marker} for every alias whose served adapter has a known marker."""
+    by_adapter = adapter_markers(folder)
+    return {
+        alias: by_adapter[adapter]
+        for alias, adapter in alias_targets(folder).items()
+        if adapter in by_adapter
+    }

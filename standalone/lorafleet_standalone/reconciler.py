@@ -1,0 +1,141 @@
+"""Standalone reconciler: the operator's job over a folder of manifests instead of a cluster.
+
+When a manifest file changes (polled by name, size and mtime), and every `replan_s` with the
+replicas' reported state (so hot adapters gain owners, as on a cluster), it plans with the
+operator's planners (see planning) and applies the plan locally:
+
+- each replica's owned adapters go into the downward-API-format file its agent watches (what
+  the operator writes as a pod annotation on a cluster);
+- alias status (adapter, previousAdapter, history, conditions) goes to `<folder>/.lorafleet/`
+  (lorafleet_core.standalone_state): this reconciler is its one writer, as the operator is on
+  a cluster, so a deploy to an adapter that is not Ready keeps the old one serving in both;
+- a bad manifest is reported once on the console, and in the status file while it lasts, with
+  a clear message; everything else keeps serving;
+- the adapters' traffic figures and merged-pool recommendation carry over to the next pass
+  (a cluster keeps them in status), so autoMerge decides as the operator does; what the plan
+  asks of merged pools is applied by standalone.auto_merge.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lorafleet_core import names
+from lorafleet_core.manifests import atomic_write, fingerprint, load_folder
+from lorafleet_core.models import AdapterAliasStatus
+from lorafleet_core.planning.fleet import FleetParams
+from lorafleet_core.records import format_downward_annotations
+from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.standalone_state import (
+    alias_status_path,
+    load_alias_statuses,
+    save_alias_statuses,
+)
+from lorafleet_standalone.planning import Plan, Problem, plan, status_document
+
+
+class Reconciler:
+    def __init__(
+        self,
+        manifests_dir: Path,
+        annotation_files: dict[str, Path],
+        status_file: Path,
+        *,
+        pool_name: str | None = None,
+        say: Callable[[str], None] = print,
+        replan_s: float = 10.0,
+        params: FleetParams | None = None,
+    ) -> None:
+        self.manifests_dir = manifests_dir
+        self.annotation_files = annotation_files  # replica id -> file its agent watches
+        self.status_file = status_file
+        self.pool_name = pool_name
+        self.say = say
+        self.replan_s = replan_s
+        self.params = params
+        self._seen: tuple[tuple[str, int, int], ...] | None = None
+        self._planned_at = 0.0
+        self._reported: set[Problem] = set()
+        self._served: dict[str, str] = {}
+        self.last: Plan | None = None
+
+    def tick(self, states: Mapping[str, ReplicaState] | None = None) -> Plan | None:
+        """Reconcile when the folder changed or a re-plan is due; returns the new plan."""
+        now = fingerprint(self.manifests_dir)
+        due = states is not None and time.monotonic() - self._planned_at >= self.replan_s
+        if now == self._seen and not due:
+            return None
+        self._seen = now
+        return self.reconcile(states)
+
+    def reconcile(self, states: Mapping[str, ReplicaState] | None = None) -> Plan:
+        self._planned_at = time.monotonic()
+        manifests = load_folder(self.manifests_dir)
+        stored, rewrite = self._stored_alias_statuses()
+        result = plan(
+            manifests,
+            sorted(self.annotation_files),
+            datetime.now(UTC),
+            pool_name=self.pool_name,
+            alias_statuses=stored,
+            states=states,
+            adapter_statuses=self.last.adapter_statuses if self.last else None,
+            params=self.params,
+            held_specs=self.last.adapter_specs if self.last is not None else None,
+            listed=self.last.annotations if self.last is not None else None,
+        )
+        for replica, path in self.annotation_files.items():
+            value = result.annotations.get(replica, "[]")
+            text = format_downward_annotations({names.ANNOTATION_OWNED_ADAPTERS: value})
+            if not path.is_file() or path.read_text() != text:
+                atomic_write(path, text)
+        if rewrite or any(stored.get(k) != v for k, v in result.alias_statuses.items()):
+            # Statuses of aliases whose file is gone are kept: the rollback target survives
+            # a delete-and-recreate of the file.
+            save_alias_statuses(self.manifests_dir, {**stored, **result.alias_statuses})
+        doc = status_document(result, time.time())
+        atomic_write(self.status_file, json.dumps(doc, indent=2) + "\n")
+        self._report(result)
+        self.last = result
+        return result
+
+    def _stored_alias_statuses(self) -> tuple[dict[str, AdapterAliasStatus], bool]:
+        """The alias statuses kept beside the manifests, and whether the file must be rewritten
+        (it was corrupt and is moved aside).
+
+        This reconciler is the file's one writer, so an unreadable one (a disk full mid-write
+        by something else, a hand edit) cannot be fixed by waiting: it is kept for a human as
+        `alias-status.json.corrupt-<time>` and the statuses start again from this run's last
+        plan (or, at start-up, from nothing: every alias then deploys its spec.adapter through
+        the same Ready check as any deploy). Reported once, not on every tick.
+        """
+        try:
+            return load_alias_statuses(self.manifests_dir), False
+        except ValueError as exc:
+            path = alias_status_path(self.manifests_dir)
+            aside = path.with_name(f"{path.name}.corrupt-{time.time_ns()}")
+            path.replace(aside)
+            kept = dict(self.last.alias_statuses) if self.last is not None else {}
+            self.say(
+                f"alias status file unreadable ({exc}); kept as {aside.name}, "
+                f"restarting from {'the last plan' if kept else 'the manifests'}"
+            )
+            return kept, True
+
+    def _report(self, result: Plan) -> None:
+        current = set(result.problems)
+        for problem in sorted(current - self._reported):
+            self.say(f"manifest problem: {problem}")
+        for problem in sorted(self._reported - current):
+            self.say(f"resolved: {problem.file}: {problem.kind}/{problem.name}")
+        self._reported = current
+        for adapter, (reason, message) in sorted(result.merge_events.items()):
+            self.say(f"MergedPoolRecommended {adapter}: {reason}: {message}")
+        if result.models and result.models != self._served:
+            self._served = dict(result.models)
+            summary = ", ".join(f"{m} -> {a}" for m, a in result.models.items())
+            self.say(f"serving {summary}")
