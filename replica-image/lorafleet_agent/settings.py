@@ -65,7 +65,7 @@ class AgentSettings(BaseSettings):
 
     # The window of the per-adapter traffic figures in /state (requests and GPU hits a minute,
     # tokens/s) the autoscaler and autoMerge plan from. Tests shorten it, so that a traffic
-    # change shows in seconds (tests/cli/test_up_auto_merge_e2e.py); keep the minute otherwise.
+    # change shows in seconds (tests/standalone/test_up_auto_merge_e2e.py); keep the minute otherwise.
     activity_window_s: float = Field(
         default=60.0, gt=0, description="window of the per-adapter traffic figures in /state"
     )

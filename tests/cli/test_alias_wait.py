@@ -18,9 +18,8 @@ from lorafleet_cli.exit_codes import CommandFailed
 from lorafleet_cli.targets import ClusterTarget
 from lorafleet_core.models import AdapterAlias, AdapterAliasStatus, AdapterPhase
 from lorafleet_core.planning.aliases import AdapterView, plan_alias
+from tests.manifest_folder import adapter_manifest, make_base_model, pool_manifest
 from tests.operator.kmock_cluster import Cluster
-
-from .conftest import adapter_manifest, make_base_model, pool_manifest
 
 
 class ReconcilingTarget(ClusterTarget):

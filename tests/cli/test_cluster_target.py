@@ -21,10 +21,9 @@ from lorafleet_cli.cmd_keys import create_key
 from lorafleet_cli.main import build_parser
 from lorafleet_cli.targets import ClusterTarget
 from lorafleet_core.apikeys import KeyIndex, TenantKeys
+from tests.manifest_folder import make_adapter, pool_manifest
 from tests.operator import kmock_cluster
 from tests.operator.kmock_cluster import Cluster
-
-from .conftest import make_adapter, pool_manifest
 
 # Secrets are not among the operator tests' resources; the CLI writes tenant keys there.
 kmock_cluster.RESOURCES.setdefault("v1/secrets", ("Secret", True, set()))

@@ -15,8 +15,7 @@ from lorafleet_cli.main import main
 from lorafleet_core.adapter_files import adapter_checksum
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_core.models import LoRAAdapter
-
-from .conftest import make_adapter
+from tests.manifest_folder import make_adapter
 
 
 def _push(folder: Path, adapter: Path, tmp_path: Path, *extra: str) -> int:
@@ -181,7 +180,7 @@ def test_push_to_s3_never_changes_stored_weights(folder, tmp_path, s3_endpoint, 
 def test_push_outside_the_pools_adapter_sources_is_refused_before_uploading(
     folder, tmp_path, base_model, capsys
 ):
-    from .conftest import pool_manifest
+    from tests.manifest_folder import pool_manifest
 
     body = pool_manifest("main", base_model)
     body["spec"]["adapterSources"] = [f"file://{tmp_path / 'fleet-store'}"]

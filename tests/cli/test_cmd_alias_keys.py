@@ -17,8 +17,13 @@ from lorafleet_core.models import AdapterAlias, AdapterAliasStatus
 from lorafleet_core.standalone_state import alias_status_path, load_alias_statuses
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
-
-from .conftest import adapter_manifest, alias_manifest, find_body, pool_hash, reconcile_once
+from tests.manifest_folder import (
+    adapter_manifest,
+    alias_manifest,
+    find_body,
+    pool_hash,
+    reconcile_once,
+)
 
 
 def _adapters(folder: Path, *names: str, tenant: str = "acme") -> None:

@@ -17,10 +17,7 @@ from lorafleet_cli.main import main
 from lorafleet_core.apikeys import TenantKeys
 from lorafleet_core.manifests import write_object
 from lorafleet_core.version import version
-from tests.operator import kmock_cluster
-from tests.operator.kmock_cluster import Cluster
-
-from .conftest import (
+from tests.manifest_folder import (
     adapter_manifest,
     alias_manifest,
     find_body,
@@ -28,6 +25,8 @@ from .conftest import (
     pool_manifest,
     reconcile_once,
 )
+from tests.operator import kmock_cluster
+from tests.operator.kmock_cluster import Cluster
 
 kmock_cluster.RESOURCES.setdefault("v1/secrets", ("Secret", True, set()))
 

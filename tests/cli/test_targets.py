@@ -7,8 +7,7 @@ import yaml
 
 from lorafleet_cli.targets import TargetError, apply_request
 from lorafleet_core.manifests import fingerprint, load_folder, write_object
-
-from .conftest import alias_manifest
+from tests.manifest_folder import alias_manifest
 
 
 def test_load_folder_multi_doc_bad_files_and_hidden(tmp_path):

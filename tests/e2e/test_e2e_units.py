@@ -1,5 +1,5 @@
 """The pure parts of the canary probe: markers and tallies (the load test's are in
-tests/cli/test_loadtest_units.py)."""
+tests/loadtest/test_loadtest_units.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A pool's toolCallParser reaches the real vLLM that `lorafleet up` starts, and forced tool
 calls are then served through the gateway.
 
-The `up` is the session's shared demo `up` (tests/cli/up_harness.py), whose demo pool sets
+The `up` is the session's shared demo `up` (tests/standalone/up_harness.py), whose demo pool sets
 `engine.toolCallParser: pythonic` (a parser that needs no special tokens, which the demo
 tokenizer lacks); the demo tour in test_up_e2e runs on the same `up`. The demo model's chat
 template does not render tools, and its random weights would never choose to call one; a
@@ -25,7 +25,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from tests.cli.up_harness import TOOL_CALL_PARSER, TOOL_ENGINE_ARGS, SharedDemoUp, Up
+from tests.standalone.up_harness import TOOL_CALL_PARSER, TOOL_ENGINE_ARGS, SharedDemoUp, Up
 
 pytestmark = pytest.mark.vllm
 

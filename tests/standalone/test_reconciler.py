@@ -11,8 +11,7 @@ from lorafleet_core.placement import owners
 from lorafleet_core.records import decode_owned, parse_downward_annotations
 from lorafleet_core.standalone_state import load_alias_statuses
 from lorafleet_standalone.reconciler import Reconciler
-
-from .conftest import adapter_manifest, alias_manifest, pool_hash
+from tests.manifest_folder import adapter_manifest, alias_manifest, pool_hash
 
 REPLICAS = ["main-0", "main-1", "main-2"]
 

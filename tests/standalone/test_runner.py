@@ -15,8 +15,7 @@ from lorafleet_standalone.guards import UpError
 from lorafleet_standalone.local_replicas import plan_replicas
 from lorafleet_standalone.runner import run_up
 from lorafleet_standalone.up_options import UpOptions, model_dir_of
-
-from .conftest import pool_manifest
+from tests.manifest_folder import pool_manifest
 
 
 def _opts(state: Path, manifests: Path) -> UpOptions:

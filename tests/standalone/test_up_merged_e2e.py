@@ -21,7 +21,7 @@ import pytest
 from lorafleet_cli.main import main
 from lorafleet_core.manifests import load_folder, write_object
 from lorafleet_standalone import demo
-from tests.cli.up_harness import Up, prepare_demo_folder, running_up
+from tests.standalone.up_harness import Up, prepare_demo_folder, running_up
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm

@@ -1,7 +1,7 @@
 """`lorafleet up` end to end: one subprocess (demo mode, 1 replica, real CPU vLLM) serves every
 check in this module, in order; the last test stops it and looks for leftover processes.
-It is the session's shared demo `up` (tests/cli/up_harness.py: its pool also serves tool calls,
-checked in test_up_demo_tool_calls), fresh if a module before this one stopped it.
+It is the session's shared demo `up` (tests/standalone/up_harness.py: its pool also serves tool
+calls, checked in test_up_demo_tool_calls), fresh if a module before this one stopped it.
 
 What runs for real: the demo manifests and key, the reconciler with the operator's planners,
 vLLM, the agent, the gateway, HTTP on loopback, and the official `openai` client.
@@ -28,7 +28,7 @@ import yaml
 
 from lorafleet_cli.main import main
 from lorafleet_standalone.supervisor import group_members
-from tests.cli.up_harness import ASSETS, NOT_YET, SharedDemoUp, Up
+from tests.standalone.up_harness import ASSETS, NOT_YET, SharedDemoUp, Up
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
