@@ -67,8 +67,8 @@ def main() -> int:
 
     from lorafleet_agent.server import agent_in_thread
     from lorafleet_agent.settings import AgentSettings
-    from lorafleet_core.models import ALL_TARGET_MODULES
-    from lorafleet_core.records import AdapterRecord
+    from lorafleet_core.api.models import ALL_TARGET_MODULES
+    from lorafleet_core.wire.records import AdapterRecord
     from lorafleet_demo.assets import ensure_demo_assets
     from tests.conftest import (
         TEST_CACHE,

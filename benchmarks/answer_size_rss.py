@@ -32,8 +32,8 @@ from typing import Any
 
 import httpx
 
-from lorafleet_core.models import ALL_TARGET_MODULES
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import ensure_demo_assets
 from tests.conftest import TEST_CACHE, TEST_MARKERS, TEST_RANKS, free_port
 from tests.gateway import manifests as m

@@ -54,7 +54,7 @@ import psutil
 
 from benchmarks.soak_rss import MIB, fit_slope
 from benchmarks.vllm_server import stop, wait_healthy
-from lorafleet_core.models import BaseModelRef, EngineSpec, ReplicaPoolSpec
+from lorafleet_core.api.models import BaseModelRef, EngineSpec, ReplicaPoolSpec
 from lorafleet_demo.assets import DEFAULT_MARKERS, ensure_demo_assets
 from lorafleet_standalone.processes import ReplicaPlan, vllm_process
 

@@ -58,7 +58,7 @@ def key_of(i: int) -> str:
 
 
 def write_manifests(folder: Path, upstream: str) -> None:
-    from lorafleet_core.apikeys import TenantKeys, hash_key
+    from lorafleet_core.api.apikeys import TenantKeys, hash_key
 
     base = "sha256:" + "b" * 64
     docs: list[dict[str, Any]] = [

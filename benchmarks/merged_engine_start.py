@@ -47,8 +47,8 @@ PROMPT = "Tell me about the weather today"
 
 def _merged_model(state: Path) -> tuple[Path, Any]:
     """The demo base with zebra merged (the standalone merge step) and the merged pool."""
-    from lorafleet_core.manifests import load_folder, write_object
-    from lorafleet_core.models import ALL_TARGET_MODULES
+    from lorafleet_core.api.models import ALL_TARGET_MODULES
+    from lorafleet_core.storage.manifests import load_folder, write_object
     from lorafleet_demo.assets import DEFAULT_MARKERS, ensure_demo_assets
     from lorafleet_standalone.merged import merge_locally, merged_folder, plan_merged_pools
 

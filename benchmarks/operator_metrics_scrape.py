@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import generate_latest
 
-from lorafleet_core.models import AdapterPhase, LoRAAdapterStatus
+from lorafleet_core.api.models import AdapterPhase, LoRAAdapterStatus
 from lorafleet_core.planning.aliases import AdapterView, plan_alias
 from lorafleet_core.planning.fleet import AdapterEntry
 from lorafleet_operator.metrics import OperatorMetrics

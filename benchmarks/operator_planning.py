@@ -25,8 +25,8 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from lorafleet_core.models import ALL_TARGET_MODULES, AdapterAlias, LoRAAdapter, ReplicaPool
-from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.api.models import ALL_TARGET_MODULES, AdapterAlias, LoRAAdapter, ReplicaPool
+from lorafleet_core.api.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning.fleet import (
     AdapterEntry,
     FleetSnapshot,

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from lorafleet_core.placement import owners
+from lorafleet_core.planning.placement import owners
 
 
 def replica_ids(n: int) -> list[str]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 from lorafleet_agent.kube import AgentKube
-from lorafleet_core.token_review import TokenReviewer
+from lorafleet_core.kube.token_review import TokenReviewer
 from tests.agent.kube_emulation import AUDIENCE, GATEWAY_SA, emulated_cluster
 
 

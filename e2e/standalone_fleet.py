@@ -69,8 +69,8 @@ def default_assets() -> Path:
 def prepare(state: Path, opts: FleetOptions) -> tuple[str, list[str]]:
     """Write the demo + copies into `state`; returns (api key, aliases)."""
     from lorafleet_cli.main import main as cli
-    from lorafleet_core.apikeys import TenantKeys, hash_key
-    from lorafleet_core.manifests import write_object
+    from lorafleet_core.api.apikeys import TenantKeys, hash_key
+    from lorafleet_core.storage.manifests import write_object
     from lorafleet_standalone import demo
 
     manifests = state / "manifests"
@@ -189,7 +189,7 @@ def started_base_engine(fleet: RunningFleet) -> Iterator[str]:
     API key, for the overhead run's base-model row: the fleet's engines take a key only their
     agents hold, so the base model is measured on this twin. Yields its URL; stopped at the end.
     """
-    from lorafleet_core.models import ReplicaPoolSpec
+    from lorafleet_core.api.models import ReplicaPoolSpec
     from lorafleet_standalone.local_replicas import free_port
     from lorafleet_standalone.processes import ReplicaPlan, is_cpu_build, vllm_process
     from lorafleet_standalone.up_options import model_dir_of
@@ -223,7 +223,7 @@ def started_base_engine(fleet: RunningFleet) -> Iterator[str]:
         # `--engine-direct` can send the adapter rows to this engine.
         from urllib.parse import urlparse
 
-        from lorafleet_core.manifests import load_folder
+        from lorafleet_core.storage.manifests import load_folder
 
         adapters = load_folder(fleet.manifests).of_kind("LoRAAdapter")
         for obj in adapters:

@@ -29,9 +29,9 @@ import httpx
 import pytest
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core.adapter_files import ADAPTER_FILES
-from lorafleet_core.models import ALL_TARGET_MODULES
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.storage.adapter_files import ADAPTER_FILES
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DEFAULT_MARKERS, DemoAssets, ensure_demo_assets
 from tests.waiting import eventually
 

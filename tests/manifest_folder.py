@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from lorafleet_core.adapter_files import BaseModelDims, base_model_hash
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.models import ALL_TARGET_MODULES
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.storage.adapter_files import BaseModelDims, base_model_hash
+from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_standalone.reconciler import Reconciler
 from tests.peft_factory import write_peft_adapter
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from lorafleet_core.adapter_files import BaseModelDims
+from lorafleet_core.storage.adapter_files import BaseModelDims
 
 ATTN = ("q_proj", "k_proj", "v_proj", "o_proj")
 

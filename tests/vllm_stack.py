@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lorafleet_agent.server import RunningAgent, agent_in_thread
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.__main__ import public_protocol_options
 from lorafleet_gateway.catalog import CatalogHolder

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from lorafleet_cli.exit_codes import CommandFailed
 from lorafleet_cli.targets import Target
-from lorafleet_core.models import AdapterAliasStatus
+from lorafleet_core.api.models import AdapterAliasStatus
 
 DEFAULT_TIMEOUT_S = 120.0
 POLL_S = 0.5

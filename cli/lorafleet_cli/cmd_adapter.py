@@ -24,8 +24,16 @@ from pydantic import ValidationError
 from lorafleet_cli import cmd_adapter_read
 from lorafleet_cli.exit_codes import UsageError, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
-from lorafleet_core import names, objectstore
-from lorafleet_core.adapter_files import (
+from lorafleet_core.api import names
+from lorafleet_core.api.adapter_manifest import adapter_object_name, build_adapter
+from lorafleet_core.api.models import (
+    ADAPTER_NAME,
+    LoRAAdapterSpec,
+    ReplicaPool,
+)
+from lorafleet_core.planning.adapters import validate_adapter
+from lorafleet_core.storage import objectstore
+from lorafleet_core.storage.adapter_files import (
     AdapterFormatError,
     AdapterInfo,
     BaseModelDims,
@@ -33,13 +41,6 @@ from lorafleet_core.adapter_files import (
     check_shapes,
     inspect_adapter,
 )
-from lorafleet_core.adapter_manifest import adapter_object_name, build_adapter
-from lorafleet_core.models import (
-    ADAPTER_NAME,
-    LoRAAdapterSpec,
-    ReplicaPool,
-)
-from lorafleet_core.planning.adapters import validate_adapter
 
 
 class PushRefused(RuntimeError):

@@ -12,7 +12,7 @@ from typing import Any
 from lorafleet_cli.exit_codes import OK, CommandFailed
 from lorafleet_cli.output import add_output_argument, emit, kind_columns
 from lorafleet_cli.targets import add_target_arguments, target_from_args
-from lorafleet_core import names
+from lorafleet_core.api import names
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ of status (the operator on a cluster, `lorafleet up` for a folder): it moves `st
 the version actually served, only once the target is Ready, so a deploy to a Failed or Rejected
 adapter keeps the old version serving with a `Deployed=False` condition saying why. Rollback
 points spec.adapter back at `status.previousAdapter`. The decisions live in
-lorafleet_core.alias_deploy, shared with the control API; this module reads and applies.
+lorafleet_core.planning.alias_deploy, shared with the control API; this module reads and applies.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 from lorafleet_cli import alias_wait, cmd_alias_read
 from lorafleet_cli.exit_codes import FAILURE, USAGE, UsageError, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
-from lorafleet_core import names
-from lorafleet_core.alias_deploy import (
+from lorafleet_core.api import names
+from lorafleet_core.planning.alias_deploy import (
     AliasError,
     InvalidAlias,
     alias_object_name,

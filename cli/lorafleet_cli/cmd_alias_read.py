@@ -14,7 +14,7 @@ from typing import Any
 from lorafleet_cli.exit_codes import OK, CommandFailed
 from lorafleet_cli.output import NONE, Column, add_output_argument, age, emit, kind_columns
 from lorafleet_cli.targets import Target, add_target_arguments, target_from_args
-from lorafleet_core import names
+from lorafleet_core.api import names
 
 
 def with_status(target: Target, alias: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """`lorafleet keys create TENANT`: a new API key, printed once; only its hash is stored.
 
-The key goes into the tenant's Secret (`lorafleet-keys-<tenant>`, see lorafleet_core.apikeys)
+The key goes into the tenant's Secret (`lorafleet-keys-<tenant>`, see lorafleet_core.api.apikeys)
 next to any existing hashes, so creating a second key rotates without downtime; remove the old
 hash from the Secret when clients have moved.
 """
@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from lorafleet_cli import cmd_keys_manage
 from lorafleet_cli.exit_codes import USAGE, fail
 from lorafleet_cli.targets import Target, TargetError, add_target_arguments, target_from_args
-from lorafleet_core.apikeys import TenantKeys, generate_key, hash_key
+from lorafleet_core.api.apikeys import TenantKeys, generate_key, hash_key
 
 
 def create_key(

@@ -15,8 +15,8 @@ from typing import Any
 from lorafleet_cli.exit_codes import OK, CommandFailed, UsageError
 from lorafleet_cli.output import NONE, Column, add_output_argument, emit
 from lorafleet_cli.targets import Target, add_target_arguments, target_from_args
-from lorafleet_core.apikeys import KEY_PREFIX, TenantKeys, hash_key
-from lorafleet_core.names import API_KEYS_SECRET_LABEL
+from lorafleet_core.api.apikeys import KEY_PREFIX, TenantKeys, hash_key
+from lorafleet_core.api.names import API_KEYS_SECRET_LABEL
 
 SHORT = len("sha256:") + 12
 

@@ -22,7 +22,7 @@ from lorafleet_cli.targets import (
     TargetError,
     add_target_arguments,
 )
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_state import ReplicaState
 
 __all__ = ["cluster_report", "hit_rate", "replica_lines", "tier_hits"]
 

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from lorafleet_cli.exit_codes import USAGE, CommandFailed, UsageError, fail
 from lorafleet_cli.targets import TargetError
@@ -80,15 +81,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crds.add_argument("--out", default="crds", help="output folder (default: crds)")
     crds.set_defaults(func=_cmd_crds)
+    check = sub.add_parser(
+        "validate",
+        help="check manifests against the CRD schemas and CEL rules, offline",
+        description="Validates every lorafleet object in the YAML files as the API server "
+        "would on create (schema, defaults, CEL rules); other kinds are skipped. Exit 1 with "
+        "one line per problem.",
+    )
+    check.add_argument("files", nargs="+", type=Path, help="YAML files (multi-document allowed)")
+    check.set_defaults(func=_cmd_validate)
     return parser
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
-    from lorafleet_core.crds import write_crds
+    from lorafleet_core.api.crds import write_crds
 
     for path in write_crds(args.out):
         print(path)
     return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from lorafleet_core.api.crd_resources import RESOURCES
+    from lorafleet_core.api.crd_validation import schema_of, validate
+    from lorafleet_core.storage.manifests import load_file  # the one manifest reader
+
+    kinds = {r.kind for r in RESOURCES}
+    problems: list[str] = []
+    for path in args.files:
+        loaded = load_file(path)
+        problems += [f"{path}: cannot read: {e.message}" for e in loaded.errors]
+        for obj in loaded.objects:
+            if obj.kind in kinds:
+                label = f"{obj.kind}/{obj.name or '?'}"
+                problems += [
+                    f"{path}: {label}: {e}" for e in validate(schema_of(obj.kind), obj.body)
+                ]
+    for line in problems:
+        print(line)
+    return 1 if problems else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

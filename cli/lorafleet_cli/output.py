@@ -1,6 +1,6 @@
 """How every read command prints: `-o table` (default), `wide`, `json` or `yaml`.
 
-Tables of lorafleet objects use the CRDs' own printer columns (lorafleet_core.crd_resources), so
+Tables of lorafleet objects use the CRDs' own printer columns (lorafleet_core.api.crd_resources), so
 `lorafleet adapter list` shows what `kubectl get lora` shows, and `-o wide` adds the priority-1
 columns (the Ready or Deployed condition's reason and message). JSON and YAML print the objects
 themselves (a list for list commands), ready for `jq`/`yq`.
@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from lorafleet_core.crd_resources import RESOURCES, PrinterColumn
+from lorafleet_core.api.crd_resources import RESOURCES, PrinterColumn
 
 FORMATS = ("table", "wide", "json", "yaml")
 NONE = "<none>"

@@ -21,9 +21,9 @@ import httpx
 import psutil
 
 from lorafleet_cli.targets import Target
-from lorafleet_core import names
-from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.api import names
+from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state_sync
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_standalone.state_files import RECONCILE_STATUS_FILE, UP_STATUS_FILE
 
 REQUESTS_BY_TIER = "lorafleet_agent_requests"  # the agent's counter, label `tier`

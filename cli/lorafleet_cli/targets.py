@@ -3,9 +3,9 @@
 - `FolderTarget`: a standalone manifests folder (YAML files named `<kind>-<name>.yaml`); a
   running `lorafleet up` watches it, so writing a file deploys. Alias status (the rollback
   target) is written by `lorafleet up`'s reconciler to `<folder>/.lorafleet/alias-status.json`
-  (lorafleet_core.standalone_state); the CLI only reads it.
+  (lorafleet_core.storage.standalone_state); the CLI only reads it.
 - `ClusterTarget`: a Kubernetes cluster through kubernetes_asyncio and a kubeconfig (the
-  client every component uses, lorafleet_core.kube_client), writing with create, or a patch
+  client every component uses, lorafleet_core.kube.client), writing with create, or a patch
   when the object exists; the operator keeps alias status there.
 
 Commands take a `Target` and never care which one it is.
@@ -25,8 +25,9 @@ from typing import Any, Protocol, TypeVar
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from lorafleet_core import names
-from lorafleet_core.kube_client import (
+from lorafleet_core.api import names
+from lorafleet_core.api.models import AdapterAliasStatus
+from lorafleet_core.kube.client import (
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     KubeConfigError,
@@ -36,9 +37,8 @@ from lorafleet_core.kube_client import (
     load_configuration,
     plain,
 )
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.models import AdapterAliasStatus
-from lorafleet_core.standalone_state import load_alias_statuses
+from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.storage.standalone_state import load_alias_statuses
 
 T = TypeVar("T")
 DEFAULT_STATE_DIR = ".lorafleet"
@@ -132,7 +132,7 @@ def apply_request(body: dict[str, Any], namespace: str) -> ApplyRequest:
 class ClusterTarget:
     """A cluster via kubeconfig (tests run it against kmock, the Kubernetes API emulator).
 
-    kubernetes_asyncio, like the operator and the gateway (lorafleet_core.kube_client); the CLI
+    kubernetes_asyncio, like the operator and the gateway (lorafleet_core.kube.client); the CLI
     is synchronous, so the target runs the client on a private event loop of its own.
     """
 

@@ -1,11 +1,20 @@
-"""The shared core of lorafleet: every component (operator, gateway, agent, CLI) imports it.
+"""The shared core of lorafleet: every product (operator, gateway, agent, CLI, standalone,
+simulator, load tester) imports it; it imports none of them.
 
-It holds what more than one component needs, each concept once: the custom-resource models and
-generated CRDs (`models`, `crds`), names and header keys (`names`), placement by rendezvous
-hashing (`placement`), the pure planners (`planning`), adapter records and files (`records`,
-`adapter_files`), the replica `/state` contract (`replica_state`) and its one client
-(`replica_client`, over the caller's httpx client), the token estimate of a request (`tokens`),
-SSE framing (`sse`), tiers and OpenAI error bodies. Importing it has no side effects and needs
-neither kopf nor a cluster; the only I/O is reading local adapter files and `replica_client`'s
-GET through a client the caller passes in.
+Split by what it is, and importing any part has no side effects:
+
+- `api`: the custom resources (pydantic models, the one source of truth), the generated CRDs
+  and their offline validation, names of kinds, labels and annotations, condition reasons,
+  API-key records, the LoRAAdapter builder.
+- `planning`: pure decisions with explicit inputs and clocks: adapter validation and owners,
+  alias deploys, pre-warm, pools, scaling, placement, the cache policy, the token estimate.
+  It performs no I/O and imports only `api`, `wire`'s data models and itself
+  (tests/api/test_core_layers.py fails otherwise).
+- `wire`: what travels between processes: the agent's `/state` and its one client, the
+  registry record, tiers, OpenAI error bodies and stream framing, strict JSON.
+- `kube`: talking to Kubernetes (client configuration, TokenReview).
+- `web`: HTTP plumbing of the servers (the edge protocol, request ids, client disconnects,
+  credentials read from mounted files).
+- `storage`: local files and the object store: adapter folders and checksums, manifests
+  folders and what standalone mode keeps beside them, merged weights, uploads.
 """

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lorafleet_core.adapter_files import ADAPTER_FILES, adapter_checksum, base_model_hash
+from lorafleet_core.storage.adapter_files import ADAPTER_FILES, adapter_checksum, base_model_hash
 
 # Bump when anything below changes what is built: cached assets under another key are ignored.
 ASSETS_VERSION = "demo-v3"

@@ -11,7 +11,7 @@ from typing import Any
 
 import uvicorn
 
-from lorafleet_core.http_protocol import hardened_protocol
+from lorafleet_core.web.http_protocol import hardened_protocol
 from lorafleet_gateway.reqlog import configure_logging, log_request
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
@@ -20,7 +20,7 @@ from lorafleet_gateway.settings import GatewaySettings, settings_from_env
 
 def public_protocol_options(settings: GatewaySettings) -> dict[str, Any]:
     """uvicorn options of the public port: header size, header and write time limits
-    (lorafleet_core.http_protocol, refusals in the request log), and
+    (lorafleet_core.web.http_protocol, refusals in the request log), and
     whose forwarded headers are believed (`forwarded_allow_ips`; by default nobody's)."""
     trusted = settings.forwarded_allow_ips
     options: dict[str, Any] = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lorafleet_core.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
 from lorafleet_gateway.errors import APIError
 
 _BEARER = "bearer "

@@ -12,9 +12,9 @@ import abc
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from lorafleet_core.apikeys import KeyIndex, TenantKeys
-from lorafleet_core.records import AdapterRecord
-from lorafleet_core.replica_endpoints import ReplicaEndpoint
+from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.storage.replica_endpoints import ReplicaEndpoint
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_gateway.pool_router import AdapterPools
 
 __all__ = ["ReplicaEndpoint"]  # re-exported: the gateway's modules import it from here

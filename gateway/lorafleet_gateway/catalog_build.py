@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_core.apikeys import KeyIndex, TenantKeys
-from lorafleet_core.models import AdapterAliasSpec, LoRAAdapterSpec
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.api.models import AdapterAliasSpec, LoRAAdapterSpec
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_gateway.catalog import AliasTarget, CatalogSnapshot, ReplicaEndpoint
 from lorafleet_gateway.catalog_pools import served_pools
 from lorafleet_gateway.pool_router import AdapterPools

@@ -1,14 +1,15 @@
 """Catalog from a folder of YAML manifests (standalone mode).
 
 The folder holds what `kubectl apply -f` would take: LoRAAdapter, AdapterAlias, ReplicaPool
-and tenant key Secrets (label `lorafleet.dev/api-keys: "true"`, see lorafleet_core.apikeys),
-read by `lorafleet_core.manifests` (the same reader, with the same rules, as the CLI and the
+and tenant key Secrets (label `lorafleet.dev/api-keys: "true"`, see lorafleet_core.api.apikeys),
+read by `lorafleet_core.storage.manifests` (the same reader, with the same rules, as the CLI and the
 standalone reconciler use).
 
 Alias status: on a cluster the gateway serves an alias's `status.adapter`, which the operator
 advances only to a target that is Ready, so a bad deploy keeps the last good adapter serving.
 Standalone mode's reconciler runs the same planner and keeps those statuses in
-`<folder>/.lorafleet/alias-status.json` (lorafleet_core.standalone_state); when that file has an
+`<folder>/.lorafleet/alias-status.json` (lorafleet_core.storage.standalone_state); when that file
+has an
 entry for an alias it is served exactly like a cluster status. An alias with no entry (nobody
 reconciles the folder) serves its spec.adapter. A merged pool's `status.merge` likewise comes
 from `<folder>/.lorafleet/merge-status.json` (written by `lorafleet up`'s merge step) when the
@@ -16,7 +17,7 @@ manifest carries none, so the merged pool serves its adapter once that merge is 
 
 Replica endpoints come from `replicas.yaml` (or `replicas.json`) in the same folder, written by
 the standalone supervisor (or the `replicas_file` setting), read by
-lorafleet_core.replica_endpoints:
+lorafleet_core.storage.replica_endpoints:
 
     replicas:
       - id: replica-0
@@ -36,14 +37,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lorafleet_core.manifests import load_folder, manifest_files
-from lorafleet_core.names import API_KEYS_SECRET_LABEL, KIND_ADAPTER, KIND_ALIAS, KIND_POOL
-from lorafleet_core.replica_endpoints import (
+from lorafleet_core.api.names import API_KEYS_SECRET_LABEL, KIND_ADAPTER, KIND_ALIAS, KIND_POOL
+from lorafleet_core.storage.manifests import load_folder, manifest_files
+from lorafleet_core.storage.replica_endpoints import (
     ReplicaEndpoint,
     read_replicas,
     replicas_file,
 )
-from lorafleet_core.standalone_state import (
+from lorafleet_core.storage.standalone_state import (
     alias_status_path,
     load_alias_statuses,
     load_merge_statuses,
@@ -58,7 +59,7 @@ log = logging.getLogger("lorafleet.gateway.catalog")
 def read_alias_statuses(folder: Path) -> dict[str, dict[str, Any]]:
     """Alias name -> status (wire form) kept by the standalone reconciler; {} when none.
 
-    Raises ValueError for an unreadable file (see lorafleet_core.standalone_state).
+    Raises ValueError for an unreadable file (see lorafleet_core.storage.standalone_state).
     """
     return {name: st.wire() for name, st in load_alias_statuses(folder).items()}
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from lorafleet_core.names import (
+from lorafleet_core.api.names import (
     API_KEYS_SECRET_LABEL,
     GROUP,
     LABEL_COMPONENT,
@@ -25,7 +25,7 @@ from lorafleet_core.names import (
     PLURAL_POOL,
     VERSION,
 )
-from lorafleet_core.pods import COMPONENT_REPLICA, pod_ip, replica_pool, serving
+from lorafleet_core.planning.pods import COMPONENT_REPLICA, pod_ip, replica_pool, serving
 from lorafleet_gateway.catalog import (
     CatalogHolder,
     CatalogSnapshot,
@@ -41,7 +41,7 @@ Obj = Mapping[str, Any]
 
 
 def pod_endpoint(pod: Obj, data_port: int, internal_port: int) -> ReplicaEndpoint | None:
-    """A serving pod (lorafleet_core.pods.serving) -> its endpoints (id = pod name)."""
+    """A serving pod (lorafleet_core.planning.pods.serving) -> its endpoints (id = pod name)."""
     meta = pod.get("metadata") or {}
     ip = pod_ip(pod)
     if ip is None or not serving(pod):
@@ -153,7 +153,7 @@ class KubeCatalog(CatalogSource):
         if self._api is None:
             from kubernetes_asyncio import client
 
-            from lorafleet_core.kube_client import load_configuration
+            from lorafleet_core.kube.client import load_configuration
 
             # In-cluster, else the kubeconfig: the same loading as the operator and the CLI.
             self._api = client.ApiClient(await load_configuration())
@@ -195,7 +195,7 @@ class KubeCatalog(CatalogSource):
 
     def _plain(self, obj: Any) -> dict[str, Any]:
         """Typed client objects (pods, secrets) -> the JSON dict the API server sent."""
-        from lorafleet_core.kube_client import plain
+        from lorafleet_core.kube.client import plain
 
         return plain(self._api, obj)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_core.models import LoRAAdapterSpec, MergePhase, ReplicaPool
+from lorafleet_core.api.models import LoRAAdapterSpec, MergePhase, ReplicaPool
 from lorafleet_core.planning.adapter_sources import source_problem
 from lorafleet_core.planning.adapters import shared_pools, validate_adapter
 from lorafleet_core.planning.merged_lifecycle import draining

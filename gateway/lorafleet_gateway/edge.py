@@ -25,7 +25,7 @@
   guessing keys (a new key per request) is limited by address.
 
 Header size (431), the header timeout (408) and clients that stop reading are the HTTP
-protocol's job: see `lorafleet_core.http_protocol`. The client address is uvicorn's view of
+protocol's job: see `lorafleet_core.web.http_protocol`. The client address is uvicorn's view of
 it (`--forwarded-allow-ips` decides whether an `X-Forwarded-For` from a proxy is believed).
 """
 
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lorafleet_core.openai_errors import error_body
+from lorafleet_core.wire.openai_errors import error_body
 from lorafleet_gateway.auth import bearer_token
 from lorafleet_gateway.body_budget import BodyBudget
 from lorafleet_gateway.metrics import GatewayMetrics

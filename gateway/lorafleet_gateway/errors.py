@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lorafleet_core.openai_errors import error_body
+from lorafleet_core.wire.openai_errors import error_body
 
 
 class APIError(Exception):

@@ -29,7 +29,7 @@ import json
 from typing import Any
 from urllib.parse import unquote
 
-from lorafleet_core.strict_json import StrictJsonError, loads_strict
+from lorafleet_core.wire.strict_json import StrictJsonError, loads_strict
 from lorafleet_gateway.errors import APIError
 
 _MAX_CHAIN = 64  # a longer $ref chain is refused as well: nothing legitimate needs one

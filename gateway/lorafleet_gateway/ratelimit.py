@@ -1,7 +1,8 @@
 """Per-tenant token buckets: requests per second and tokens per minute (pure, injectable clock).
 
 A request is admitted when both buckets hold enough: one request, and its estimated tokens
-(lorafleet_core.tokens: prompt estimate + max_tokens). When it finishes, `settle` returns the
+(lorafleet_core.planning.tokens: prompt estimate + max_tokens). When it finishes, `settle` returns
+the
 difference between the estimate and the real usage, so a tenant is charged what it used, not
 what it might have used. The request path calls both through one
 `lorafleet_gateway.reservation.Reservation`, never by hand.

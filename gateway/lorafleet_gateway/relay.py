@@ -1,7 +1,7 @@
 """Relaying an opened upstream stream to the client, event by event.
 
-Upstream bytes arrive in arbitrary pieces; the shared SSE framer (lorafleet_core.sse) cuts them
-on event boundaries and lorafleet_core.openai_stream reads each (chat/completions chunks and
+Upstream bytes arrive in arbitrary pieces; the shared SSE framer (lorafleet_core.wire.sse) cuts them
+on event boundaries and lorafleet_core.wire.openai_stream reads each (chat/completions chunks and
 Responses API events alike), so the usage event can be read (rate-limit reconciliation, token
 metrics) and dropped when the client did not ask for it. Everything else passes through unchanged
 (line endings normalised to LF). The relay only moves bytes and records what it saw in a
@@ -20,14 +20,14 @@ from typing import Any
 
 import httpx
 
-from lorafleet_core.openai_stream import (
+from lorafleet_core.wire.openai_stream import (
     AnswerUsage,
     ends_stream,
     event_usage,
     is_content_event,
     is_usage_only,
 )
-from lorafleet_core.sse import SseFramer
+from lorafleet_core.wire.sse import SseFramer
 from lorafleet_gateway.errors import sse_error_event
 from lorafleet_gateway.replica_errors import drop_connection
 from lorafleet_gateway.upstream import Opened
@@ -45,7 +45,7 @@ class RelayResult:
 
 
 def count_content_events(events: list[bytes]) -> int:
-    """Events that carry generated text (lorafleet_core.openai_stream.is_content_event)."""
+    """Events that carry generated text (lorafleet_core.wire.openai_stream.is_content_event)."""
     return sum(1 for event in events if is_content_event(event))
 
 

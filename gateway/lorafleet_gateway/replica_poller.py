@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from lorafleet_core.replica_client import StateUnavailable, fetch_state
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.router import ReplicaView, blended_tokens
 

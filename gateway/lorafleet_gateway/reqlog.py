@@ -1,6 +1,6 @@
 """One structured (JSON) log line per completion request.
 
-Fields: request_id (lorafleet_core.request_ids: the same id the client, the agent and vLLM
+Fields: request_id (lorafleet_core.web.request_ids: the same id the client, the agent and vLLM
 see), tenant, model, adapter_id, replica, tier, status, ttft_ms, prompt_tokens,
 completion_tokens, duration_ms, attempts, route, error. Never an API key or a prompt; no field
 longer than FIELD_CHARS.
@@ -26,7 +26,7 @@ import threading
 from collections import deque
 from typing import Any, TextIO
 
-from lorafleet_core import request_ids
+from lorafleet_core.web import request_ids
 
 request_log = logging.getLogger("lorafleet.gateway.requests")
 

@@ -1,6 +1,7 @@
 """Where a request goes: pure choice of replicas from a load snapshot.
 
-Owners are the k rendezvous winners among healthy replicas (lorafleet_core.placement, the same
+Owners are the k rendezvous winners among healthy replicas (lorafleet_core.planning.placement, the
+same
 function the operator uses to pre-warm them). A replica is overloaded when its queue is over
 `max_queue_depth`, or when its tokens in flight are over both `max_tokens_in_flight` and
 `balance` times the mean over healthy replicas (bounded-load hashing: a fixed token threshold
@@ -42,8 +43,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from lorafleet_core.placement import ranked
-from lorafleet_core.replica_state import MergedServing
+from lorafleet_core.planning.placement import ranked
+from lorafleet_core.wire.replica_state import MergedServing
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from lorafleet_core.request_ids import RequestIdMiddleware
+from lorafleet_core.web.request_ids import RequestIdMiddleware
 from lorafleet_gateway.completion_endpoint import CompletionEndpoint, authenticate_request
 from lorafleet_gateway.edge import EdgeMiddleware, edge_limits
 from lorafleet_gateway.errors import APIError, http_error_response, model_not_found

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
-from lorafleet_core.apikeys import TenantKeys
-from lorafleet_core.secret_file import bearer_token_reader
+from lorafleet_core.api.apikeys import TenantKeys
+from lorafleet_core.web.secret_file import bearer_token_reader
 from lorafleet_gateway.body_budget import BodyBudget
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
 from lorafleet_gateway.concurrency import ConcurrencyLimiter

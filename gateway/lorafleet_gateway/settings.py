@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lorafleet_core.tokens import DEFAULT_MAX_TOKENS
+from lorafleet_core.planning.tokens import DEFAULT_MAX_TOKENS
 from lorafleet_gateway.router import MERGED_MAX_QUEUE_DEPTH, MERGED_MAX_TOKENS_IN_FLIGHT
 
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import httpx
 
-from lorafleet_core import request_ids
-from lorafleet_core.names import HEADER_ADAPTER_TIER, HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
-from lorafleet_core.records import AdapterRecord
-from lorafleet_core.tiers import Tier, parse_tier
+from lorafleet_core.api.names import HEADER_ADAPTER_TIER, HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
+from lorafleet_core.web import request_ids
+from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_core.wire.tiers import Tier, parse_tier
 from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.errors import APIError
 from lorafleet_gateway.replica_errors import (

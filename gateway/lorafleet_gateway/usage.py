@@ -13,9 +13,9 @@ catalog only (the authenticated tenant and the adapter its alias resolved to), n
 request text, so the series are bounded by the catalog: at most one per adapter.
 
 A stream that ends without its usage event (the client left, the replica failed mid-stream)
-is counted by what was sent: the prompt by the shared estimate (lorafleet_core.tokens: the
+is counted by what was sent: the prompt by the shared estimate (lorafleet_core.planning.tokens: the
 engine had read it), completions as one token per content chunk relayed (vLLM sends one chunk
-per generated token per choice; lorafleet_core.openai_stream.is_content_event). The Responses
+per generated token per choice; lorafleet_core.wire.openai_stream.is_content_event). The Responses
 API's `input_tokens`/`output_tokens` count as prompt/completion (openai_stream.usage_tokens).
 """
 

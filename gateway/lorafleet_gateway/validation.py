@@ -8,7 +8,7 @@ Parsing is plain `json.loads` on purpose: a pydantic model per request would cos
 rest of the gateway's logic.
 
 What no engine may ever see (non-finite or out-of-range numbers, lone surrogates, nesting
-deeper than `max_json_depth`) is refused with a 400 by `lorafleet_core.strict_json`, which
+deeper than `max_json_depth`) is refused with a 400 by `lorafleet_core.wire.strict_json`, which
 the agent's data port uses too.
 """
 
@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lorafleet_core.strict_json import StrictJsonError, loads_strict
-from lorafleet_core.tokens import (
+from lorafleet_core.planning.tokens import (
     DEFAULT_MAX_TOKENS,
     input_chars,
     message_chars,
@@ -27,6 +26,7 @@ from lorafleet_core.tokens import (
     text_chars,
     tool_chars,
 )
+from lorafleet_core.wire.strict_json import StrictJsonError, loads_strict
 from lorafleet_gateway.errors import APIError
 from lorafleet_gateway.output_schema import check_output_constraints
 
@@ -56,7 +56,8 @@ class CompletionRequest:
 
     @property
     def tokens_estimate(self) -> int:
-        """The request's size (lorafleet_core.tokens); the agent is told the same figure."""
+        """The request's size (lorafleet_core.planning.tokens); the agent is told the same
+        figure."""
         return self.prompt_tokens_estimate + self.n * self.max_tokens
 
 
@@ -190,7 +191,7 @@ def _check_responses(body: dict[str, Any], bounds: Bounds) -> int:
 
 
 def parse_json_body(raw: bytes, bounds: Bounds) -> Any:
-    """`json.loads` that refuses what no engine may see (lorafleet_core.strict_json): a 400."""
+    """`json.loads` that refuses what no engine may see (lorafleet_core.wire.strict_json): a 400."""
     try:
         return loads_strict(raw, bounds.max_json_depth)
     except StrictJsonError as exc:
@@ -319,7 +320,9 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         chars = _check_responses(body, bounds)
     else:
         chars = _check_prompt(body.get("prompt"))
-    chars += tool_chars(body)  # the tool definitions are prompt too (lorafleet_core.tokens)
+    chars += tool_chars(
+        body
+    )  # the tool definitions are prompt too (lorafleet_core.planning.tokens)
     check_output_constraints(body, kind)
     return CompletionRequest(
         kind=kind,

@@ -17,20 +17,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_core.models import (
+from lorafleet_core.api.models import (
     AdapterAlias,
     AdapterAliasStatus,
     LoRAAdapterStatus,
     ReplicaPool,
     first_error,
 )
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS
 from lorafleet_core.planning.adapters import Validation, parse_adapter
 from lorafleet_core.planning.fleet import AdapterEntry, FleetSnapshot, PodView
+from lorafleet_core.planning.pods import pod_ip, replica_pool, serving, terminating
 from lorafleet_core.planning.pool import INTERNAL_PORT_NAME
-from lorafleet_core.pods import pod_ip, replica_pool, serving, terminating
-from lorafleet_core.records import owned_ids
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.records import owned_ids
+from lorafleet_core.wire.replica_state import ReplicaState
 
 # Scrapes in a row a ready replica may miss before its last state is forgotten (set_states).
 MISSED_SCRAPES_KEPT = 2

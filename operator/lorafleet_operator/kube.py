@@ -1,4 +1,4 @@
-"""The operator's writes to the Kubernetes API, on kubernetes_asyncio (lorafleet_core.kube_client).
+"""The operator's writes to the Kubernetes API, on kubernetes_asyncio (lorafleet_core.kube.client).
 
 kopf watches and patches the objects it handles through its own API access; `Kube` writes
 everything else: pods' owned-adapters annotation, the status of every lorafleet resource, the
@@ -21,14 +21,14 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from lorafleet_core.kube_client import (
+from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS, GROUP, VERSION
+from lorafleet_core.kube.client import (
     FIELD_MANAGER,
     MERGE_PATCH,
     STRATEGIC_MERGE_PATCH,
     is_not_found,
     plain,
 )
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, GROUP, VERSION
 
 
 @dataclass(frozen=True)

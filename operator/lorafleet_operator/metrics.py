@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from lorafleet_core.models import AdapterPhase
-from lorafleet_core.reasons import DEPLOYED
+from lorafleet_core.api.models import AdapterPhase
+from lorafleet_core.api.reasons import DEPLOYED
 from lorafleet_core.version import version
 from lorafleet_operator.sync import FleetSync, Writer
 

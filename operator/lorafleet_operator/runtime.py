@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import kopf
 
-from lorafleet_core.names import API_VERSION, PLURAL_ADAPTER, PLURAL_ALIAS, PLURAL_POOL
+from lorafleet_core.api.names import API_VERSION, PLURAL_ADAPTER, PLURAL_ALIAS, PLURAL_POOL
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.metrics import OperatorMetrics

@@ -8,10 +8,10 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from lorafleet_core.kube.token_review import parse_accounts
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 from lorafleet_core.planning.merge_advice import MERGE_THRESHOLD_SHARE
 from lorafleet_core.planning.replica_config import InsideAuth
-from lorafleet_core.token_review import parse_accounts
 
 
 class OperatorSettings(BaseSettings):

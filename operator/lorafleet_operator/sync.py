@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from lorafleet_core import reasons
-from lorafleet_core.kube_client import is_not_found
-from lorafleet_core.models import AdapterAlias, AdapterAliasStatus, LoRAAdapterStatus
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import AdapterAlias, AdapterAliasStatus, LoRAAdapterStatus
+from lorafleet_core.kube.client import is_not_found
 from lorafleet_core.planning.aliases import plan_invalid_alias
 from lorafleet_core.planning.fleet import AdapterEntry, FleetParams, FleetPlan, plan_fleet
 from lorafleet_operator.fleet_index import FleetIndex

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from lorafleet_core import reasons
-from lorafleet_core.kube_client import is_conflict, is_not_found
-from lorafleet_core.models import ReplicaPool
-from lorafleet_core.names import KIND_ADAPTER, KIND_POOL
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import ReplicaPool
+from lorafleet_core.api.names import KIND_ADAPTER, KIND_POOL
+from lorafleet_core.kube.client import is_conflict, is_not_found
 from lorafleet_core.planning.fleet import FleetPlan
 from lorafleet_core.planning.merged_lifecycle import PoolChange, merge_patch
 

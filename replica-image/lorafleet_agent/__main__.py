@@ -7,7 +7,7 @@ import logging
 
 from lorafleet_agent.server import Agent
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core import request_ids
+from lorafleet_core.web import request_ids
 
 
 def main() -> None:

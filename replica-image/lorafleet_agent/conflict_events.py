@@ -28,10 +28,10 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from lorafleet_core import reasons
-from lorafleet_core.kube_client import STRATEGIC_MERGE_PATCH, is_conflict, is_not_found
-from lorafleet_core.names import GROUP, PLURAL_ADAPTER, VERSION
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api import reasons
+from lorafleet_core.api.names import GROUP, PLURAL_ADAPTER, VERSION
+from lorafleet_core.kube.client import STRATEGIC_MERGE_PATCH, is_conflict, is_not_found
+from lorafleet_core.wire.records import AdapterRecord
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The disk tier: verified adapter folders under a byte budget, evicted least recently used.
 
-`LruBytes` (the shared core's cache policy, `lorafleet_core.cache_policy`) is the pure
+`LruBytes` (the shared core's cache policy, `lorafleet_core.planning.cache_policy`) is the pure
 bookkeeping; `DiskCache` does the file operations.
 Layout: `<cache_dir>/<adapter id>/{adapter_config.json,adapter_model.safetensors}` plus
 `<cache_dir>/.incoming/` for downloads in progress. A folder appears under its adapter id only
@@ -15,8 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from lorafleet_core.adapter_files import ADAPTER_FILES
-from lorafleet_core.cache_policy import LruBytes
+from lorafleet_core.planning.cache_policy import LruBytes
+from lorafleet_core.storage.adapter_files import ADAPTER_FILES
 
 
 class DiskCache:

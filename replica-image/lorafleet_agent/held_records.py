@@ -10,8 +10,8 @@ from collections.abc import Callable
 from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_record
-from lorafleet_core import reasons
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api import reasons
+from lorafleet_core.wire.records import AdapterRecord
 
 log = logging.getLogger(__name__)
 

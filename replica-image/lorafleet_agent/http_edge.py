@@ -4,7 +4,7 @@ OpenAI-shaped answers for the framework's own errors.
 The data port is meant for the gateway only (a NetworkPolicy on a cluster, loopback in
 standalone mode), but it must not fail worse when something else reaches it, or when the
 gateway passes on what it should not have: a body over `max_bytes` is a 413 read no further,
-and what `lorafleet_core.strict_json` refuses (NaN, out-of-range numbers, lone surrogates,
+and what `lorafleet_core.wire.strict_json` refuses (NaN, out-of-range numbers, lone surrogates,
 deep nesting) is a 400. Each of these used to reach Starlette's `request.json()` and come back
 as a text/plain 500 (the deep nesting as a RecursionError), or be passed to vLLM whole.
 
@@ -22,8 +22,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from lorafleet_core.openai_errors import error_body
-from lorafleet_core.strict_json import StrictJsonError, loads_strict
+from lorafleet_core.wire.openai_errors import error_body
+from lorafleet_core.wire.strict_json import StrictJsonError, loads_strict
 
 # FastAPI(**APP_OPTIONS): no /docs, /redoc or /openapi.json on either port; a trailing slash
 # is a 404, not a 307 pointing at whatever host the request's Host header named.

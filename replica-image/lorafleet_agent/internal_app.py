@@ -24,9 +24,9 @@ from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_core.openai_errors import error_body
-from lorafleet_core.records import AdapterRecord
-from lorafleet_core.replica_state import MergedServing, ReplicaState
+from lorafleet_core.wire.openai_errors import error_body
+from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
 
 log = logging.getLogger(__name__)
 

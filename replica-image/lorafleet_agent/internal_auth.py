@@ -7,7 +7,7 @@ merely reaches the internal port may not. Two ways to prove it, chosen explicitl
 
 - `tokenReview` (on a cluster): the caller sends its projected ServiceAccount token (audience
   `lorafleet-agent`, short-lived, rotated by the kubelet); the API server says whose it is
-  (lorafleet_core.token_review) and only the configured accounts pass. No shared secret exists
+  (lorafleet_core.kube.token_review) and only the configured accounts pass. No shared secret exists
   to leak, and a token copied from the gateway pod expires within the hour. When the API server
   cannot be asked, calls are refused with 503 (fail closed), never let through.
 - `secret` (standalone mode, or a cluster fallback): a shared token (a generated value, or a
@@ -31,8 +31,8 @@ from kubernetes_asyncio import client
 from pydantic import SecretStr
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core.secret_file import SecretFile
-from lorafleet_core.token_review import TokenReviewer, parse_accounts
+from lorafleet_core.kube.token_review import TokenReviewer, parse_accounts
+from lorafleet_core.web.secret_file import SecretFile
 
 
 class MissingCredential(RuntimeError):

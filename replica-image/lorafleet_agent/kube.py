@@ -3,7 +3,7 @@
 Only a cluster agent has one: it asks the API server to review the tokens its callers send
 (TokenReview) and posts Events (a record conflict). It is created lazily inside the agent's
 event loop (aiohttp sessions belong to a loop) and configured the one lorafleet way
-(lorafleet_core.kube_client): an explicit API server in tests, else the in-cluster account.
+(lorafleet_core.kube.client): an explicit API server in tests, else the in-cluster account.
 A failure to configure surfaces to the caller at the moment of use: TokenReview then fails
 closed, an Event is dropped with a log line.
 """
@@ -14,7 +14,7 @@ import asyncio
 
 from kubernetes_asyncio import client
 
-from lorafleet_core.kube_client import load_configuration
+from lorafleet_core.kube.client import load_configuration
 
 
 class AgentKube:

@@ -14,7 +14,8 @@ replica image: it holds torch, transformers and peft) and as a local step in sta
 3. the base model folder must hash to the pool's baseModel.hash (adapter_files.base_model_hash);
 4. PEFT `merge_and_unload` on the base model (its own dtype), saved as safetensors with the
    config and the base's tokenizer;
-5. the folder's checksum (lorafleet_core.merged_weights) names its content-addressed prefix in
+5. the folder's checksum (lorafleet_core.storage.merged_weights) names its content-addressed prefix
+in
    the store, where the files are uploaded (SHA256 stored with each object).
 
 The result is one JSON line on stdout and, on a cluster, in the container's termination message
@@ -34,11 +35,11 @@ from pathlib import Path
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
-from lorafleet_core import reasons
-from lorafleet_core.adapter_files import BaseModelDims, base_model_hash
-from lorafleet_core.merged_weights import merged_checksum, merged_uri
-from lorafleet_core.models import ALL_TARGET_MODULES
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.storage.adapter_files import BaseModelDims, base_model_hash
+from lorafleet_core.storage.merged_weights import merged_checksum, merged_uri
+from lorafleet_core.wire.records import AdapterRecord
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lorafleet_agent.object_store import FetchError, ObjectStore, ObjectStoreConfig
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core.merged_weights import MergedChecksumError, verify_merged
+from lorafleet_core.storage.merged_weights import MergedChecksumError, verify_merged
 
 log = logging.getLogger(__name__)
 

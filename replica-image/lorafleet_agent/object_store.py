@@ -1,7 +1,7 @@
 """Fetching an adapter's two files from the object store into a folder (boto3 or file://);
-moving a merged model folder in and out of it (merged pools, lorafleet_core.merged_weights).
+moving a merged model folder in and out of it (merged pools, lorafleet_core.storage.merged_weights).
 
-Only the files vLLM reads (lorafleet_core.adapter_files.ADAPTER_FILES) are fetched; anything
+Only the files vLLM reads (lorafleet_core.storage.adapter_files.ADAPTER_FILES) are fetched; anything
 else under the prefix is ignored. Callers download into a temporary folder and rename it into
 the cache only after verification (see lorafleet_agent.disk_cache), so a partial or corrupt
 download is never visible under an adapter's name.
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from lorafleet_core.adapter_files import ADAPTER_FILES
+from lorafleet_core.storage.adapter_files import ADAPTER_FILES
 
 
 class FetchError(RuntimeError):

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lorafleet_agent.manager import AdapterManager
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS
 from lorafleet_core.planning.prewarm import evicting_pull_wait, prewarm_pass
-from lorafleet_core.records import AdapterRecord, decode_owned, parse_downward_annotations
-from lorafleet_core.tiers import Tier
+from lorafleet_core.wire.records import AdapterRecord, decode_owned, parse_downward_annotations
+from lorafleet_core.wire.tiers import Tier
 
 log = logging.getLogger(__name__)
 

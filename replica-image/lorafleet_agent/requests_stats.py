@@ -6,11 +6,11 @@ from collections import defaultdict
 from typing import Any
 
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
-from lorafleet_core.openai_stream import event_usage, is_content_event, usage_tokens
-from lorafleet_core.replica_state import AdapterActivity
-from lorafleet_core.sse import SseFramer
-from lorafleet_core.tiers import Tier
-from lorafleet_core.tokens import estimate, parse_header
+from lorafleet_core.planning.tokens import estimate, parse_header
+from lorafleet_core.wire.openai_stream import event_usage, is_content_event, usage_tokens
+from lorafleet_core.wire.replica_state import AdapterActivity
+from lorafleet_core.wire.sse import SseFramer
+from lorafleet_core.wire.tiers import Tier
 
 
 def request_tokens(header: str | None, body: dict[str, Any]) -> int:
@@ -94,7 +94,7 @@ class RequestStats:
 
 class SseTokenCounter:
     """Counts generated tokens in an OpenAI stream (chat, completions or Responses) as chunks
-    pass through: one per content event (lorafleet_core.openai_stream), until the usage the
+    pass through: one per content event (lorafleet_core.wire.openai_stream), until the usage the
     stream ends with gives the exact count and wins."""
 
     def __init__(self) -> None:

@@ -30,8 +30,8 @@ from lorafleet_agent.settings import AgentSettings
 from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy
 from lorafleet_agent.vllm_client import VllmClient
-from lorafleet_core.adapter_files import BaseModelDims
-from lorafleet_core.http_protocol import hardened_protocol
+from lorafleet_core.storage.adapter_files import BaseModelDims
+from lorafleet_core.web.http_protocol import hardened_protocol
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ class Agent:
     async def serve(self, started: threading.Event | None = None) -> None:
         """Run until `stop()`; ports 0 pick free ports (read data_port/internal_port after)."""
         s = self.settings
-        # Header size and time, body time, stalled readers: lorafleet_core.http_protocol
+        # Header size and time, body time, stalled readers: lorafleet_core.web.http_protocol
         # (uvicorn's own protocol waits for headers and bodies for ever, buffers headers at
         # any size).
         http = hardened_protocol(

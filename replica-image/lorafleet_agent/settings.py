@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lorafleet_core.models import ALL_TARGET_MODULES
+from lorafleet_core.api.models import ALL_TARGET_MODULES
 
 
 class AgentSettings(BaseSettings):
@@ -65,7 +65,8 @@ class AgentSettings(BaseSettings):
 
     # The window of the per-adapter traffic figures in /state (requests and GPU hits a minute,
     # tokens/s) the autoscaler and autoMerge plan from. Tests shorten it, so that a traffic
-    # change shows in seconds (tests/standalone/test_up_auto_merge_e2e.py); keep the minute otherwise.
+    # change shows in seconds (tests/standalone/test_up_auto_merge_e2e.py); keep the minute
+    # otherwise.
     activity_window_s: float = Field(
         default=60.0, gt=0, description="window of the per-adapter traffic figures in /state"
     )
@@ -147,7 +148,7 @@ class AgentSettings(BaseSettings):
     host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)
     data_port: int = 8100
     internal_port: int = 8101
-    # Both ports' HTTP limits (lorafleet_core.http_protocol): headers must be complete this
+    # Both ports' HTTP limits (lorafleet_core.web.http_protocol): headers must be complete this
     # long after a connection or request starts (else 408); a peer that accepts no byte of an
     # answer for write_timeout_s is disconnected (longer than the gateway's 60 s, which cuts
     # its own stalled client first and so the stream behind it).

@@ -5,15 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lorafleet_core import reasons
-from lorafleet_core.adapter_files import (
+from lorafleet_core.api import reasons
+from lorafleet_core.storage.adapter_files import (
     AdapterFormatError,
     BaseModelDims,
     adapter_checksum,
     check_shapes,
     inspect_adapter,
 )
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 
 
 class VerificationError(ValueError):

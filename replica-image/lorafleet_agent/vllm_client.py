@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from lorafleet_core import request_ids
+from lorafleet_core.web import request_ids
 
 
 class VllmError(RuntimeError):
@@ -91,7 +91,7 @@ class VllmClient:
     async def send_completion(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """Open a completion (streamed read); the caller closes the response.
 
-        Carries the request's id (lorafleet_core.request_ids) as `X-Request-Id`, which vLLM
+        Carries the request's id (lorafleet_core.web.request_ids) as `X-Request-Id`, which vLLM
         takes as its own request id: its log lines and the completion's `id` name it."""
         request_id = request_ids.current.get()
         headers = {"X-Request-Id": request_id} if request_id else None

@@ -2,9 +2,11 @@
 
 It drives the shipped decision code, never a copy of it: the gateway's router
 (`lorafleet_gateway.router.plan_route`, over 1 s-old polled state plus the gateway's own
-in-flight counts), rendezvous placement (`lorafleet_core.placement`), the operator's planners
+in-flight counts), rendezvous placement (`lorafleet_core.planning.placement`), the operator's
+planners
 (`lorafleet_core.planning.adapters.plan_owner_count`, `lorafleet_core.planning.autoscale`) and
-the agent's cache policy (`lorafleet_core.cache_policy.CachePolicy`). What it models itself is
+the agent's cache policy (`lorafleet_core.planning.cache_policy.CachePolicy`). What it models
+itself is
 only what the real stack gets from hardware: vLLM's continuous batching with chunked prefill,
 adapter load times and object-store bandwidth (`params.py` holds every such number).
 

@@ -21,7 +21,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from lorafleet_core.cache_policy import CachePolicy
+from lorafleet_core.planning.cache_policy import CachePolicy
 from lorafleet_sim.host import HostCpu
 from lorafleet_sim.params import ReplicaParams
 

@@ -13,12 +13,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
-from lorafleet_core.placement import owners as rendezvous_owners
+from lorafleet_core.api.models import AutoscalingSpec, ReplicaBounds
 from lorafleet_core.planning.adapters import plan_owner_count
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
+from lorafleet_core.planning.placement import owners as rendezvous_owners
 from lorafleet_core.planning.prewarm import PrewarmPass, prewarm_order, prewarm_pass
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_sim.params import FleetParams, ReplicaParams
 from lorafleet_sim.prewarm import OwnedAnnotations, apply_pass_instantly
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from lorafleet_core.planning.autoscale import ScaleState
-from lorafleet_core.replica_state import MergedServing
+from lorafleet_core.wire.replica_state import MergedServing
 from lorafleet_gateway.pool_router import (
     MERGED,
     AdapterPools,

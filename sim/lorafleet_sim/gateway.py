@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lorafleet_core.replica_state import MergedServing
+from lorafleet_core.wire.replica_state import MergedServing
 from lorafleet_gateway.router import ReplicaView, blended_tokens
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from lorafleet_core.models.pool import DEFAULT_TARGET_TOKENS_IN_FLIGHT, CacheSpec
+from lorafleet_core.api.models.pool import DEFAULT_TARGET_TOKENS_IN_FLIGHT, CacheSpec
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 from lorafleet_gateway.router import MERGED_MAX_QUEUE_DEPTH, MERGED_MAX_TOKENS_IN_FLIGHT
 

@@ -20,14 +20,14 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from lorafleet_core.cache_policy import CachePolicy
+from lorafleet_core.planning.cache_policy import CachePolicy
 from lorafleet_core.planning.prewarm import (
     PrewarmPass,
     evicting_pull_wait,
     plan_owned_annotations,
 )
-from lorafleet_core.records import AdapterRecord, owned_ids
-from lorafleet_core.tiers import Tier
+from lorafleet_core.wire.records import AdapterRecord, owned_ids
+from lorafleet_core.wire.tiers import Tier
 
 if TYPE_CHECKING:
     from lorafleet_sim.replica import Replica

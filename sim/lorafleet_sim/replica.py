@@ -1,6 +1,6 @@
 """One simulated replica: the agent's cache policy in front of a continuously batching vLLM.
 
-The cache decisions are the agent's own object (`lorafleet_core.cache_policy.CachePolicy`):
+The cache decisions are the agent's own object (`lorafleet_core.planning.cache_policy.CachePolicy`):
 a request takes a reference on arrival, so its adapter is never evicted while it waits or runs;
 an adapter not registered with vLLM is loaded once (later requests for it wait on that load)
 from disk or from the object store, whose bandwidth concurrent fetches on this replica share;
@@ -32,9 +32,9 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from lorafleet_core.cache_policy import CachePolicy, LruBytes, SlotTracker
+from lorafleet_core.planning.cache_policy import CachePolicy, LruBytes, SlotTracker
 from lorafleet_core.planning.prewarm import PrewarmPass
-from lorafleet_core.tiers import Tier
+from lorafleet_core.wire.tiers import Tier
 from lorafleet_sim.batching import VllmBatching
 from lorafleet_sim.host import HostCpu
 from lorafleet_sim.params import ReplicaParams

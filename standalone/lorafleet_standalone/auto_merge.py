@@ -28,9 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lorafleet_core import names
-from lorafleet_core.manifests import load_file, load_folder, write_object
+from lorafleet_core.api import names
 from lorafleet_core.planning.merged_lifecycle import PoolChange, merge_patch
+from lorafleet_core.storage.manifests import load_file, load_folder, write_object
 from lorafleet_standalone.cpu_binding import EngineCores
 from lorafleet_standalone.local_replicas import start_merged_pools
 from lorafleet_standalone.merged import MergedRun, plan_merged_pools

@@ -17,12 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lorafleet_core import objectstore
-from lorafleet_core.adapter_files import inspect_adapter
-from lorafleet_core.adapter_manifest import adapter_object_name, build_adapter
-from lorafleet_core.apikeys import TenantKeys, generate_key, hash_key
-from lorafleet_core.manifests import atomic_write, file_name_for, write_object
-from lorafleet_core.models import (
+from lorafleet_core.api.adapter_manifest import adapter_object_name, build_adapter
+from lorafleet_core.api.apikeys import TenantKeys, generate_key, hash_key
+from lorafleet_core.api.models import (
     AdapterAlias,
     AdapterAliasSpec,
     BaseModelRef,
@@ -33,6 +30,9 @@ from lorafleet_core.models import (
     ReplicaPool,
     ReplicaPoolSpec,
 )
+from lorafleet_core.storage import objectstore
+from lorafleet_core.storage.adapter_files import inspect_adapter
+from lorafleet_core.storage.manifests import atomic_write, file_name_for, write_object
 
 DEMO_TENANT = "demo"
 DEMO_POOL = "demo"

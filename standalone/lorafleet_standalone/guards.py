@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 from typing import IO
 
-from lorafleet_core.standalone_state import STATUS_DIR
+from lorafleet_core.storage.standalone_state import STATUS_DIR
 from lorafleet_standalone.processes import LOOPBACK
 
 

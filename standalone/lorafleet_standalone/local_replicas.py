@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from lorafleet_core.models import ReplicaBounds
-from lorafleet_core.replica_client import StateUnavailable, fetch_state_sync
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.api.models import ReplicaBounds
+from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state_sync
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_standalone import processes
 from lorafleet_standalone.cpu_binding import EngineCores
 from lorafleet_standalone.merged import (

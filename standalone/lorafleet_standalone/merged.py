@@ -21,12 +21,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_core import names
-from lorafleet_core.manifests import ManifestSet, atomic_write
-from lorafleet_core.models import LoRAAdapter, MergePhase, MergeStatus, ReplicaPool
+from lorafleet_core.api import names
+from lorafleet_core.api.models import LoRAAdapter, MergePhase, MergeStatus, ReplicaPool
 from lorafleet_core.planning.adapters import parse_adapter
 from lorafleet_core.planning.merge_job import plan_merge
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.storage.manifests import ManifestSet, atomic_write
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_standalone.planning import Problem
 from lorafleet_standalone.processes import ReplicaPlan
 from lorafleet_standalone.supervisor import Child

@@ -16,9 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_core import names, reasons
-from lorafleet_core.manifests import ManifestSet
-from lorafleet_core.models import (
+from lorafleet_core.api import names, reasons
+from lorafleet_core.api.models import (
     AdapterAlias,
     AdapterAliasStatus,
     AdapterPhase,
@@ -37,8 +36,9 @@ from lorafleet_core.planning.fleet import (
     plan_fleet,
 )
 from lorafleet_core.planning.merged_lifecycle import PoolChange
-from lorafleet_core.records import AdapterRecord, owned_ids
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.storage.manifests import ManifestSet
+from lorafleet_core.wire.records import AdapterRecord, owned_ids
+from lorafleet_core.wire.replica_state import ReplicaState
 
 
 @dataclass(frozen=True, order=True)

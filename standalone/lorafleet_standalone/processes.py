@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_core.api.models import ReplicaPoolSpec
 from lorafleet_core.planning.replica_config import (
     AGENT_ENV_PREFIX,
     agent_env,

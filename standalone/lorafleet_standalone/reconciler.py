@@ -7,7 +7,8 @@ operator's planners (see planning) and applies the plan locally:
 - each replica's owned adapters go into the downward-API-format file its agent watches (what
   the operator writes as a pod annotation on a cluster);
 - alias status (adapter, previousAdapter, history, conditions) goes to `<folder>/.lorafleet/`
-  (lorafleet_core.standalone_state): this reconciler is its one writer, as the operator is on
+  (lorafleet_core.storage.standalone_state): this reconciler is its one writer, as the operator is
+  on
   a cluster, so a deploy to an adapter that is not Ready keeps the old one serving in both;
 - a bad manifest is reported once on the console, and in the status file while it lasts, with
   a clear message; everything else keeps serving;
@@ -24,17 +25,17 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lorafleet_core import names
-from lorafleet_core.manifests import atomic_write, fingerprint, load_folder
-from lorafleet_core.models import AdapterAliasStatus
+from lorafleet_core.api import names
+from lorafleet_core.api.models import AdapterAliasStatus
 from lorafleet_core.planning.fleet import FleetParams
-from lorafleet_core.records import format_downward_annotations
-from lorafleet_core.replica_state import ReplicaState
-from lorafleet_core.standalone_state import (
+from lorafleet_core.storage.manifests import atomic_write, fingerprint, load_folder
+from lorafleet_core.storage.standalone_state import (
     alias_status_path,
     load_alias_statuses,
     save_alias_statuses,
 )
+from lorafleet_core.wire.records import format_downward_annotations
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_standalone.planning import Plan, Problem, plan, status_document
 
 

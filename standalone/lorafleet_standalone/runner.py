@@ -18,10 +18,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from lorafleet_core.manifests import load_folder
-from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_core.api.models import ReplicaPoolSpec
 from lorafleet_core.planning.fleet import FleetParams
-from lorafleet_core.standalone_state import save_merge_statuses
+from lorafleet_core.storage.manifests import load_folder
+from lorafleet_core.storage.standalone_state import save_merge_statuses
 from lorafleet_standalone import processes
 from lorafleet_standalone.auto_merge import AutoMerge
 from lorafleet_standalone.cpu_binding import EngineCores

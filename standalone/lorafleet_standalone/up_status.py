@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lorafleet_core.manifests import atomic_write
+from lorafleet_core.storage.manifests import atomic_write
 from lorafleet_standalone import processes
 from lorafleet_standalone.merged import replicas_file_doc, up_replica_row, up_rows
 from lorafleet_standalone.state_files import (

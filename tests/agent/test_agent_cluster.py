@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from lorafleet_agent.server import RunningAgent
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from tests.agent.conftest import metric
 from tests.agent.kube_emulation import (
     AUDIENCE,

@@ -19,9 +19,9 @@ from lorafleet_agent.prewarm import PrewarmWatcher
 from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy
 from lorafleet_agent.vllm_client import VllmClient
-from lorafleet_core.models import ALL_TARGET_MODULES
+from lorafleet_core.api.models import ALL_TARGET_MODULES
 from lorafleet_core.planning import prewarm
-from lorafleet_core.tiers import Tier
+from lorafleet_core.wire.tiers import Tier
 from tests.conftest import unique_id
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
-from lorafleet_core.records import (
+from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.wire.records import (
     encode_owned,
     encode_owned_row,
     format_downward_annotations,

@@ -14,7 +14,7 @@ import pytest
 
 from lorafleet_agent.conflict_events import ConflictEvents
 from lorafleet_agent.kube import AgentKube
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from tests.agent.kube_emulation import emulated_cluster
 from tests.operator.kmock_cluster import Cluster
 from tests.waiting import eventually_async

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lorafleet_agent.disk_cache import DiskCache, LruBytes
-from lorafleet_core.adapter_files import ADAPTER_FILES
+from lorafleet_core.storage.adapter_files import ADAPTER_FILES
 
 
 def test_victims_are_lru_first_and_skip_pinned():

@@ -20,7 +20,7 @@ from lorafleet_agent.internal_auth import MissingCredential
 from lorafleet_agent.kube import AgentKube
 from lorafleet_agent.server import Agent, RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core.token_review import TokenReviewer
+from lorafleet_core.kube.token_review import TokenReviewer
 from tests.agent.kube_emulation import (
     AUDIENCE,
     GATEWAY_SA,

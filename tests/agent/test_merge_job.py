@@ -11,13 +11,13 @@ import pytest
 
 from lorafleet_agent.merge_job import MergeError, MergeResult, main, run_merge
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
-from lorafleet_core import reasons
-from lorafleet_core.merged_weights import (
+from lorafleet_core.api import reasons
+from lorafleet_core.storage.merged_weights import (
     MergedChecksumError,
     merged_checksum,
     verify_merged,
 )
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from tests.conftest import S3Server
 

@@ -18,11 +18,11 @@ from lorafleet_agent.settings import AgentSettings
 from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError
 from lorafleet_agent.vllm_client import VllmClient
-from lorafleet_core import reasons
-from lorafleet_core.merged_weights import merged_checksum
-from lorafleet_core.models import ALL_TARGET_MODULES
-from lorafleet_core.records import AdapterRecord
-from lorafleet_core.tiers import Tier
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.storage.merged_weights import merged_checksum
+from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_core.wire.tiers import Tier
 from lorafleet_demo.assets import DemoAssets
 from tests.conftest import TEST_DATA_TOKEN, TEST_INTERNAL_TOKEN, free_port
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from lorafleet_agent.requests_stats import SseTokenCounter, request_tokens
-from lorafleet_core.tokens import DEFAULT_MAX_TOKENS, estimate
+from lorafleet_core.planning.tokens import DEFAULT_MAX_TOKENS, estimate
 
 
 def _event(obj) -> bytes:
@@ -52,8 +52,8 @@ def test_tokens_in_flight_are_the_gateways_figure_else_the_shared_estimate():
 def test_adapter_activity_counts_requests_gpu_hits_and_tokens_per_adapter():
     from lorafleet_agent.metrics import AgentMetrics
     from lorafleet_agent.requests_stats import RequestStats
-    from lorafleet_core.replica_state import ReplicaState
-    from lorafleet_core.tiers import Tier
+    from lorafleet_core.wire.replica_state import ReplicaState
+    from lorafleet_core.wire.tiers import Tier
 
     stats = RequestStats(AgentMetrics())
     for tier in (Tier.GPU, Tier.GPU, Tier.DISK):
@@ -73,7 +73,7 @@ def test_adapter_activity_counts_requests_gpu_hits_and_tokens_per_adapter():
 def test_a_shorter_activity_window_rates_over_itself_and_forgets_sooner():
     from lorafleet_agent.metrics import AgentMetrics
     from lorafleet_agent.requests_stats import RequestStats
-    from lorafleet_core.tiers import Tier
+    from lorafleet_core.wire.tiers import Tier
     from tests.waiting import eventually
 
     stats = RequestStats(AgentMetrics(), window_s=0.5)  # AgentSettings.activity_window_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lorafleet_agent.slots import SlotTracker
-from lorafleet_core.tiers import Tier
+from lorafleet_core.wire.tiers import Tier
 
 
 def test_registration_is_ram_and_first_use_takes_a_gpu_slot():

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import save_file
 
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
-from lorafleet_core.adapter_files import BaseModelDims, adapter_checksum
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.storage.adapter_files import BaseModelDims, adapter_checksum
+from lorafleet_core.wire.records import AdapterRecord
 
 DIMS = BaseModelDims(
     hidden_size=16,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from lorafleet_core.adapter_files import (
+from lorafleet_core.api.models import SHA256_REF
+from lorafleet_core.storage.adapter_files import (
     AdapterFormatError,
     BaseModelDims,
     adapter_checksum,
@@ -21,7 +22,6 @@ from lorafleet_core.adapter_files import (
     inspect_adapter,
     read_safetensors_header,
 )
-from lorafleet_core.models import SHA256_REF
 from tests.peft_factory import tensor_name, write_peft_adapter
 
 DIMS = BaseModelDims(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lorafleet_core.adapter_registration import problems
+from lorafleet_core.planning.adapter_registration import problems
 
 
 @pytest.mark.parametrize("name", ["abc\n", "Abc", "-abc", "a" * 254, ""])

@@ -10,8 +10,8 @@ import logging
 import pytest
 from pydantic import ValidationError
 
-from lorafleet_core.apikeys import KEY_PREFIX, KeyIndex, TenantKeys, generate_key, hash_key
-from lorafleet_core.names import API_KEYS_SECRET_LABEL
+from lorafleet_core.api.apikeys import KEY_PREFIX, KeyIndex, TenantKeys, generate_key, hash_key
+from lorafleet_core.api.names import API_KEYS_SECRET_LABEL
 
 
 def test_generated_keys_are_random_and_prefixed():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lorafleet_core.cache_policy import CachePolicy, LruBytes, SlotTracker
-from lorafleet_core.tiers import Tier
+from lorafleet_core.planning.cache_policy import CachePolicy, LruBytes, SlotTracker
+from lorafleet_core.wire.tiers import Tier
 
 
 def policy(gpu: int = 1, cpu: int = 2, disk_bytes: int = 300) -> CachePolicy:

@@ -29,8 +29,8 @@ import celpy
 import pytest
 from celpy.evaluation import function_matches
 
-from lorafleet_core.crd_validation import K8S_FUNCTIONS, schema_errors
-from lorafleet_core.models.engine_args import (
+from lorafleet_core.api.crd_validation import K8S_FUNCTIONS, schema_errors
+from lorafleet_core.api.models.engine_args import (
     ARG_HEAD,
     EXTRA_ARGS_RULE,
     RESERVED_FLAG_PATTERN,

@@ -1,4 +1,4 @@
-"""The CRD generator (lorafleet_core.crds.openapi_schema) on models made for the purpose: it
+"""The CRD generator (lorafleet_core.api.crds.openapi_schema) on models made for the purpose: it
 refuses what Kubernetes cannot express, turns a const into an enum, keeps optional fields plain
 unless asked nullable, and keeps class- and field-level CEL rules both."""
 
@@ -9,7 +9,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from lorafleet_core import crds
+from lorafleet_core.api import crds
 
 
 class _Union(BaseModel):

@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from lorafleet_core import crds, names
-from lorafleet_core.models.engine_args import EXTRA_ARGS_RULE
+from lorafleet_core.api import crds, names
+from lorafleet_core.api.models.engine_args import EXTRA_ARGS_RULE
 
 from .conftest import CRDS, REPO
 

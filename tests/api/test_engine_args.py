@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from lorafleet_core.crd_validation import schema_of, validate
-from lorafleet_core.models import DNS_SUBDOMAIN, MAX_POOL_NAME, POOL_NAME, ReplicaPool
-from lorafleet_core.models.engine_args import RESERVED_FLAGS, reserved_flag
-from lorafleet_core.names import label_value
+from lorafleet_core.api.crd_validation import schema_of, validate
+from lorafleet_core.api.models import DNS_SUBDOMAIN, MAX_POOL_NAME, POOL_NAME, ReplicaPool
+from lorafleet_core.api.models.engine_args import RESERVED_FLAGS, reserved_flag
+from lorafleet_core.api.names import label_value
 from lorafleet_core.planning.merge_advice import merged_pool_name
 from tests.operator.factories import pool_body
 

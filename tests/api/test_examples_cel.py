@@ -12,14 +12,14 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from lorafleet_core.apikeys import KeyIndex, TenantKeys
-from lorafleet_core.crd_validation import (
+from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.api.crd_validation import (
     apply_defaults,
     cel_errors,
     schema_in_crd,
     validate,
 )
-from lorafleet_core.models import AdapterAlias, LoRAAdapter, ReplicaPool
+from lorafleet_core.api.models import AdapterAlias, LoRAAdapter, ReplicaPool
 
 from .conftest import CRDS, EXAMPLES, examples_of_kind, load_yaml_docs
 
@@ -246,7 +246,7 @@ def test_example_files_are_commented_for_users():
 
 def test_api_docs_mention_every_spec_field():
     """docs/api.md is the user's reference: a new spec field must be documented there."""
-    from lorafleet_core.crd_validation import schema_of
+    from lorafleet_core.api.crd_validation import schema_of
 
     text = (EXAMPLES.parent / "docs" / "api.md").read_text()
     missing = [
@@ -259,14 +259,14 @@ def test_api_docs_mention_every_spec_field():
 
 
 def test_offline_validation_command(tmp_path, capsys):
-    """`python -m lorafleet_core.crd_validation FILE...`: examples pass, a bad file is named."""
-    from lorafleet_core.crd_validation import main
+    """`lorafleet validate FILE...`: examples pass, a bad file is named."""
+    from lorafleet_cli.main import main
 
-    assert main([str(p) for p in sorted(EXAMPLES.glob("*.yaml"))]) == 0
+    assert main(["validate", *(str(p) for p in sorted(EXAMPLES.glob("*.yaml")))]) == 0
     bad = tmp_path / "bad.yaml"
     alias = _set(examples_of_kind("AdapterAlias")[0], "spec.model", "globex/support:prod")
     bad.write_text("---\n".join(yaml.safe_dump(d) for d in (alias, {"kind": "ConfigMap"})))
-    assert main([str(bad)]) == 1
+    assert main(["validate", str(bad)]) == 1
     out = capsys.readouterr().out.splitlines()
     assert out == [
         f"{bad}: AdapterAlias/acme-support-prod: spec: model must start with '<spec.tenant>/': "

@@ -1,4 +1,4 @@
-"""lorafleet_core.kube_client: one way to find credentials, for operator, gateway and CLI."""
+"""lorafleet_core.kube.client: one way to find credentials, for operator, gateway and CLI."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lorafleet_core.kube_client import (
+from lorafleet_core.kube.client import (
     KubeConfigError,
     bearer_token,
     kubeconfig_namespace,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from lorafleet_core.models import (
+from lorafleet_core.api.models import (
     AdapterAlias,
     AdapterAliasSpec,
     AdapterPhase,

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from lorafleet_core.crd_validation import schema_of, validate
-from lorafleet_core.models import AdapterAlias, LoRAAdapter, ReplicaPool
+from lorafleet_core.api.crd_validation import schema_of, validate
+from lorafleet_core.api.models import AdapterAlias, LoRAAdapter, ReplicaPool
 
 from .conftest import examples_of_kind
 

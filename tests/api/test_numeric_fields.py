@@ -16,8 +16,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from lorafleet_core.crd_validation import INT64_MAX, schema_of, validate
-from lorafleet_core.models import AdapterAlias, LoRAAdapter, ReplicaPool
+from lorafleet_core.api.crd_validation import INT64_MAX, schema_of, validate
+from lorafleet_core.api.models import AdapterAlias, LoRAAdapter, ReplicaPool
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = {

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from lorafleet_core.openai_stream import (
+from lorafleet_core.wire.openai_stream import (
     WHOLE_PARSE_BYTES,
     AnswerUsage,
     answer_usage,

@@ -12,7 +12,7 @@ from collections import Counter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lorafleet_core.placement import owners, ranked
+from lorafleet_core.planning.placement import owners, ranked
 
 from .conftest import REPO
 
@@ -92,7 +92,7 @@ def test_same_answer_in_every_process():
     expected = {a: owners(a, replicas, 2) for a in ads}
     script = (
         "import json, sys\n"
-        "from lorafleet_core.placement import owners\n"
+        "from lorafleet_core.planning.placement import owners\n"
         "ads, reps = json.load(sys.stdin)\n"
         "print(json.dumps({a: owners(a, reps, 2) for a in ads}))\n"
     )

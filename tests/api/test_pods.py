@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
-from lorafleet_core.pods import COMPONENT_REPLICA, replica_pool, serving
+from lorafleet_core.api.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.planning.pods import COMPONENT_REPLICA, replica_pool, serving
 from lorafleet_gateway.catalog_kube import pod_endpoint
 from lorafleet_operator.fleet_index import FleetIndex
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from jsonpath_ng.ext.parser import parse
 
-from lorafleet_core import crds
-from lorafleet_core.models import AdapterAlias, LoRAAdapter
+from lorafleet_core.api import crds
+from lorafleet_core.api.models import AdapterAlias, LoRAAdapter
 from lorafleet_core.planning.adapters import AdapterInputs, Validation, plan_adapter_status
 from lorafleet_core.planning.aliases import AdapterView, plan_alias
 

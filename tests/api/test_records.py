@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from lorafleet_core.models import LoRAAdapter
-from lorafleet_core.records import (
+from lorafleet_core.api.models import LoRAAdapter
+from lorafleet_core.wire.records import (
     AdapterRecord,
     decode_owned,
     encode_owned,

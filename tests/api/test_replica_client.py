@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from lorafleet_core.replica_client import StateUnavailable, fetch_state, fetch_state_sync
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state, fetch_state_sync
+from lorafleet_core.wire.replica_state import ReplicaState
 
 
 class ClosingServer:

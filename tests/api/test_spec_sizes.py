@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lorafleet_core.crd_validation import schema_of, validate
+from lorafleet_core.api.crd_validation import schema_of, validate
 
 from .test_numeric_fields import EXAMPLES, FOREIGN, with_value
 

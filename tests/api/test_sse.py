@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet_core.sse import SseFramer, event_data, event_json
+from lorafleet_core.wire.sse import SseFramer, event_data, event_json
 
 # Pairs of (end of the data line, blank line). A CR followed by an LF is one CRLF, so "\r" then
 # "\n..." is left out: that would be a single line end, not an event boundary.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lorafleet_core.tokens import DEFAULT_MAX_TOKENS, estimate, max_tokens, parse_header
+from lorafleet_core.planning.tokens import DEFAULT_MAX_TOKENS, estimate, max_tokens, parse_header
 
 
 def test_estimate_is_prompt_chars_over_four_plus_one_plus_max_tokens():

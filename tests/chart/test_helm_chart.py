@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from lorafleet_core import crd_validation
+from lorafleet_core.api import crd_validation
 from tests.chart.chart_render import (
     ALL_ON,
     CHART,

@@ -16,7 +16,7 @@ from lorafleet_cli.alias_wait import wait_until_served
 from lorafleet_cli.cmd_alias import set_alias
 from lorafleet_cli.exit_codes import CommandFailed
 from lorafleet_cli.targets import ClusterTarget
-from lorafleet_core.models import AdapterAlias, AdapterAliasStatus, AdapterPhase
+from lorafleet_core.api.models import AdapterAlias, AdapterAliasStatus, AdapterPhase
 from lorafleet_core.planning.aliases import AdapterView, plan_alias
 from tests.manifest_folder import adapter_manifest, make_base_model, pool_manifest
 from tests.operator.kmock_cluster import Cluster

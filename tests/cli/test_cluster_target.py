@@ -20,7 +20,7 @@ from lorafleet_cli.cmd_alias import AliasError, rollback, set_alias
 from lorafleet_cli.cmd_keys import create_key
 from lorafleet_cli.main import build_parser
 from lorafleet_cli.targets import ClusterTarget
-from lorafleet_core.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
 from tests.manifest_folder import make_adapter, pool_manifest
 from tests.operator import kmock_cluster
 from tests.operator.kmock_cluster import Cluster
@@ -113,7 +113,7 @@ def test_keys_create_on_a_cluster(cluster: Cluster, target: ClusterTarget) -> No
 def test_kubeconfig_context_gives_server_token_and_namespace(
     cluster: Cluster, tmp_path: Path, base_model: Path
 ) -> None:
-    """The CLI reads the kubeconfig through lorafleet_core.kube_client, as `kubectl` would."""
+    """The CLI reads the kubeconfig through lorafleet_core.kube.client, as `kubectl` would."""
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(

@@ -12,9 +12,9 @@ import yaml
 from moto.server import ThreadedMotoServer
 
 from lorafleet_cli.main import main
-from lorafleet_core.adapter_files import adapter_checksum
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.models import LoRAAdapter
+from lorafleet_core.api.models import LoRAAdapter
+from lorafleet_core.storage.adapter_files import adapter_checksum
+from lorafleet_core.storage.manifests import load_folder, write_object
 from tests.manifest_folder import make_adapter
 
 

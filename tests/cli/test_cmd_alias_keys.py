@@ -11,10 +11,10 @@ from pathlib import Path
 import yaml
 
 from lorafleet_cli.main import main
-from lorafleet_core.apikeys import KeyIndex, TenantKeys
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.models import AdapterAlias, AdapterAliasStatus
-from lorafleet_core.standalone_state import alias_status_path, load_alias_statuses
+from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.api.models import AdapterAlias, AdapterAliasStatus
+from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.storage.standalone_state import alias_status_path, load_alias_statuses
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 from tests.manifest_folder import (

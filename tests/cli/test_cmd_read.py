@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from lorafleet_cli.main import main
-from lorafleet_core.apikeys import TenantKeys
-from lorafleet_core.manifests import write_object
+from lorafleet_core.api.apikeys import TenantKeys
+from lorafleet_core.storage.manifests import write_object
 from lorafleet_core.version import version
 from tests.manifest_folder import (
     adapter_manifest,

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from lorafleet_cli.cmd_status import hit_rate, replica_lines, tier_hits
 from lorafleet_cli.main import main
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_state import ReplicaState
 
 
 def test_hit_rate_from_the_agents_request_counter() -> None:

@@ -9,7 +9,7 @@ import pytest
 from jsonpath_ng.ext.parser import parse
 
 from lorafleet_cli.output import Column, age, json_path, kind_columns, render_table
-from lorafleet_core.crd_resources import RESOURCES
+from lorafleet_core.api.crd_resources import RESOURCES
 
 OBJECT = {
     "metadata": {"name": "x", "creationTimestamp": "2026-11-29T12:00:00Z"},

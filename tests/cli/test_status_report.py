@@ -24,7 +24,7 @@ from lorafleet_cli.status_report import (
     replica_report,
     worst_tenants,
 )
-from lorafleet_core.replica_state import MergedServing, ReplicaState
+from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
 from lorafleet_gateway.metrics import GatewayMetrics
 
 

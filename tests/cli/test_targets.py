@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from lorafleet_cli.targets import TargetError, apply_request
-from lorafleet_core.manifests import fingerprint, load_folder, write_object
+from lorafleet_core.storage.manifests import fingerprint, load_folder, write_object
 from tests.manifest_folder import alias_manifest
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from lupa import lua51
 
-from lorafleet_core.models import AdapterAlias, AdapterPhase, LoRAAdapter
+from lorafleet_core.api.models import AdapterAlias, AdapterPhase, LoRAAdapter
 from lorafleet_core.planning.adapters import AdapterInputs, Validation, plan_adapter_status
 from lorafleet_core.planning.aliases import (
     AdapterView,

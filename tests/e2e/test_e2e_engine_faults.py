@@ -22,7 +22,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from lorafleet_agent.server import RunningAgent
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
 from tests.conftest import S3Server, VllmServer, unique_id

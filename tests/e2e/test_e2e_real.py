@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lorafleet_cli.main import main as cli
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_loadtest.probe import canary as canary_probe
 from tests.conftest import S3Server, VllmServer, unique_id

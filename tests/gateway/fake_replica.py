@@ -18,8 +18,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from lorafleet_core.openai_errors import error_body
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.openai_errors import error_body
+from lorafleet_core.wire.records import AdapterRecord
 
 
 class FakeReplica:

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from lorafleet_core.apikeys import TenantKeys, hash_key
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api.apikeys import TenantKeys, hash_key
+from lorafleet_core.wire.records import AdapterRecord
 
 BASE_HASH = "sha256:" + "b" * 64
 

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_core.placement import owners
+from lorafleet_core.planning.placement import owners
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv
 from tests.waiting import eventually
 

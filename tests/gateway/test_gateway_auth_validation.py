@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lorafleet_core.apikeys import KeyIndex, TenantKeys, generate_key, hash_key
+from lorafleet_core.api.apikeys import KeyIndex, TenantKeys, generate_key, hash_key
 from lorafleet_gateway.auth import authenticate, bearer_token
 from lorafleet_gateway.errors import APIError
 from lorafleet_gateway.validation import Bounds, parse_request

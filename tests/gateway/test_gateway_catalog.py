@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lorafleet_core.replica_endpoints import parse_replicas
+from lorafleet_core.storage.replica_endpoints import parse_replicas
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSnapshot
 from lorafleet_gateway.catalog_build import build_snapshot
 from lorafleet_gateway.catalog_files import FileCatalog

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from lorafleet_core.models import MergePhase, MergeStatus
-from lorafleet_core.names import ANNOTATION_DRAINING_SINCE
-from lorafleet_core.replica_endpoints import ReplicaEndpoint, parse_replicas
-from lorafleet_core.standalone_state import save_merge_statuses
+from lorafleet_core.api.models import MergePhase, MergeStatus
+from lorafleet_core.api.names import ANNOTATION_DRAINING_SINCE
+from lorafleet_core.storage.replica_endpoints import ReplicaEndpoint, parse_replicas
+from lorafleet_core.storage.standalone_state import save_merge_statuses
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSnapshot
 from lorafleet_gateway.catalog_build import build_snapshot
 from lorafleet_gateway.catalog_files import FileCatalog

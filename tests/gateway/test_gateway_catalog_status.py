@@ -16,8 +16,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from lorafleet_core.models import AdapterAliasStatus
-from lorafleet_core.standalone_state import alias_status_path, save_alias_statuses
+from lorafleet_core.api.models import AdapterAliasStatus
+from lorafleet_core.storage.standalone_state import alias_status_path, save_alias_statuses
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_standalone.reconciler import Reconciler

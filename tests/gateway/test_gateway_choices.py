@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_core.tokens import prompt_chars, prompt_tokens
+from lorafleet_core.planning.tokens import prompt_chars, prompt_tokens
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
 from tests.waiting import eventually

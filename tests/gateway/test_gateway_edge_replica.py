@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_core.placement import owners
+from lorafleet_core.planning.placement import owners
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, openai_error, start_env, stop_env
 from tests.waiting import eventually

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet_core.placement import owners
-from lorafleet_core.replica_state import MergedServing
+from lorafleet_core.planning.placement import owners
+from lorafleet_core.wire.replica_state import MergedServing
 from lorafleet_gateway.pool_router import (
     MERGED,
     AdapterPools,

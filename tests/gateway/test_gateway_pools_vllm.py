@@ -22,7 +22,7 @@ import pytest
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
 from tests.conftest import INTERNAL_HEADERS, S3Server, VllmServer, unique_id

@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_core.request_ids import MAX_CHARS, accept_request_id
+from lorafleet_core.web.request_ids import MAX_CHARS, accept_request_id
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv
 from tests.waiting import eventually
 

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_core.tokens import prompt_tokens
+from lorafleet_core.planning.tokens import prompt_tokens
 from tests.gateway.conftest import KEYS, GatewayEnv
 from tests.waiting import eventually
 

@@ -29,7 +29,7 @@ import openai
 import pytest
 
 from lorafleet_agent.server import RunningAgent
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from tests.conftest import (
     REPO,

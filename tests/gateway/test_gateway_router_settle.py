@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet_core.placement import ranked
+from lorafleet_core.planning.placement import ranked
 from lorafleet_gateway.router import ReplicaView, Thresholds, plan_route
 
 R = [f"r{i}" for i in range(6)]

@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from tests.conftest import S3Server, VllmServer, unique_id
 from tests.vllm_stack import vllm_stack

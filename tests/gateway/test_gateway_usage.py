@@ -6,7 +6,7 @@ import httpx
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
-from lorafleet_core.tokens import prompt_chars, prompt_tokens
+from lorafleet_core.planning.tokens import prompt_chars, prompt_tokens
 from tests.gateway.conftest import MSG_DEFAULT, GatewayEnv
 from tests.waiting import eventually
 

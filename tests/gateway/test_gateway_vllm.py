@@ -18,9 +18,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
-from lorafleet_core.openai_stream import WHOLE_PARSE_BYTES
-from lorafleet_core.placement import ranked
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.planning.placement import ranked
+from lorafleet_core.wire.openai_stream import WHOLE_PARSE_BYTES
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.usage import USAGE_COMPLETION, USAGE_PROMPT
@@ -395,7 +395,7 @@ def test_prompt_logprobs_never_reach_the_engine_which_they_kill(fleet):
 def test_a_large_answer_is_metered_by_its_usage_without_being_parsed_whole(fleet):
     """n choices with 20 logprobs per token make vLLM's answer ~0.6 KB per generated token
     (16 MB for n=4 x 4096 tokens on a large pool); past WHOLE_PARSE_BYTES the gateway and the
-    agent read its usage from the tail (lorafleet_core.openai_stream.answer_usage). Real
+    agent read its usage from the tail (lorafleet_core.wire.openai_stream.answer_usage). Real
     vLLM's answer must still meter right."""
     base_url, records, _folder, gw = fleet
     resp = httpx.post(

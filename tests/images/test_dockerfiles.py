@@ -92,9 +92,9 @@ def test_replica_pods_run_the_images_interpreter_and_modules():
 
 
 def test_the_merge_job_and_fetch_of_merged_pools_run_the_replica_images_modules():
-    from lorafleet_core.models import MergePhase, MergeStatus
+    from lorafleet_core.api.models import MergePhase, MergeStatus
     from lorafleet_core.planning.merge_job import plan_merge_job
-    from lorafleet_core.records import AdapterRecord
+    from lorafleet_core.wire.records import AdapterRecord
 
     merged = pool("m", merged={"adapter": "a"})
     record = AdapterRecord(

@@ -6,7 +6,7 @@ import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from lorafleet_core.models import AdapterAlias, LoRAAdapter, ReplicaPool
+from lorafleet_core.api.models import AdapterAlias, LoRAAdapter, ReplicaPool
 from lorafleet_core.planning.adapters import parse_adapter
 from lorafleet_core.planning.fleet import AdapterEntry, PodView
 

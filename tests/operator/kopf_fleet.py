@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
-from lorafleet_core.records import decode_owned
+from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.wire.records import decode_owned
 from tests.operator.factories import adapter_body, pool_body
 from tests.operator.kmock_cluster import Cluster
 from tests.operator.state_servers import StateServer

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from openapi_spec_validator import validate
 
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.names import KIND_ADAPTER, KIND_ALIAS
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api.names import KIND_ADAPTER, KIND_ALIAS
+from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_operator.control.store import FolderStore
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.servers import ServerThread
@@ -179,7 +179,7 @@ def test_alias_refuses_unknown_foreign_unservable_and_malformed(api, folder):
 
 
 def _manifest(reg: dict[str, Any]) -> dict[str, Any]:
-    from lorafleet_core.adapter_registration import AdapterRegistration
+    from lorafleet_core.planning.adapter_registration import AdapterRegistration
 
     return AdapterRegistration.model_validate(reg).manifest()
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.names import KIND_ADAPTER
+from lorafleet_core.api.names import KIND_ADAPTER
+from lorafleet_core.storage.manifests import load_folder, write_object
 from lorafleet_standalone import processes
 from lorafleet_standalone.local_replicas import free_port
 from lorafleet_standalone.state_files import CONTROL_TOKEN_FILE

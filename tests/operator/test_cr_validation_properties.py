@@ -1,5 +1,5 @@
 """Hypothesis over whole custom resources, valid and invalid, against the CRD schema (+ CEL, as
-the API server evaluates them: lorafleet_core.crd_validation) and the operator's own
+the API server evaluates them: lorafleet_core.api.crd_validation) and the operator's own
 re-validation and planners.
 
 For every generated LoRAAdapter, AdapterAlias and ReplicaPool:
@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from lorafleet_core.crd_validation import schema_of, unknown_fields, validate
-from lorafleet_core.models import AdapterAlias, AdapterPhase, LoRAAdapter, ReplicaPoolStatus
+from lorafleet_core.api.crd_validation import schema_of, unknown_fields, validate
+from lorafleet_core.api.models import AdapterAlias, AdapterPhase, LoRAAdapter, ReplicaPoolStatus
 from lorafleet_core.planning.adapters import Validation, parse_adapter
 from lorafleet_core.planning.fleet import AdapterEntry, FleetSnapshot, plan_fleet
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects

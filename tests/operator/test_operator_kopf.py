@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from lorafleet_core.kube_client import FIELD_MANAGER, MERGE_PATCH, STRATEGIC_MERGE_PATCH
-from lorafleet_core.names import LABEL_POOL
+from lorafleet_core.api.names import LABEL_POOL
+from lorafleet_core.kube.client import FIELD_MANAGER, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 from tests.operator.factories import alias_body
 from tests.operator.kmock_cluster import eventually

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lorafleet_core.kube_client import FIELD_MANAGER
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.kube.client import FIELD_MANAGER
 from tests.conftest import free_port
 from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS, LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_operator.fleet_index import MISSED_SCRAPES_KEPT
 from lorafleet_operator.sync import FleetSync
 from tests.operator.factories import adapter_body, alias_body, pool

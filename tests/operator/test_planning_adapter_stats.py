@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from lorafleet_core.planning.adapter_stats import IDLE, Measured, aggregate, plan_stats
 from lorafleet_core.planning.fleet import FleetParams, FleetSnapshot, plan_fleet
-from lorafleet_core.replica_state import AdapterActivity, ReplicaState
+from lorafleet_core.wire.replica_state import AdapterActivity, ReplicaState
 from tests.operator.factories import T0, entry, pod_views, pool
 
 
@@ -111,7 +111,7 @@ def test_fleet_plan_puts_stats_in_the_status_and_hot_traffic_raises_owners():
 
 
 def test_placements_list_owners_then_spills_by_tier_and_refresh_only_when_asked():
-    from lorafleet_core.models.adapter import MAX_PLACEMENTS
+    from lorafleet_core.api.models.adapter import MAX_PLACEMENTS
     from lorafleet_core.planning.adapter_stats import plan_placements
 
     states = {

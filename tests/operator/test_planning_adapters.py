@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet_core import reasons as R
-from lorafleet_core.models import AdapterPhase, ConditionStatus
+from lorafleet_core.api import reasons as R
+from lorafleet_core.api.models import AdapterPhase, ConditionStatus
 from lorafleet_core.planning import adapters as A
 from lorafleet_core.planning.conditions import find
 from tests.operator.factories import OTHER_HASH, T0, adapter, adapter_body, pool

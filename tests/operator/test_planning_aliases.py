@@ -5,8 +5,8 @@ from datetime import timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lorafleet_core import reasons as R
-from lorafleet_core.models import AdapterPhase, ConditionStatus
+from lorafleet_core.api import reasons as R
+from lorafleet_core.api.models import AdapterPhase, ConditionStatus
 from lorafleet_core.planning import aliases as L
 from lorafleet_core.planning.conditions import find
 from tests.operator.factories import T0, alias

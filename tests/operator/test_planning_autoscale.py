@@ -3,9 +3,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
+from lorafleet_core.api.models import AutoscalingSpec, ReplicaBounds
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_state import ReplicaState
 
 SPEC = AutoscalingSpec(target_tokens_in_flight=1000, target_queue_depth=4)
 BOUNDS = ReplicaBounds(min=2, max=10)

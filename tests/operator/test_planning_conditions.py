@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from lorafleet_core.models import ConditionStatus
+from lorafleet_core.api.models import ConditionStatus
 from lorafleet_core.planning.conditions import condition, find, set_condition, without
 from tests.operator.factories import T0
 

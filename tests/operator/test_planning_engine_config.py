@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from lorafleet_core.crd_validation import schema_errors, schema_of
-from lorafleet_core.models import EngineSpec, MergePhase, MergeStatus, ReplicaPool
+from lorafleet_core.api.crd_validation import schema_errors, schema_of
+from lorafleet_core.api.models import EngineSpec, MergePhase, MergeStatus, ReplicaPool
 from lorafleet_core.planning.pool import plan_pool_objects
 from lorafleet_standalone import processes
 from tests.operator.factories import pool, pool_body

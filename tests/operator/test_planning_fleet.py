@@ -4,11 +4,11 @@ import dataclasses
 import time
 from datetime import timedelta
 
-from lorafleet_core.models import AdapterPhase, ConditionStatus
+from lorafleet_core.api.models import AdapterPhase, ConditionStatus
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.fleet import FleetParams, FleetSnapshot, PodView, plan_fleet
-from lorafleet_core.records import decode_owned
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.records import decode_owned
+from lorafleet_core.wire.replica_state import ReplicaState
 from tests.operator.factories import T0, alias, entry, pod_views, pool
 
 
@@ -178,7 +178,7 @@ def test_a_rejected_adapter_is_not_rewritten_by_later_passes():
 def test_one_tenants_hostile_inputs_do_not_fail_the_namespaces_plan():
     """200 aliases with 244-character names blocking one deletion (a 50 KB message), and
     replicas reporting infinite, huge or NaN rates: the plan still covers everyone."""
-    from lorafleet_core.models import CONDITION_MESSAGE_MAX
+    from lorafleet_core.api.models import CONDITION_MESSAGE_MAX
 
     doomed = dataclasses.replace(entry("a1"), deleting=True)
     aliases = [alias("x" * 240 + f"{i:04d}", f"acme/m{i}:prod", "a1") for i in range(200)]

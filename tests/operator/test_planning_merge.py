@@ -9,8 +9,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from lorafleet_core import reasons
-from lorafleet_core.models import ConditionStatus, MergePhase, MergeStatus, ReplicaPoolStatus
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import ConditionStatus, MergePhase, MergeStatus, ReplicaPoolStatus
 from lorafleet_core.planning.adapters import validate_adapter
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.merge_job import (
@@ -21,7 +21,7 @@ from lorafleet_core.planning.merge_job import (
 )
 from lorafleet_core.planning.pool import merged_model_dir, plan_pool_objects
 from lorafleet_core.planning.pool_status import PoolObservation, plan_pool_status
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 from tests.operator.factories import OTHER_HASH, T0, adapter, pool
 
 CHECKSUM = "sha256:" + "d" * 64

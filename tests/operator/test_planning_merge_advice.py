@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from lorafleet_core import reasons as R
-from lorafleet_core.models import ConditionStatus, ReplicaPool
-from lorafleet_core.names import LABEL_MERGED_ADAPTER, LABEL_MERGED_FROM
+from lorafleet_core.api import reasons as R
+from lorafleet_core.api.models import ConditionStatus, ReplicaPool
+from lorafleet_core.api.names import LABEL_MERGED_ADAPTER, LABEL_MERGED_FROM
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.fleet import FleetParams, FleetSnapshot, plan_fleet
 from lorafleet_core.planning.merge_advice import merged_pool_name
-from lorafleet_core.replica_state import AdapterActivity, ReplicaState
+from lorafleet_core.wire.replica_state import AdapterActivity, ReplicaState
 from tests.operator.factories import T0, entry, pod_views, pool
 
 PARAMS = FleetParams(replica_capacity_tps=640, merge_threshold_share=1.0)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
-from lorafleet_core import reasons as R
-from lorafleet_core.models import AdapterAlias, ConditionStatus, ReplicaPool, ReplicaPoolStatus
-from lorafleet_core.names import ANNOTATION_DRAINING_SINCE, LABEL_MERGED_ADAPTER, LABEL_MERGED_FROM
+from lorafleet_core.api import reasons as R
+from lorafleet_core.api.models import AdapterAlias, ConditionStatus, ReplicaPool, ReplicaPoolStatus
+from lorafleet_core.api.names import (
+    ANNOTATION_DRAINING_SINCE,
+    LABEL_MERGED_ADAPTER,
+    LABEL_MERGED_FROM,
+)
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.fleet import FleetPlan, FleetSnapshot, plan_fleet
 from lorafleet_core.planning.merged_lifecycle import (

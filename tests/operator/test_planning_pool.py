@@ -5,7 +5,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from lorafleet_core.names import LABEL_POOL
+from lorafleet_core.api.names import LABEL_POOL
 from lorafleet_core.planning.pool import (
     ANNOTATIONS_FILE,
     clamp_replicas,

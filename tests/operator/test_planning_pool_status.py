@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from lorafleet_core import reasons
-from lorafleet_core.models import ConditionStatus, ReplicaPoolStatus
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import ConditionStatus, ReplicaPoolStatus
 from lorafleet_core.planning.autoscale import ScaleState
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.pool_status import PoolObservation, plan_pool_status, plan_scale
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_state import ReplicaState
 from tests.operator.factories import T0, pool
 
 SCALING = {"targetTokensInFlight": 1000, "targetQueueDepth": 4}

@@ -16,7 +16,7 @@ from lorafleet_core.planning.prewarm import (
     prewarm_order,
     prewarm_pass,
 )
-from lorafleet_core.records import AdapterRecord, decode_owned, encode_owned, owned_ids
+from lorafleet_core.wire.records import AdapterRecord, decode_owned, encode_owned, owned_ids
 from tests.operator.factories import adapter
 
 REPLICAS = [f"pool-{i}" for i in range(26)]

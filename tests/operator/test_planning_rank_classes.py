@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from lorafleet_core import reasons as R
-from lorafleet_core.models import AdapterPhase
+from lorafleet_core.api import reasons as R
+from lorafleet_core.api.models import AdapterPhase
 from lorafleet_core.planning import adapters as A
 from lorafleet_core.planning.fleet import FleetSnapshot, plan_fleet
-from lorafleet_core.records import decode_owned
+from lorafleet_core.wire.records import decode_owned
 from tests.operator.factories import T0, adapter, entry, pod_views, pool
 
 # Names sort against the rank order on purpose: the choice must follow maxRank, not names.

@@ -12,8 +12,8 @@ import yaml
 from pydantic import ValidationError
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core.crd_validation import schema_in_crd, validate
-from lorafleet_core.models import ReplicaPool
+from lorafleet_core.api.crd_validation import schema_in_crd, validate
+from lorafleet_core.api.models import ReplicaPool
 from lorafleet_core.planning.merged_lifecycle import merge_patch
 from lorafleet_core.planning.pool import plan_pool_objects
 from lorafleet_core.planning.replica_config import InsideAuth

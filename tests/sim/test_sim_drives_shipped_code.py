@@ -6,10 +6,10 @@ import inspect
 import pkgutil
 from pathlib import Path
 
-import lorafleet_core.cache_policy as cache_policy
-import lorafleet_core.placement as placement
 import lorafleet_core.planning.adapters as planning_adapters
 import lorafleet_core.planning.autoscale as autoscale
+import lorafleet_core.planning.cache_policy as cache_policy
+import lorafleet_core.planning.placement as placement
 import lorafleet_core.planning.prewarm as planning_prewarm
 import lorafleet_gateway.router as router
 import lorafleet_sim as sim_pkg
@@ -57,7 +57,7 @@ def test_the_routing_ab_compares_the_gateways_own_policies():
 
 
 def test_simulated_fleet_defaults_are_the_operators_and_the_pools():
-    from lorafleet_core.models import AutoscalingSpec
+    from lorafleet_core.api.models import AutoscalingSpec
     from lorafleet_core.planning.fleet import FleetParams as OperatorFleetParams
     from lorafleet_operator.settings import OperatorSettings
 

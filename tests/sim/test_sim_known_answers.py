@@ -123,7 +123,7 @@ def test_decode_stretches_as_one_event_match_the_step_by_step_loop(monkeypatch):
 
 
 def test_a_joining_replica_serves_only_after_its_prewarm_pass_or_the_timeout():
-    from lorafleet_core.placement import owners
+    from lorafleet_core.planning.placement import owners
 
     w = build(mix=Mix.zipf(200, 1.0), rate=10, duration_s=200, seed=1)
     joined = 30.0 + RP.base_start_s + RP.warmup_s  # the add event, then base start + warm-up
@@ -149,7 +149,7 @@ def test_a_joining_replica_serves_only_after_its_prewarm_pass_or_the_timeout():
 
 
 def test_a_joining_replica_prewarms_its_hottest_owned_adapters_first():
-    from lorafleet_core.placement import owners
+    from lorafleet_core.planning.placement import owners
 
     # RAM for 5 of the ~70 adapters the newcomer owns (the pass pulls the rest to disk):
     # which 5 decides how many of its owned requests load from disk or the object store.
@@ -173,7 +173,7 @@ def test_a_joining_replica_prewarms_its_hottest_owned_adapters_first():
 def test_prewarm_next_hot_loads_the_hottest_adapter_on_its_next_rendezvous_replica():
     from collections import Counter
 
-    from lorafleet_core.placement import owners
+    from lorafleet_core.planning.placement import owners
 
     w = build(mix=Mix.zipf(50, 1.0), rate=3, duration_s=120, seed=2)
     hottest = w.names[Counter(w.adapter).most_common(1)[0][0]]

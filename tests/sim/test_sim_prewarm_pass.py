@@ -8,14 +8,14 @@ from itertools import pairwise
 
 import pytest
 
-from lorafleet_core.placement import owners
+from lorafleet_core.planning.placement import owners
 from lorafleet_core.planning.prewarm import (
     PREWARM_EVICTING_PULLS_PER_MIN,
     PrewarmPass,
     prewarm_pass,
 )
-from lorafleet_core.records import decode_owned
-from lorafleet_core.tiers import Tier
+from lorafleet_core.wire.records import decode_owned
+from lorafleet_core.wire.tiers import Tier
 from lorafleet_sim.engine import Engine, FleetEvent
 from lorafleet_sim.params import FleetParams, ReplicaParams
 from lorafleet_sim.replica import Replica

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_core.api.models import ReplicaPoolSpec
 from lorafleet_standalone import processes
 from lorafleet_standalone.cpu_binding import BIND_ENV, EngineCores, engine_core_sets
 from lorafleet_standalone.processes import ReplicaPlan

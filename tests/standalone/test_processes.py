@@ -8,8 +8,8 @@ from pathlib import Path
 import yaml
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core.manifests import load_folder
-from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_core.api.models import ReplicaPoolSpec
+from lorafleet_core.storage.manifests import load_folder
 from lorafleet_gateway.settings import GatewaySettings
 from lorafleet_standalone import processes
 from lorafleet_standalone.planning import plan

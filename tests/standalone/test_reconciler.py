@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lorafleet_core.manifests import write_object
-from lorafleet_core.names import ANNOTATION_OWNED_ADAPTERS
-from lorafleet_core.placement import owners
-from lorafleet_core.records import decode_owned, parse_downward_annotations
-from lorafleet_core.standalone_state import load_alias_statuses
+from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS
+from lorafleet_core.planning.placement import owners
+from lorafleet_core.storage.manifests import write_object
+from lorafleet_core.storage.standalone_state import load_alias_statuses
+from lorafleet_core.wire.records import decode_owned, parse_downward_annotations
 from lorafleet_standalone.reconciler import Reconciler
 from tests.manifest_folder import adapter_manifest, alias_manifest, pool_hash
 

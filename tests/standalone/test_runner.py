@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lorafleet_cli.main import main
-from lorafleet_core.manifests import write_object
+from lorafleet_core.storage.manifests import write_object
 from lorafleet_standalone.guards import UpError
 from lorafleet_standalone.local_replicas import plan_replicas
 from lorafleet_standalone.runner import run_up

@@ -10,14 +10,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from lorafleet_core import reasons as R
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.models import ConditionStatus, MergePhase, MergeStatus, ReplicaPool
-from lorafleet_core.names import ANNOTATION_DRAINING_SINCE
+from lorafleet_core.api import reasons as R
+from lorafleet_core.api.models import ConditionStatus, MergePhase, MergeStatus, ReplicaPool
+from lorafleet_core.api.names import ANNOTATION_DRAINING_SINCE
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.planning.merged_lifecycle import auto_created
-from lorafleet_core.replica_state import AdapterActivity, ReplicaState
+from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.wire.replica_state import AdapterActivity, ReplicaState
 from lorafleet_standalone.auto_merge import AutoMerge
 from lorafleet_standalone.cpu_binding import EngineCores
 from lorafleet_standalone.merged import MergedRun

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lorafleet_core import objectstore
-from lorafleet_core.models import LoRAAdapterSpec, ReplicaBounds
+from lorafleet_core.api.models import LoRAAdapterSpec, ReplicaBounds
 from lorafleet_core.planning.adapters import validate_adapter
+from lorafleet_core.storage import objectstore
 from lorafleet_standalone.demo import DEMO_TENANT, demo_pool
 from lorafleet_standalone.local_replicas import MAX_LOCAL_REPLICAS, local_replica_count
 

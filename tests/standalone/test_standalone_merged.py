@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core import reasons
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.merged_weights import verify_merged
-from lorafleet_core.models import ALL_TARGET_MODULES, MergePhase, ReplicaPool
-from lorafleet_core.replica_endpoints import parse_replicas
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import ALL_TARGET_MODULES, MergePhase, ReplicaPool
+from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.storage.merged_weights import verify_merged
+from lorafleet_core.storage.replica_endpoints import parse_replicas
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_standalone.merged import (
     MergedRun,
@@ -153,7 +153,7 @@ def test_the_local_merge_step_produces_verified_weights_once(
 
 
 def test_merged_replicas_are_listed_apart_from_the_shared_ones(tmp_path: Path):
-    from lorafleet_core.models import MergeStatus
+    from lorafleet_core.api.models import MergeStatus
 
     shared = [replica(tmp_path, "shared-0")]
     status = MergeStatus(

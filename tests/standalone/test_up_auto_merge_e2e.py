@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.names import ANNOTATION_DRAINING_SINCE
+from lorafleet_core.api.names import ANNOTATION_DRAINING_SINCE
+from lorafleet_core.storage.manifests import load_folder, write_object
 from lorafleet_standalone import demo
 from tests.standalone.up_harness import Up, prepare_demo_folder, running_up
 from tests.waiting import eventually

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from lorafleet_cli.main import main
-from lorafleet_core.manifests import load_folder, write_object
+from lorafleet_core.storage.manifests import load_folder, write_object
 from lorafleet_standalone import demo
 from tests.standalone.up_harness import Up, prepare_demo_folder, running_up
 from tests.waiting import eventually

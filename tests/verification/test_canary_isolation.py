@@ -26,8 +26,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from lorafleet_core.models import ALL_TARGET_MODULES
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets, ensure_demo_assets
 from lorafleet_gateway.settings import GatewaySettings
 from tests.conftest import (

@@ -1,7 +1,7 @@
 """Pure planners of the lorafleet operator: observed objects in, plan dataclasses out.
 
 Nothing in this package talks to Kubernetes, imports kopf, reads the clock or does I/O: every
-function takes plain pydantic models from `lorafleet_core.models` (or small dataclasses defined
+function takes plain pydantic models from `lorafleet_core.api.models` (or small dataclasses defined
 here) plus an explicit `now`, and returns a plan the caller applies. The kopf handlers in
 `lorafleet_operator.handlers` apply plans to a cluster; standalone mode (`lorafleet up`) applies
 the same plans to YAML manifests in a folder. Entry points: `fleet.plan_fleet` (everything at

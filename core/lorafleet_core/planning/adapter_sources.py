@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import unquote, urlparse
 
-from lorafleet_core.models import LoRAAdapterSpec, ReplicaPool
+from lorafleet_core.api.models import LoRAAdapterSpec, ReplicaPool
+from lorafleet_core.api.reasons import NO_ADAPTER_SOURCES, WEIGHTS_OUTSIDE_SOURCES
 from lorafleet_core.planning.validation import Validation
-from lorafleet_core.reasons import NO_ADAPTER_SOURCES, WEIGHTS_OUTSIDE_SOURCES
 
 
 def source_problem(spec: LoRAAdapterSpec, pool: ReplicaPool) -> Validation | None:

@@ -1,6 +1,6 @@
 """Per-adapter traffic and placements across replicas, and when to write them to the status.
 
-Replicas report counts per adapter (lorafleet_core.replica_state.AdapterActivity); summed over
+Replicas report counts per adapter (lorafleet_core.wire.replica_state.AdapterActivity); summed over
 replicas they give the fleet's requests per minute, tokens/s and GPU hit rate (GPU hits over
 requests). Owner counts already follow the summed tokens/s (planning.fleet); this module only
 decides the status figures.
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from lorafleet_core.models import AdapterStats, Placement
-from lorafleet_core.models.adapter import MAX_PLACEMENTS
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.api.models import AdapterStats, Placement
+from lorafleet_core.api.models.adapter import MAX_PLACEMENTS
+from lorafleet_core.wire.replica_state import ReplicaState
 
 MIN_INTERVAL = timedelta(minutes=1)
 RELATIVE_CHANGE = 0.25

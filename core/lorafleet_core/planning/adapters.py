@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from lorafleet_core.models import (
+from lorafleet_core.api.models import (
     MAX_OWNERS,
     AdapterPhase,
     AdapterStats,
@@ -35,10 +35,7 @@ from lorafleet_core.models import (
     Placement,
     ReplicaPool,
 )
-from lorafleet_core.planning.adapter_sources import source_problem
-from lorafleet_core.planning.conditions import condition, merge_conditions
-from lorafleet_core.planning.validation import Validation as Validation  # re-exported
-from lorafleet_core.reasons import (
+from lorafleet_core.api.reasons import (
     BASE_MODEL_MISMATCH,
     DELETION_BLOCKED,
     IN_USE_BY_MERGED_POOL,
@@ -60,6 +57,9 @@ from lorafleet_core.reasons import (
     VALID,
     VALIDATED,
 )
+from lorafleet_core.planning.adapter_sources import source_problem
+from lorafleet_core.planning.conditions import condition, merge_conditions
+from lorafleet_core.planning.validation import Validation as Validation  # re-exported
 
 _FIELD_REASONS = {"weightsUri": UNSUPPORTED_URI_SCHEME, "checksum": INVALID_CHECKSUM}
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lorafleet_core.models import (
+from lorafleet_core.api.models import (
     AdapterAlias,
     AdapterAliasStatus,
     AdapterPhase,
@@ -23,8 +23,7 @@ from lorafleet_core.models import (
     Condition,
     ObjectMeta,
 )
-from lorafleet_core.planning.conditions import condition, merge_conditions
-from lorafleet_core.reasons import (
+from lorafleet_core.api.reasons import (
     ADAPTER_DELETING,
     ADAPTER_NOT_FOUND,
     ADAPTER_NOT_READY,
@@ -38,6 +37,7 @@ from lorafleet_core.reasons import (
     SERVING,
     TENANT_MISMATCH,
 )
+from lorafleet_core.planning.conditions import condition, merge_conditions
 
 HISTORY_MAX = 10  # deploys kept in status.history (newest first)
 

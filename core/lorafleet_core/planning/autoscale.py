@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from lorafleet_core.models import AutoscalingSpec, ReplicaBounds
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.api.models import AutoscalingSpec, ReplicaBounds
+from lorafleet_core.wire.replica_state import ReplicaState
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from lorafleet_core.models import CONDITION_MESSAGE_MAX, Condition, ConditionStatus
+from lorafleet_core.api.models import CONDITION_MESSAGE_MAX, Condition, ConditionStatus
 
 _CUT = " ... (truncated)"
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from lorafleet_core import reasons
-from lorafleet_core.models import (
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import (
     AdapterAlias,
     AdapterAliasStatus,
     AdapterPhase,
@@ -24,7 +24,7 @@ from lorafleet_core.models import (
     LoRAAdapterStatus,
     ReplicaPool,
 )
-from lorafleet_core.names import KIND_ADAPTER, KIND_ALIAS
+from lorafleet_core.api.names import KIND_ADAPTER, KIND_ALIAS
 from lorafleet_core.planning import adapter_stats
 from lorafleet_core.planning.adapters import (
     REPLICA_TOKENS_PER_SECOND,
@@ -49,8 +49,8 @@ from lorafleet_core.planning.merge_advice import (
 )
 from lorafleet_core.planning.merged_lifecycle import PoolChange, plan_merged_lifecycle
 from lorafleet_core.planning.prewarm import plan_owned_annotations
-from lorafleet_core.records import AdapterRecord
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_core.wire.replica_state import ReplicaState
 
 
 @dataclass(frozen=True)

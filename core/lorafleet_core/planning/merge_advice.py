@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lorafleet_core import reasons
-from lorafleet_core.models import (
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import (
     MAX_POOL_NAME,
     POOL_NAME,
     Condition,
@@ -40,7 +40,7 @@ from lorafleet_core.models import (
     MergedSpec,
     ReplicaPool,
 )
-from lorafleet_core.names import (
+from lorafleet_core.api.names import (
     API_VERSION,
     KIND_ADAPTER,
     KIND_POOL,

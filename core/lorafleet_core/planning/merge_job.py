@@ -28,12 +28,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from lorafleet_core import reasons
-from lorafleet_core.models import LoRAAdapter, MergePhase, MergeStatus, ReplicaPool
-from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import LoRAAdapter, MergePhase, MergeStatus, ReplicaPool
+from lorafleet_core.api.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
 from lorafleet_core.planning.pool import pool_refs
-from lorafleet_core.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord
 
 COMPONENT_MERGE = "merge"
 WORK_DIR = "/var/cache/lorafleet/merge"

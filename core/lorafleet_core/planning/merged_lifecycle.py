@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lorafleet_core import reasons
-from lorafleet_core.models import Condition, ConditionStatus, ReplicaPool
-from lorafleet_core.models.pool import AutoMergeSpec
-from lorafleet_core.names import (
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import Condition, ConditionStatus, ReplicaPool
+from lorafleet_core.api.models.pool import AutoMergeSpec
+from lorafleet_core.api.names import (
     ANNOTATION_DRAINING_SINCE,
     KIND_ADAPTER,
     KIND_POOL,

@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lorafleet_core.models import MergePhase, MergeStatus, ReplicaPool
-from lorafleet_core.names import LABEL_COMPONENT, LABEL_POOL
+from lorafleet_core.api.models import MergePhase, MergeStatus, ReplicaPool
+from lorafleet_core.api.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
+from lorafleet_core.planning.pods import COMPONENT_REPLICA
 from lorafleet_core.planning.replica_config import (
     AGENT_ENV_PREFIX,
     SECRET_MODE,
@@ -28,7 +29,6 @@ from lorafleet_core.planning.replica_config import (
     merged_model_env,
     vllm_secret_env,
 )
-from lorafleet_core.pods import COMPONENT_REPLICA
 
 PODINFO_DIR = "/etc/lorafleet/podinfo"
 ANNOTATIONS_FILE = f"{PODINFO_DIR}/annotations"

@@ -15,15 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from lorafleet_core import reasons
-from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
-from lorafleet_core.names import ANNOTATION_DRAINING_SINCE
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import ReplicaPool, ReplicaPoolStatus
+from lorafleet_core.api.names import ANNOTATION_DRAINING_SINCE
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
 from lorafleet_core.planning.conditions import condition, merge_conditions
 from lorafleet_core.planning.merge_job import MergePlan
 from lorafleet_core.planning.merged_lifecycle import draining
 from lorafleet_core.planning.pool import clamp_replicas, selector_string
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_state import ReplicaState
 
 
 @dataclass(frozen=True)

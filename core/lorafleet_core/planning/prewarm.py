@@ -1,7 +1,8 @@
 """Pre-warm plan: the `lorafleet.dev/owned-adapters` annotation value for every replica pod.
 
-Each adapter's owners come from rendezvous hashing (`lorafleet_core.placement.owners`); a pod's
-annotation lists the records of the adapters it owns, encoded by `lorafleet_core.records`
+Each adapter's owners come from rendezvous hashing (`lorafleet_core.planning.placement.owners`); a
+pod's
+annotation lists the records of the adapters it owns, encoded by `lorafleet_core.wire.records`
 (sorted by id, compact JSON) so the same set always gives the same bytes and unchanged pods
 are never patched. The agent pre-warms in the listed order (`prewarm_pass`): the first RAM
 slots' worth registered with vLLM, then the rest pulled to its disk cache only.
@@ -40,8 +41,8 @@ from functools import lru_cache
 from math import floor, log2
 from typing import Generic, TypeVar
 
-from lorafleet_core.placement import owners as rendezvous_owners
-from lorafleet_core.records import AdapterRecord, encode_owned_row, join_owned_rows
+from lorafleet_core.planning.placement import owners as rendezvous_owners
+from lorafleet_core.wire.records import AdapterRecord, encode_owned_row, join_owned_rows
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from lorafleet_core.models import ReplicaPoolSpec
+from lorafleet_core.api.models import ReplicaPoolSpec
 
 AGENT_ENV_PREFIX = "LORAFLEET_AGENT_"
 

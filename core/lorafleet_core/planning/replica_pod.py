@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from lorafleet_core.models import ReplicaPool
+from lorafleet_core.api.models import ReplicaPool
 
 REPLICA_UID = 10001  # the `lorafleet` user of replica-image/Dockerfile
 PYTHON = "python3"

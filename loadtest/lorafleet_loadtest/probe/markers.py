@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lorafleet_core.manifests import load_folder
+from lorafleet_core.storage.manifests import load_folder
 from lorafleet_demo.assets import DEFAULT_MARKERS
 
 MARKER_ANNOTATION = "lorafleet.dev/canary-marker"
@@ -37,7 +37,8 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _documents(folder: Path) -> list[dict[str, Any]]:
-    """The folder's objects as `lorafleet_core.manifests` (the one reader) reads them; a file
+    """The folder's objects as `lorafleet_core.storage.manifests` (the one reader) reads them; a
+    file
     that does not parse is skipped, as the gateway and the reconciler skip it."""
     if not folder.is_dir():
         raise ValueError(f"--manifests {folder} is not a folder")

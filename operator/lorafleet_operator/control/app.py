@@ -1,10 +1,12 @@
 """The control API's routes (FastAPI), on their own port, every one behind the admin credential.
 
-- `POST /internal/adapters`: register an adapter version (lorafleet_core.adapter_registration):
+- `POST /internal/adapters`: register an adapter version
+  (lorafleet_core.planning.adapter_registration):
   201 created, 200 when the identical version exists (idempotent), 409 when that id exists with
   another spec (versions are immutable), 422 with every reason it would be refused.
 - `PUT /internal/aliases/{alias}` `{"adapter_id"}`: deploy, or roll back by naming the previous
-  adapter (lorafleet_core.alias_deploy, the CLI's rules). `{alias}` is the public model name
+  adapter (lorafleet_core.planning.alias_deploy, the CLI's rules). `{alias}` is the public model
+  name
   `tenant/name:tag`, URL-encoded (`acme%2Fsupport:prod`).
 - `POST /internal/replicas/{id}/adapters/{aid}/load|unload`, `GET /internal/replicas/{id}/state`:
   forwarded to that replica's agent. A load carries the registry's record of the adapter (the
@@ -27,9 +29,15 @@ from fastapi.security import HTTPBearer
 from pydantic import BaseModel, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from lorafleet_core import names
-from lorafleet_core.adapter_registration import AdapterRegistration, Comparison, compare, problems
-from lorafleet_core.alias_deploy import (
+from lorafleet_core.api import names
+from lorafleet_core.api.models import LoRAAdapterSpec
+from lorafleet_core.planning.adapter_registration import (
+    AdapterRegistration,
+    Comparison,
+    compare,
+    problems,
+)
+from lorafleet_core.planning.alias_deploy import (
     AdapterNotFound,
     AliasError,
     InvalidAlias,
@@ -37,11 +45,10 @@ from lorafleet_core.alias_deploy import (
     pick_alias,
     plan_set,
 )
-from lorafleet_core.models import LoRAAdapterSpec
-from lorafleet_core.openai_errors import error_body
-from lorafleet_core.records import AdapterRecord
-from lorafleet_core.replica_client import StateUnavailable, fetch_state
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.openai_errors import error_body
+from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_operator.control.auth import ControlAuth
 from lorafleet_operator.control.store import AlreadyExists, ControlStore, StoreError
 

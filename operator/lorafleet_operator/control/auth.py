@@ -18,8 +18,8 @@ from pathlib import Path
 
 from kubernetes_asyncio import client
 
-from lorafleet_core.secret_file import SecretFile
-from lorafleet_core.token_review import TokenReviewer, parse_accounts
+from lorafleet_core.kube.token_review import TokenReviewer, parse_accounts
+from lorafleet_core.web.secret_file import SecretFile
 
 __all__ = ["REVIEW_CACHE_S", "ControlAuth", "parse_accounts", "token_sha256"]
 
@@ -45,7 +45,7 @@ class ControlAuth:
         self._file = (
             SecretFile(token_sha256_file, bytes.fromhex) if token_sha256_file is not None else None
         )
-        # Who the token belongs to is the API server's answer (lorafleet_core.token_review).
+        # Who the token belongs to is the API server's answer (lorafleet_core.kube.token_review).
         self._reviewer = (
             TokenReviewer(api, accounts=service_accounts, cache_s=REVIEW_CACHE_S, clock=clock)
             if service_accounts and api is not None

@@ -4,7 +4,7 @@
 set: the API shares the operator's one logged-in Kubernetes client (lorafleet_operator.kube).
 `python -m lorafleet_operator.control` runs it alone; with `control_manifests` set it writes a
 standalone folder (what `lorafleet up` starts), else it logs in to the cluster itself the way
-the operator does (lorafleet_core.kube_client).
+the operator does (lorafleet_core.kube.client).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 from kubernetes_asyncio import client
 
-from lorafleet_core.secret_file import bearer_token_reader
+from lorafleet_core.web.secret_file import bearer_token_reader
 from lorafleet_operator.control.app import build_control_app
 from lorafleet_operator.control.auth import ControlAuth, parse_accounts
 from lorafleet_operator.control.store import ControlStore, FolderStore, KubeStore
@@ -142,7 +142,7 @@ class OperatorControl:
 
 async def run_alone(settings: OperatorSettings) -> None:
     """`python -m lorafleet_operator.control`: serve until stopped."""
-    from lorafleet_core.kube_client import load_configuration
+    from lorafleet_core.kube.client import load_configuration
 
     api_client: client.ApiClient | None = None
     api: Callable[[], Awaitable[client.ApiClient]] | None = None

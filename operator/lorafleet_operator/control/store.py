@@ -1,12 +1,12 @@
 """Where the control API reads and writes objects, and finds replicas: a cluster or a folder.
 
 - `KubeStore`: the cluster, through the operator's one kubernetes_asyncio client (the same
-  login as kopf's; lorafleet_core.kube_client), in one namespace. Creates are creates (the API
+  login as kopf's; lorafleet_core.kube.client), in one namespace. Creates are creates (the API
   server refuses a second object of the same name: 409, which is how a racing registration
   loses); an alias change is a JSON merge patch of its spec, as `lorafleet alias set` does.
   Replicas are the pool's replica pods: the pod named by the replica id, its IP and its
   `internal` container port.
-- `FolderStore`: a standalone manifests folder (lorafleet_core.manifests, the one reader and
+- `FolderStore`: a standalone manifests folder (lorafleet_core.storage.manifests, the one reader and
   writer), which a running `lorafleet up` watches; replicas come from its replicas file.
 """
 
@@ -20,11 +20,11 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from lorafleet_core import names
-from lorafleet_core.kube_client import MERGE_PATCH, is_conflict, is_not_found, plain
-from lorafleet_core.manifests import load_folder, write_object
-from lorafleet_core.pods import pod_ip, replica_pool
-from lorafleet_core.replica_endpoints import read_replicas, replicas_file
+from lorafleet_core.api import names
+from lorafleet_core.kube.client import MERGE_PATCH, is_conflict, is_not_found, plain
+from lorafleet_core.planning.pods import pod_ip, replica_pool
+from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.storage.replica_endpoints import read_replicas, replicas_file
 from lorafleet_operator.fleet_index import internal_port
 
 Obj = dict[str, Any]

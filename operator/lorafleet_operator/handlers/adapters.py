@@ -9,7 +9,7 @@ from typing import Any
 
 import kopf
 
-from lorafleet_core.names import GROUP, PLURAL_ADAPTER, VERSION
+from lorafleet_core.api.names import GROUP, PLURAL_ADAPTER, VERSION
 from lorafleet_core.planning.fleet import merged_pools_serving
 from lorafleet_operator.errors import NotReadyError, mapped
 from lorafleet_operator.runtime import runtime

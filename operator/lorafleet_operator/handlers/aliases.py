@@ -6,7 +6,7 @@ from typing import Any
 
 import kopf
 
-from lorafleet_core.names import GROUP, PLURAL_ALIAS, VERSION
+from lorafleet_core.api.names import GROUP, PLURAL_ALIAS, VERSION
 from lorafleet_operator.runtime import runtime
 
 

@@ -19,9 +19,9 @@ import kopf
 from kubernetes_asyncio.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from lorafleet_core import reasons
-from lorafleet_core.models import ConditionStatus, ReplicaPool, ReplicaPoolStatus
-from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import ConditionStatus, ReplicaPool, ReplicaPoolStatus
+from lorafleet_core.api.names import GROUP, PLURAL_POOL, VERSION
 from lorafleet_core.planning.autoscale import ScaleState
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.pool_status import (
@@ -30,8 +30,8 @@ from lorafleet_core.planning.pool_status import (
     plan_pool_status,
     plan_scale,
 )
-from lorafleet_core.replica_client import StateUnavailable, fetch_state
-from lorafleet_core.replica_state import ReplicaState
+from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_operator.errors import describe
 from lorafleet_operator.fleet_index import Endpoint
 from lorafleet_operator.handlers import merged

@@ -8,8 +8,8 @@ from typing import Any
 import kopf
 from kubernetes_asyncio.client import Configuration
 
-from lorafleet_core.kube_client import bearer_token, load_configuration
-from lorafleet_core.names import FINALIZER, GROUP
+from lorafleet_core.api.names import FINALIZER, GROUP
+from lorafleet_core.kube.client import bearer_token, load_configuration
 from lorafleet_operator import runtime
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.settings import OperatorSettings
@@ -35,7 +35,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 async def login(**_: Any) -> kopf.ConnectionInfo:
     """Explicit API server from settings (tests, dev), else in-cluster, else kubeconfig.
 
-    kubernetes_asyncio loads the credentials (lorafleet_core.kube_client, as the gateway and
+    kubernetes_asyncio loads the credentials (lorafleet_core.kube.client, as the gateway and
     the CLI do); kopf gets the same ones, so its own API access and our writes are one login.
     """
     s = OperatorSettings()  # fresh: login may run before the startup handler

@@ -18,10 +18,9 @@ from typing import Any
 
 import kopf
 
-from lorafleet_core import reasons
-from lorafleet_core.kube_client import is_conflict
-from lorafleet_core.merged_weights import default_store_prefix
-from lorafleet_core.models import MergeStatus, ReplicaPool
+from lorafleet_core.api import reasons
+from lorafleet_core.api.models import MergeStatus, ReplicaPool
+from lorafleet_core.kube.client import is_conflict
 from lorafleet_core.planning.merge_job import (
     JobObservation,
     MergePlan,
@@ -31,8 +30,9 @@ from lorafleet_core.planning.merge_job import (
 )
 from lorafleet_core.planning.merged_lifecycle import auto_created, plan_internal_secret
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects, ready_merge
-from lorafleet_core.records import AdapterRecord
-from lorafleet_core.secret_file import bearer_token_reader
+from lorafleet_core.storage.merged_weights import default_store_prefix
+from lorafleet_core.web.secret_file import bearer_token_reader
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.runtime import runtime
 from lorafleet_operator.sync import FleetSync

@@ -6,8 +6,8 @@ from typing import Any
 
 import kopf
 
-from lorafleet_core.names import LABEL_COMPONENT
-from lorafleet_core.pods import COMPONENT_REPLICA
+from lorafleet_core.api.names import LABEL_COMPONENT
+from lorafleet_core.planning.pods import COMPONENT_REPLICA
 from lorafleet_operator.runtime import runtime
 
 

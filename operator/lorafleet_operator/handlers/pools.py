@@ -11,8 +11,8 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from lorafleet_core.models import ReplicaPool, ReplicaPoolStatus
-from lorafleet_core.names import GROUP, PLURAL_POOL, VERSION
+from lorafleet_core.api.models import ReplicaPool, ReplicaPoolStatus
+from lorafleet_core.api.names import GROUP, PLURAL_POOL, VERSION
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects
 from lorafleet_operator.errors import InvalidSpecError, describe, mapped
 from lorafleet_operator.handlers.merged import apply_merged_pool, ensure_internal_secret

@@ -1,0 +1,113 @@
+"""AdapterAlias: a tenant's public model name pointing at one LoRAAdapter."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import ConfigDict, Field, model_validator
+
+from lorafleet_core.api.models.common import (
+    ALIAS_MODEL,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    CamelModel,
+    Condition,
+    ObjectMeta,
+    SpecModel,
+    immutable,
+)
+
+
+class AdapterAliasSpec(SpecModel):
+    """A public model name pointing at one LoRAAdapter. Changing `adapter` deploys."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.model.startsWith(self.tenant + '/')",
+                    "message": "model must start with '<spec.tenant>/': an alias can only name "
+                    "its own tenant's models",
+                }
+            ]
+        }
+    )
+
+    model: str = Field(
+        description="Public model name clients send, tenant/name:tag, e.g. acme/support:prod.",
+        pattern=ALIAS_MODEL,
+        max_length=191,
+        json_schema_extra=immutable(
+            "model is immutable: create a new AdapterAlias for another model name"
+        ),
+    )
+    tenant: str = Field(
+        description="Tenant that owns the alias; a DNS label.",
+        pattern=DNS_LABEL,
+        max_length=63,
+        json_schema_extra=immutable("tenant is immutable: create a new AdapterAlias"),
+    )
+    adapter: str = Field(
+        description="Name of the LoRAAdapter (same namespace, same tenant) the alias serves.",
+        pattern=DNS_SUBDOMAIN,
+        max_length=253,
+    )
+
+    @model_validator(mode="after")
+    def _model_in_tenant(self) -> AdapterAliasSpec:
+        if not self.model.startswith(self.tenant + "/"):
+            raise ValueError(
+                f"model {self.model!r} must start with {self.tenant + '/'!r}: an alias can "
+                "only name its own tenant's models"
+            )
+        return self
+
+
+class AliasHistoryEntry(CamelModel):
+    """One deploy of an alias."""
+
+    adapter: str = Field(
+        description="Adapter the alias pointed to.", pattern=DNS_SUBDOMAIN, max_length=253
+    )
+    at: datetime = Field(description="When the alias started pointing to it.")
+
+
+class AdapterAliasStatus(CamelModel):
+    """Written by the operator: what the alias serves now and its deploy history."""
+
+    adapter: str | None = Field(
+        default=None, description="Adapter currently served.", max_length=253
+    )
+    previous_adapter: str | None = Field(
+        default=None,
+        description="Adapter served before the last deploy (the rollback target).",
+        max_length=253,
+    )
+    updated_at: datetime | None = Field(default=None, description="When adapter last changed.")
+    history: list[AliasHistoryEntry] = Field(
+        default_factory=list, max_length=10, description="Most recent deploys, newest first."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Ready, Conflict and target conditions with reasons and messages.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="metadata.generation last processed."
+    )
+
+
+class AdapterAlias(CamelModel):
+    """A tenant's public model name (tenant/name:tag) pointing at one LoRAAdapter.
+
+    Short name: alias. Changing spec.adapter deploys; setting it back rolls back.
+    """
+
+    api_version: Literal["lorafleet.dev/v1alpha1"] = "lorafleet.dev/v1alpha1"
+    kind: Literal["AdapterAlias"] = "AdapterAlias"
+    metadata: ObjectMeta
+    spec: AdapterAliasSpec = Field(description="The public name and the adapter it serves.")
+    status: AdapterAliasStatus | None = Field(
+        default=None, description="Observed state, written by the operator."
+    )

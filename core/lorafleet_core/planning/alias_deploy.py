@@ -1,0 +1,133 @@
+"""Deploy and rollback of an alias, decided once for every writer of `AdapterAlias.spec`.
+
+The CLI (`lorafleet alias set|rollback`) and the control API (`PUT /internal/aliases/{alias}`)
+both point a public model name at an adapter version. They read the objects their own way (a
+folder, the cluster through a sync or an async client) and hand them here; these pure
+functions refuse what the operator would refuse and return the body to apply. The reconciler
+(operator, or `lorafleet up`) stays the one writer of alias status: it moves `status.adapter`
+only once the target is Ready.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from lorafleet_core.api import names
+from lorafleet_core.api.models import AdapterAlias, AdapterAliasSpec, ObjectMeta
+from lorafleet_core.planning.adapters import (
+    Validation,
+    parse_adapter,
+    parse_pools,
+    validate_adapter,
+)
+
+Obj = Mapping[str, Any]
+
+
+class AliasError(RuntimeError):
+    """The deploy or rollback cannot be done; the message says why."""
+
+
+class InvalidAlias(AliasError):
+    """The model name or adapter name given is not a valid value."""
+
+
+class AdapterNotFound(AliasError):
+    """The adapter named does not exist."""
+
+
+def alias_object_name(model: str) -> str:
+    """`acme/support:prod` -> `acme-support-prod` (the AdapterAlias's metadata.name)."""
+    return re.sub(r"[^a-z0-9.-]+", "-", model.lower()).strip("-.")[:253]
+
+
+def pick_alias(model: str, by_name: Obj | None, all_aliases: Iterable[Obj]) -> Obj | None:
+    """The alias object serving `model`: the one named after it, else any whose spec names it."""
+    if by_name is not None and (by_name.get("spec") or {}).get("model") == model:
+        return by_name
+    for obj in all_aliases:
+        if (obj.get("spec") or {}).get("model") == model:
+            return obj
+    return None
+
+
+def _check_servable(adapter: str, found: Obj, pools: Iterable[Obj]) -> None:
+    """Refuse a deploy the operator would refuse: the adapter must pass pool validation.
+
+    The operator's own validator decides, so the alias (and its recorded rollback target)
+    never points at an adapter no replica will load.
+    """
+    parsed = parse_adapter(found)
+    if isinstance(parsed, Validation):
+        raise AliasError(f"LoRAAdapter {adapter!r} is invalid: {parsed.message}")
+    valid_pools = parse_pools(pools)
+    verdict = validate_adapter(parsed.spec, valid_pools)
+    if verdict.final:
+        raise AliasError(
+            f"LoRAAdapter {adapter!r} cannot be served ({verdict.reason}): {verdict.message}"
+        )
+
+
+def plan_set(
+    model: str,
+    adapter: str,
+    *,
+    found: Obj | None,
+    pools: Iterable[Obj],
+    existing: Obj | None,
+    where: str,
+) -> tuple[dict[str, Any], str | None]:
+    """The AdapterAlias body pointing `model` at `adapter`, and the adapter it named before.
+
+    `found` is the LoRAAdapter named `adapter` (None: absent), `existing` the alias serving
+    `model` (see `pick_alias`), `where` the target's description for messages. Raises
+    AliasError (InvalidAlias, AdapterNotFound) for what the operator would refuse.
+    """
+    tenant = model.split("/", 1)[0]
+    try:
+        AdapterAliasSpec(model=model, tenant=tenant, adapter=adapter)
+    except ValidationError as exc:
+        raise InvalidAlias(f"invalid alias: {exc.errors()[0]['msg']}") from exc
+    if found is None:
+        raise AdapterNotFound(f"LoRAAdapter {adapter!r} not found in {where}")
+    owner = (found.get("spec") or {}).get("tenant")
+    if owner != tenant:
+        raise AliasError(
+            f"LoRAAdapter {adapter!r} belongs to tenant {owner!r}; {model!r} can only serve "
+            f"adapters of tenant {tenant!r}"
+        )
+    if (found.get("status") or {}).get("phase") == "Rejected":
+        raise AliasError(f"LoRAAdapter {adapter!r} was rejected by the operator; see its status")
+    _check_servable(adapter, found, pools)
+
+    previous = str((existing.get("spec") or {}).get("adapter")) if existing else None
+    if existing is not None:
+        body = dict(existing)
+        body["spec"] = {**existing["spec"], "adapter": adapter}
+        body.pop("status", None)  # status belongs to the reconciler, never to an apply
+        meta = dict(body.get("metadata") or {})
+        for server_field in ("resourceVersion", "uid", "generation", "managedFields"):
+            meta.pop(server_field, None)
+        body["metadata"] = meta
+        return body, previous
+    body = AdapterAlias(
+        metadata=ObjectMeta(name=alias_object_name(model), labels={names.LABEL_TENANT: tenant}),
+        spec=AdapterAliasSpec(model=model, tenant=tenant, adapter=adapter),
+    ).wire()
+    return body, previous
+
+
+def rollback_target(model: str, existing: Obj | None, previous: str | None, where: str) -> str:
+    """The adapter a rollback of `model` points back at: the status's previousAdapter."""
+    if existing is None:
+        raise AliasError(f"no alias for {model!r} in {where}")
+    if not previous:
+        raise AliasError(
+            f"{model!r} has no previous adapter to roll back to (none recorded in its status; "
+            "the reconciler records one when it deploys a second version)"
+        )
+    return previous
