@@ -7,6 +7,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from lorafleet_cli.exit_codes import USAGE, CommandFailed, UsageError, fail
 from lorafleet_cli.targets import TargetError
@@ -37,23 +38,39 @@ exit status: 0 success, 1 the command failed (not found, refused, unreachable),
 2 the command line is wrong.  Docs: docs/cli.md
 """
 
-# Modules with a `register(subparsers)` function, in help order. Optional ones (another
-# component's, still arriving) are skipped when absent so the CLI always starts.
-_COMMANDS = (
-    "lorafleet_cli.cmd_up",
-    "lorafleet_cli.cmd_adapter",
-    "lorafleet_cli.cmd_alias",
-    "lorafleet_cli.cmd_keys",
-    "lorafleet_cli.cmd_status",
-    "lorafleet_cli.cmd_sim",
-    "lorafleet_cli.cmd_usage",
-    "lorafleet_cli.cmd_canary",
-    "lorafleet_cli.cmd_loadtest",
-)
-_OPTIONAL_COMMANDS = ("lorafleet_operator.cli",)
+# Command name -> the module with its `register(subparsers)` function, in help order. A run
+# imports only its own command's module, so `lorafleet canary` in the control-plane image never
+# imports the simulator's or the load tester's plotting libraries (they are not installed there),
+# and a command starts without paying for the others. Help and errors build the whole parser.
+# Optional commands (another component's, not installed) are skipped.
+_COMMANDS = {
+    "up": "lorafleet_cli.cmd_up",
+    "adapter": "lorafleet_cli.cmd_adapter",
+    "alias": "lorafleet_cli.cmd_alias",
+    "keys": "lorafleet_cli.cmd_keys",
+    "status": "lorafleet_cli.cmd_status",
+    "sim": "lorafleet_cli.cmd_sim",
+    "usage": "lorafleet_cli.cmd_usage",
+    "canary": "lorafleet_cli.cmd_canary",
+    "loadtest": "lorafleet_cli.cmd_loadtest",
+    "operator": "lorafleet_operator.cli",
+}
+_OPTIONAL_COMMANDS = frozenset({"operator"})
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _register(sub: Any, name: str) -> None:
+    module = _COMMANDS[name]
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if name not in _OPTIONAL_COMMANDS or exc.name != module:
+            raise
+        return
+    mod.register(sub)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `command` only that command's (what a run needs)."""
     parser = argparse.ArgumentParser(
         prog="lorafleet",
         description=DESCRIPTION,
@@ -62,16 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lorafleet {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in _COMMANDS:
-        importlib.import_module(module).register(sub)
-    for module in _OPTIONAL_COMMANDS:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
-            continue
-        mod.register(sub)
+    for name in _COMMANDS if command not in _COMMANDS else (command,):
+        _register(sub, name)
     crds = sub.add_parser(
         "crds",
         help="write the CustomResourceDefinitions (crds/*.yaml) for kubectl apply",
@@ -123,8 +132,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.cli_argv = list(argv) if argv is not None else sys.argv[1:]  # what results record
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(given[0] if given else None).parse_args(given)
+    args.cli_argv = given  # what results record
     try:
         rc: int = args.func(args)
     except KeyboardInterrupt:
