@@ -3,10 +3,10 @@
     /work/wt/with-vllm-slot --bench .venv/bin/python -m benchmarks.engine_heap_churn
     .venv/bin/python -m benchmarks.engine_heap_churn --duration 60 --variants glibc,arena2
 
-The soak (docs/reliability.md) saw vLLM's `VLLM::Worker` process (the one that runs the model
-and the LoRA manager) grow 245-400 MiB in its `[heap]` in 10 minutes while adapters cycled
-through 2 GPU / 4 RAM slots. This reproduces that churn against one real vLLM and nothing else
-(no lorafleet in front): each round registers the next adapter under a fresh name
+The soak (docs/reference/reliability.md) saw vLLM's `VLLM::Worker` process (the one that runs
+the model and the LoRA manager) grow 245-400 MiB in its `[heap]` in 10 minutes while adapters
+cycled through 2 GPU / 4 RAM slots. This reproduces that churn against one real vLLM and nothing
+else (no lorafleet in front): each round registers the next adapter under a fresh name
 (`/v1/load_lora_adapter`, which also loads it into the engine), sends it one request and
 unregisters the oldest once `--registered` are held, while `--concurrency` clients keep
 sending chat completions to the registered adapters (so loads happen between batches, as on a

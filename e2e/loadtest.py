@@ -4,7 +4,7 @@
     .venv/bin/python -m e2e.loadtest --copies 11 --gpu-slots 32 --host-ram-slots 40 \\
         --base-engine -- --overhead --adapter-counts 1,8,32
 
-Everything after `--` goes to `lorafleet loadtest` (docs/cli.md#loadtest; `-- A -- B` runs
+Everything after `--` goes to `lorafleet loadtest` (docs/reference/cli.md#loadtest; `-- A -- B` runs
 two commands one after the other on the same fleet). This script only starts the fleet
 (e2e/standalone_fleet.py: the demo plus `--copies` extra versions and aliases per canary, the
 pool shrunk to `--gpu-slots`/`--host-ram-slots`), points the command at it (gateway URL, key

@@ -11,7 +11,7 @@ MAX_RANK="${LORAFLEET_AGENT_MAX_RANK:-16}"
 export LORAFLEET_AGENT_GPU_SLOTS="$GPU_SLOTS" LORAFLEET_AGENT_CPU_SLOTS="$CPU_SLOTS" \
        LORAFLEET_AGENT_MAX_RANK="$MAX_RANK" LORAFLEET_AGENT_BASE_MODEL_DIR="${LORAFLEET_AGENT_BASE_MODEL_DIR:-$LORAFLEET_MODEL}"
 
-# vLLM's API key: only vLLM and the agent hold it (docs/agent.md, "Inside the pod"). Given (from
+# vLLM's API key: only vLLM and the agent hold it (docs/reference/agent.md, "Inside the pod"). Given (from
 # the pool's Secret) or generated here; passed in the environment, never on a command line.
 if [ -z "${LORAFLEET_AGENT_VLLM_API_KEY:-}" ]; then
     LORAFLEET_AGENT_VLLM_API_KEY="$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"

@@ -35,7 +35,7 @@ examples:
   lorafleet loadtest --rates 2,5,10              the production trace through the gateway
 
 exit status: 0 success, 1 the command failed (not found, refused, unreachable),
-2 the command line is wrong.  Docs: docs/cli.md
+2 the command line is wrong.  Docs: docs/reference/cli.md
 """
 
 # Command name -> the module with its `register(subparsers)` function, in help order. A run

@@ -1,4 +1,4 @@
 """lorafleet gateway: OpenAI-compatible API, auth, aliases, rate limits, adapter-affinity routing.
 
-See docs/gateway.md. Entry point: `python -m lorafleet_gateway`.
+See docs/reference/gateway.md. Entry point: `python -m lorafleet_gateway`.
 """

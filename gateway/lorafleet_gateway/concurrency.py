@@ -17,7 +17,7 @@ Per gateway pod, in memory, on purpose: a count shared in Redis would need a lea
 that expires with a crashed pod (else a dead pod's streams hold slots for ever) and a Redis
 round trip on every request's end as well as its start. With P gateway pods behind a balancer
 a tenant may run up to P x the cap, which is what the cap is for: no one tenant fills a pod.
-Set the default per pod (docs/gateway.md, "Concurrency").
+Set the default per pod (docs/reference/gateway.md, "Concurrency").
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class GatewaySettings(BaseSettings):
 
     # The credential replicas' agents require on their internal load endpoint: the gateway is
     # the registry's authority for on-demand loads. A mounted Secret on a cluster, a generated
-    # value in standalone mode (see docs/agent.md, "Inside the pod").
+    # value in standalone mode (see docs/reference/agent.md, "Inside the pod").
     replica_token: SecretStr | None = None
     replica_token_file: Path | None = None
     # The credential replicas' agents require on their data port (completions): without it any

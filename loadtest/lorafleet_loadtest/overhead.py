@@ -107,6 +107,6 @@ def missing_aliases(counts: list[int], available: int) -> str | None:
     return (
         f"--overhead with {need} distinct adapters per batch needs {need} aliases, and the "
         f"gateway lists {available} for this key: push more adapter versions and alias them "
-        f"(docs/verification.md, 'More aliases for the overhead run'), or lower "
+        f"(docs/reference/verification.md, 'More aliases for the overhead run'), or lower "
         f"--adapter-counts to at most {available}"
     )

@@ -85,7 +85,7 @@ class OperatorSettings(BaseSettings):
         default=8101, description="Agent internal port when the pod does not name one."
     )
 
-    # --- the control API (lorafleet_operator.control; docs/operator.md, "Control API") -------
+    # --- the control API (lorafleet_operator.control; docs/reference/control-api.md) ---------
     control_port: int | None = Field(
         default=None,
         ge=0,

@@ -4,7 +4,7 @@ vLLM's CPU build binds its worker's OpenMP threads itself (`VLLM_CPU_OMP_THREADS
 all of the cores it may use but the last, which it leaves to its scheduler process. Every
 engine started that way picks the same cores, so with two engines (`--replicas 2`, a merged
 pool) both workers shared core 0 while core 1 ran everything else (measured in
-docs/standalone.md, "CPU cores"). `up` therefore hands each engine its own cores:
+docs/guides/standalone.md, "CPU cores"). `up` therefore hands each engine its own cores:
 
 - more cores than engines: the last core stays free for the gateway, the agents and vLLM's
   own EngineCore and API server processes (as vLLM's `auto` does for one engine), and the rest

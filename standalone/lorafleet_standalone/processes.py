@@ -141,7 +141,7 @@ def vllm_process(
         if pool.merged is not None and not chooses_compilation(engine.extra_args):
             # vLLM's CPU backend torch.compiles an engine without LoRA at start (a LoRA engine
             # skips it): 4.4 min cold, 2.1 min with a warm cache, against 1.2 min eager, on
-            # the 2-core machine; eager decodes 16 streams as fast (docs/standalone.md).
+            # the 2-core machine; eager decodes 16 streams as fast (docs/guides/standalone.md).
             argv.append("--enforce-eager")
     argv += list(engine.extra_args)
     return ProcessSpec(

@@ -236,7 +236,7 @@ def test_metadata_entry_is_ignored(tmp_path):
 
 
 def reference_checksum(folder: Path) -> str:
-    """The definition in docs/api.md, written out independently."""
+    """The definition in docs/reference/api.md, written out independently."""
     digest = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         data = (folder / name).read_bytes()

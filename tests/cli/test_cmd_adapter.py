@@ -220,7 +220,7 @@ def test_push_refuses_names_no_model_name_or_label_can_hold_before_uploading(
             "--store", f"file://{tmp_path / 'store'}", "--quiet",
         ]
     )  # fmt: skip
-    assert rc == 2  # the command line is wrong (docs/cli.md)
+    assert rc == 2  # the command line is wrong (docs/reference/cli.md)
     assert option in capsys.readouterr().err  # names what to change
     assert not (tmp_path / "store").exists()
     assert load_folder(folder).of_kind("LoRAAdapter") == []

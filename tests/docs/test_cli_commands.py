@@ -13,7 +13,7 @@ from lorafleet_cli.main import build_parser
 from tests.docs.markdown import doc_lines
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 COMMAND = re.compile(r"(?:^|(?<=[\s(/]))lorafleet\s+(.*)$")
 # What may stand before a command: nothing, a shell separator, a prompt, or wrappers
 # (environment assignments, the machine's vLLM slot wrapper, a path to the script).

@@ -20,7 +20,7 @@ import yaml
 from tests.docs.markdown import doc_lines
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "e2e" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "e2e" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 HELM = re.compile(r"\bhelm\s+(install|upgrade|template)\s+(.*)$")
 
 

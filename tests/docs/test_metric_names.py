@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.exported_metrics import SAMPLE_SUFFIXES, exported_families, series_names
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 CHART = [p for p in sorted((ROOT / "charts").rglob("*")) if p.suffix in {".yaml", ".json", ".tpl"}]
 # A metric name: the component's prefix and at least one more word (`lorafleet_agent` alone,
 # `lorafleet_agent.manager` or `lorafleet_canary.prom` are a package, a module, a file).

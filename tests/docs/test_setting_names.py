@@ -21,7 +21,7 @@ from lorafleet_operator.settings import OperatorSettings
 from lorafleet_standalone.up_options import StandaloneSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 CHART = ROOT / "charts" / "lorafleet"
 ENV_VAR = re.compile(r"\bLORAFLEET_[A-Z0-9_]*[A-Z0-9_*]")
 
@@ -136,7 +136,8 @@ def test_a_renamed_variable_or_value_is_caught():
 
 
 # vLLM's own variables (`VLLM_CPU_OMP_THREADS_BIND`, ...), not a lorafleet setting's tail such
-# as the agent's `VLLM_URL` (`LORAFLEET_AGENT_VLLM_URL`, listed by suffix in docs/agent.md).
+# as the agent's `VLLM_URL` (`LORAFLEET_AGENT_VLLM_URL`, listed by suffix in the settings
+# reference).
 VLLM_VAR = re.compile(r"(?<![A-Z0-9_])VLLM_[A-Z0-9_]*[A-Z0-9]")
 
 

@@ -1,6 +1,6 @@
 """A Kubernetes API emulator (kmock) in its own thread and event loop, with sync helpers.
 
-What kmock needs to host kopf, and the gaps worked around here (see docs/operator.md):
+What kmock needs to host kopf, and the gaps worked around here (see docs/reference/operator.md):
 
 - every resource must be declared with its verbs (else kopf logs "Non-watchable resources"
   and ignores it), plus `customresourcedefinitions` and `namespaces`, and the namespace

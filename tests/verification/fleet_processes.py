@@ -2,8 +2,9 @@
 
 What `lorafleet up` and a pod do: each component in its own interpreter, so the 10,000-request
 isolation run is not one Python process's GIL carrying the gateway, two agents and the client
-(19 req/s in one process vs ~50 here, docs/verification.md). Settings objects are built and
-validated here as usual, then handed to the child as the LORAFLEET_* variables they came from.
+(19 req/s in one process vs ~50 here, docs/reference/verification.md). Settings objects are
+built and validated here as usual, then handed to the child as the LORAFLEET_* variables they
+came from.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ are loaded and evicted all through the run (asserted from the agents' metrics). 
 (files catalog) routes every request by alias; each canary answers its own marker, so a response
 with another canary's marker would be another customer's weights. The agents and the gateway run
 as their own processes (`python -m ...`, as `lorafleet up` starts them): in one interpreter with
-the client the run was GIL-bound at ~19 req/s (docs/verification.md).
+the client the run was GIL-bound at ~19 req/s (docs/reference/verification.md).
 Asserted: zero foreign markers, zero responses without their own marker, and the answering
 adapter id (`x-adapter-id`) is the alias's adapter every time. The run prints requests/s.
 """

@@ -23,7 +23,7 @@ emulator happens to support):
   every write, the first included, to be an apply, and drops nulls instead of removing.
 
 Every write names `FIELD_MANAGER`. kmock (the emulator the tests use) applies every PATCH body
-as a JSON merge patch whatever its content type: see docs/operator.md, "Testing".
+as a JSON merge patch whatever its content type: see docs/reference/operator.md, "Testing".
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ class AnswerUsage:
 
     The one reader of a non-stream answer's usage (chat, completions, Responses), for the
     gateway and the agent, which relay a large answer as it arrives instead of holding it
-    (64 concurrent 10 MB answers were 640 MB in each, docs/gateway.md). An answer up to
+    (64 concurrent 10 MB answers were 640 MB in each, docs/reference/gateway.md). An answer up to
     `WHOLE_PARSE_BYTES` is kept and parsed whole. Past that it is not parsed at all (a full
     parse of a 10 MB answer blocked the event loop for 238 ms): every `"usage":` key whose
     value is an object with token counts is decoded from the few KiB after it, and the last

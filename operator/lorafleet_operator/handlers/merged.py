@@ -82,7 +82,7 @@ async def ensure_internal_secret(pool: ReplicaPool, body: kopf.Body, namespace: 
     """Create the Secret of a merged pool the operator created, owned by the pool; a Warning
     Event when it cannot (no agents' data token, or secret mode and no agents' token, to
     copy). A pool a person created
-    brings its own Secret (docs/operator.md)."""
+    brings its own Secret (docs/reference/operator.md)."""
     uid = str(body.get("metadata", {}).get("uid") or "")
     key = (namespace, pool.metadata.name, uid)
     if not uid or key in _SECRETS_DONE or not auto_created(pool):
