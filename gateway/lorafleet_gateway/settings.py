@@ -19,20 +19,31 @@ class GatewaySettings(BaseSettings):
 
     # Ports: the public one speaks only the OpenAI API; metrics and probes live on the internal one
     # so a NetworkPolicy can keep them off the internet.
-    host: str = "0.0.0.0"  # noqa: S104 - a server in a pod listens on all interfaces
-    port: int = Field(default=8080, ge=0, le=65535)
-    internal_port: int = Field(default=9090, ge=0, le=65535)
+    # A server in a pod listens on all interfaces.
+    host: str = Field(default="0.0.0.0", description="address both ports listen on")  # noqa: S104
+    port: int = Field(default=8080, ge=0, le=65535, description="the public OpenAI API")
+    internal_port: int = Field(
+        default=9090, ge=0, le=65535, description="metrics and probes (never public)"
+    )
 
     # Catalog source: a folder of manifests (standalone) or Kubernetes watches.
-    catalog: Literal["files", "kubernetes"] = "files"
-    manifests_dir: Path = Path(".lorafleet/manifests")
+    catalog: Literal["files", "kubernetes"] = Field(
+        default="files",
+        description="where aliases, adapters, keys and replicas come from: a manifests folder "
+        "(standalone) or watches on the cluster",
+    )
+    manifests_dir: Path = Field(
+        default=Path(".lorafleet/manifests"), description="files catalog: the manifests folder"
+    )
     replicas_file: Path | None = Field(
         default=None,
         description="replicas.yaml/json listing replica endpoints in standalone mode; default: "
         "<manifests_dir>/replicas.yaml or replicas.json",
     )
-    catalog_reload_interval_s: float = Field(default=1.0, gt=0)
-    namespace: str = "default"
+    catalog_reload_interval_s: float = Field(
+        default=1.0, gt=0, description="files catalog: how often the folder is read again"
+    )
+    namespace: str = Field(default="default", description="kubernetes catalog: the namespace")
     pool: str = Field(
         default="default",
         description="the gateway's own ReplicaPool: it serves every pool of this pool's base "
@@ -48,22 +59,41 @@ class GatewaySettings(BaseSettings):
     def pool_names(self) -> tuple[str, ...]:
         return tuple(p.strip() for p in self.pools.split(",") if p.strip())
 
-    replica_data_port: int = 8100
-    replica_internal_port: int = 8101
+    replica_data_port: int = Field(
+        default=8100, description="kubernetes catalog: the agents' data port (completions)"
+    )
+    replica_internal_port: int = Field(
+        default=8101, description="kubernetes catalog: the agents' internal port (/state, load)"
+    )
 
     # The credential replicas' agents require on their internal load endpoint: the gateway is
     # the registry's authority for on-demand loads. A mounted Secret on a cluster, a generated
     # value in standalone mode (see docs/reference/agent.md, "Inside the pod").
-    replica_token: SecretStr | None = None
-    replica_token_file: Path | None = None
+    replica_token: SecretStr | None = Field(
+        default=None,
+        description="the agents' internal credential, sent on on-demand load calls",
+    )
+    replica_token_file: Path | None = Field(
+        default=None,
+        description="file holding that credential, re-read when it changes (a projected "
+        "ServiceAccount token with internalAuth tokenReview, else the pool Secret)",
+    )
     # The credential replicas' agents require on their data port (completions): without it any
     # pod reaching a replica could use any tenant's adapter. Its own token, always a shared
     # secret (lorafleet_agent.data_auth says why): the pool Secret's `data-token`.
-    replica_data_token: SecretStr | None = None
-    replica_data_token_file: Path | None = None
+    replica_data_token: SecretStr | None = Field(
+        default=None,
+        description="the agents' data-port credential, sent with every completion forwarded "
+        "(the client's own key never goes upstream)",
+    )
+    replica_data_token_file: Path | None = Field(
+        default=None, description="file holding that credential (the pool Secret's data-token)"
+    )
 
     # Replica state polling and load thresholds (per replica).
-    poll_interval_s: float = Field(default=1.0, gt=0)
+    poll_interval_s: float = Field(
+        default=1.0, gt=0, description="how often each replica's /state is polled"
+    )
     max_tokens_in_flight: int = Field(
         default=16384, ge=1, description="a replica above this is overloaded"
     )
@@ -104,8 +134,15 @@ class GatewaySettings(BaseSettings):
     )
 
     # Rate limits (defaults; a tenant's key Secret may override them).
-    requests_per_second: float = Field(default=20.0, gt=0)
-    tokens_per_minute: int = Field(default=200_000, gt=0)
+    requests_per_second: float = Field(
+        default=20.0, gt=0, description="a tenant's request rate unless its key Secret says"
+    )
+    tokens_per_minute: int = Field(
+        default=200_000,
+        gt=0,
+        description="a tenant's token rate (prompt estimate + output bound, settled with the "
+        "engine's usage) unless its key Secret says",
+    )
     max_concurrent_requests: int = Field(
         default=64,
         ge=0,
@@ -124,8 +161,12 @@ class GatewaySettings(BaseSettings):
         description="redis:// or rediss:// URL (a password goes in the URL or "
         "LORAFLEET_GATEWAY_RATE_LIMIT_REDIS_PASSWORD)",
     )
-    rate_limit_redis_password: str | None = Field(default=None, repr=False)
-    rate_limit_redis_prefix: str = Field(default="lorafleet:ratelimit", min_length=1)
+    rate_limit_redis_password: str | None = Field(
+        default=None, repr=False, description="Redis password, if not in the URL"
+    )
+    rate_limit_redis_prefix: str = Field(
+        default="lorafleet:ratelimit", min_length=1, description="prefix of the Redis keys"
+    )
     rate_limit_redis_timeout_s: float = Field(
         default=0.05, gt=0, description="per call; a slower Redis counts as down"
     )
@@ -142,7 +183,9 @@ class GatewaySettings(BaseSettings):
     )
 
     # Request bounds.
-    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    max_body_bytes: int = Field(
+        default=1_048_576, ge=1024, description="largest request body (413 past it)"
+    )
     answer_buffer_bytes: int = Field(
         default=256 * 1024,
         ge=4096,
@@ -155,10 +198,14 @@ class GatewaySettings(BaseSettings):
         ge=1,
         description="assumed output length when the request sets none (token estimate only)",
     )
-    max_messages: int = Field(default=256, ge=1)
+    max_messages: int = Field(
+        default=256, ge=1, description="most messages (Responses: input items) per request"
+    )
     max_n: int = Field(default=4, ge=1, le=128, description="most choices (n) per request")
     max_json_depth: int = Field(default=64, ge=2, description="deepest JSON nesting accepted")
-    max_model_name_chars: int = Field(default=256, ge=16)
+    max_model_name_chars: int = Field(
+        default=256, ge=16, description="longest `model` accepted (400 past it)"
+    )
 
     # Edge limits (see edge.py): what a client may cost before the gateway knows who it is.
     max_header_bytes: int = Field(
@@ -181,11 +228,15 @@ class GatewaySettings(BaseSettings):
     write_timeout_s: float = Field(
         default=60.0, gt=0, description="a client that accepts no bytes this long is cut"
     )
-    keep_alive_timeout_s: float = Field(default=5.0, gt=0)
+    keep_alive_timeout_s: float = Field(
+        default=5.0, gt=0, description="an idle keep-alive connection is closed after this"
+    )
     failed_requests_per_second: float = Field(
         default=5.0, gt=0, description="early failures (4xx) refilled per client address and key"
     )
-    failed_requests_burst: int = Field(default=50, ge=1)
+    failed_requests_burst: int = Field(
+        default=50, ge=1, description="early failures allowed at once before 429"
+    )
     forwarded_allow_ips: str | None = Field(
         default=None,
         validation_alias=AliasChoices(
@@ -207,17 +258,25 @@ class GatewaySettings(BaseSettings):
     )
 
     # Upstream timeouts.
-    connect_timeout_s: float = Field(default=2.0, gt=0)
-    read_timeout_s: float = Field(default=300.0, gt=0)
+    connect_timeout_s: float = Field(
+        default=2.0, gt=0, description="to connect to a replica (then the next is tried)"
+    )
+    read_timeout_s: float = Field(
+        default=300.0, gt=0, description="longest wait for a replica's next bytes"
+    )
 
     # Observability.
-    ttft_target_s: float = Field(default=1.0, gt=0)
+    ttft_target_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="time-to-first-token target of the per-tenant SLO counters",
+    )
     tenant_window_s: float = Field(
         default=300.0,
         gt=0,
         description="per-tenant SLO counters are exported for tenants active this recently",
     )
-    log_level: str = "INFO"
+    log_level: str = Field(default="INFO", description="WARNING turns the request log off")
 
 
 def settings_from_env() -> GatewaySettings:

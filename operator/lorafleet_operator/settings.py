@@ -74,7 +74,9 @@ class OperatorSettings(BaseSettings):
         "gets MergedPoolRecommended (and, with the pool's autoMerge, a merged pool); the "
         "default is where the fleet simulator finds the merged pool winning.",
     )
-    scrape_timeout_seconds: float = Field(default=2.0, gt=0)
+    scrape_timeout_seconds: float = Field(
+        default=2.0, gt=0, description="Per-replica /state timeout of the autoscaler's scrape."
+    )
     merged_store_prefix: str | None = Field(
         default=None,
         pattern=r"^(s3|file)://.+$",

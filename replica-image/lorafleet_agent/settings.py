@@ -24,10 +24,16 @@ class AgentSettings(BaseSettings):
         default=None, description="base model folder; its config.json gives the tensor shapes"
     )
     max_rank: int = Field(default=16, ge=1, description="must not exceed vLLM --max-lora-rank")
-    allowed_target_modules: tuple[str, ...] = ALL_TARGET_MODULES
+    allowed_target_modules: tuple[str, ...] = Field(
+        default=ALL_TARGET_MODULES,
+        description="modules an adapter may target (a JSON list); default: the seven Llama "
+        "projections",
+    )
 
     # vLLM behind the agent and its LoRA slot counts (the same numbers vLLM was started with).
-    vllm_url: str = "http://127.0.0.1:8000"
+    vllm_url: str = Field(
+        default="http://127.0.0.1:8000", description="vLLM's OpenAI server in the same pod"
+    )
     gpu_slots: int = Field(default=2, ge=1, description="vLLM --max-loras")
     cpu_slots: int = Field(default=4, ge=1, description="vLLM --max-cpu-loras")
     unload_unknown_on_start: bool = Field(
@@ -44,7 +50,9 @@ class AgentSettings(BaseSettings):
     engine_check_s: float = Field(
         default=1.0, gt=0, description="how often vLLM's health and registrations are checked"
     )
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = Field(
+        default=600.0, description="longest wait for vLLM's next bytes of an answer"
+    )
     engine_hung_fail_s: float = Field(
         default=30.0,
         gt=0,
@@ -54,14 +62,22 @@ class AgentSettings(BaseSettings):
     vllm_start_timeout_s: float = Field(default=900.0, description="how long to wait for vLLM")
 
     # Disk tier.
-    cache_dir: Path = Path("/var/cache/lorafleet/adapters")
+    cache_dir: Path = Field(
+        default=Path("/var/cache/lorafleet/adapters"), description="the disk tier's folder"
+    )
     cache_bytes: int = Field(default=20 * 2**30, ge=1, description="disk cache byte budget")
 
     # Object store (s3://bucket/prefix/ or file:///path/).
-    s3_endpoint_url: str | None = None
-    s3_region: str = "us-east-1"
-    s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = None
+    s3_endpoint_url: str | None = Field(
+        default=None, description="S3 endpoint (MinIO, moto); unset: AWS"
+    )
+    s3_region: str = Field(default="us-east-1", description="S3 region")
+    s3_access_key_id: str | None = Field(
+        default=None, description="unset: boto3's credential chain (e.g. IRSA)"
+    )
+    s3_secret_access_key: str | None = Field(
+        default=None, description="unset: boto3's credential chain (e.g. IRSA)"
+    )
 
     # The window of the per-adapter traffic figures in /state (requests and GPU hits a minute,
     # tokens/s) the autoscaler and autoMerge plan from. Tests shorten it, so that a traffic
@@ -72,8 +88,13 @@ class AgentSettings(BaseSettings):
     )
 
     # Pre-warm: downward-API projection of the pod's annotations.
-    owned_adapters_file: Path | None = None
-    prewarm_poll_s: float = Field(default=2.0, gt=0)
+    owned_adapters_file: Path | None = Field(
+        default=None,
+        description="the pod's owned-adapters annotation (downward API file); unset: no pre-warm",
+    )
+    prewarm_poll_s: float = Field(
+        default=2.0, gt=0, description="how often that file is read for a change"
+    )
     # A new replica reports `warming` in its state (and the gateway keeps requests off it while
     # other replicas serve) until its first pre-warm pass ends: its first requests would
     # otherwise fetch from the object store what the pass is about to load. Bounded, so a
@@ -89,7 +110,11 @@ class AgentSettings(BaseSettings):
     # token of one of `internal_service_accounts`, issued for `internal_audience`, verified by
     # the API server. `secret`: a shared token, a generated value in standalone mode or a
     # Secret-mounted file; without one the agent refuses to start unless explicitly allowed.
-    internal_auth: Literal["secret", "tokenReview"] = "secret"
+    internal_auth: Literal["secret", "tokenReview"] = Field(
+        default="secret",
+        description="how load/unload callers are checked: a shared token, or a projected "
+        "ServiceAccount token verified by TokenReview",
+    )
     internal_audience: str = Field(
         default="lorafleet-agent", description="tokenReview: the audience the token must carry"
     )
@@ -101,7 +126,9 @@ class AgentSettings(BaseSettings):
     internal_review_cache_s: float = Field(
         default=30.0, ge=0, description="how long a positive TokenReview is trusted"
     )
-    internal_token: SecretStr | None = None
+    internal_token: SecretStr | None = Field(
+        default=None, description="secret mode: the shared internal token"
+    )
     internal_token_file: Path | None = Field(
         default=None, description="file holding the token (a mounted Secret); re-read on change"
     )
@@ -111,7 +138,9 @@ class AgentSettings(BaseSettings):
 
     # Data-port credential (lorafleet_agent.data_auth): completions require
     # `Authorization: Bearer <token>`, the gateway's; without one the agent refuses to start.
-    data_token: SecretStr | None = None
+    data_token: SecretStr | None = Field(
+        default=None, description="the token completions on the data port must carry"
+    )
     data_token_file: Path | None = Field(
         default=None, description="file holding the data token (a mounted Secret); re-read"
     )
@@ -145,15 +174,20 @@ class AgentSettings(BaseSettings):
     )
 
     # Ports.
-    host: str = "0.0.0.0"  # noqa: S104  (a pod must listen on its pod IP)
-    data_port: int = 8100
-    internal_port: int = 8101
+    # A pod must listen on its pod IP.
+    host: str = Field(default="0.0.0.0", description="address both ports listen on")  # noqa: S104
+    data_port: int = Field(default=8100, description="completions from the gateway")
+    internal_port: int = Field(default=8101, description="/state, load/unload, metrics, probes")
     # Both ports' HTTP limits (lorafleet_core.web.http_protocol): headers must be complete this
     # long after a connection or request starts (else 408); a peer that accepts no byte of an
     # answer for write_timeout_s is disconnected (longer than the gateway's 60 s, which cuts
     # its own stalled client first and so the stream behind it).
-    header_timeout_s: float = Field(default=10.0, gt=0)
-    write_timeout_s: float = Field(default=120.0, gt=0)
+    header_timeout_s: float = Field(
+        default=10.0, gt=0, description="headers must be complete this long after a start"
+    )
+    write_timeout_s: float = Field(
+        default=120.0, gt=0, description="a peer accepting no byte this long is disconnected"
+    )
     body_timeout_s: float = Field(
         default=30.0, gt=0, description="a request body must be complete this long after its "
         "headers (else 408); the gateway sends each body whole"

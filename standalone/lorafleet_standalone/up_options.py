@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
@@ -17,15 +18,27 @@ class StandaloneSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LORAFLEET_UP_", extra="ignore")
 
-    poll_interval_s: float = 1.0
-    replan_s: float = 10.0  # re-plan owners from the replicas' traffic this often
-    max_restarts: int = 3
-    stable_s: float = 300.0  # a child up this long gets its whole restart budget back
-    restart_backoff_s: float = 1.0
-    stop_timeout_s: float = 20.0
-    # Generated tokens/s one replica serves (the operator's REPLICA_TOKENS_PER_SECOND): sizes
-    # owner counts and the merged-pool threshold (autoMerge), as on a cluster.
-    replica_tokens_per_second: float = REPLICA_TOKENS_PER_SECOND
+    poll_interval_s: float = Field(
+        default=1.0, description="how often the children and the manifests folder are checked"
+    )
+    replan_s: float = Field(
+        default=10.0, description="re-plan owners from the replicas' traffic this often"
+    )
+    max_restarts: int = Field(
+        default=3, description="restarts of a crashed child before `up` gives up"
+    )
+    stable_s: float = Field(
+        default=300.0, description="a child up this long gets its whole restart budget back"
+    )
+    restart_backoff_s: float = Field(default=1.0, description="wait before a restart")
+    stop_timeout_s: float = Field(
+        default=20.0, description="on stop, how long a child may take before it is killed"
+    )
+    replica_tokens_per_second: float = Field(
+        default=REPLICA_TOKENS_PER_SECOND,
+        description="generated tokens/s one replica serves (the operator's setting): sizes "
+        "owner counts and the merged-pool threshold (autoMerge), as on a cluster",
+    )
 
 
 @dataclass(frozen=True)
