@@ -8,7 +8,7 @@ SRC := core operator gateway replica-image cli standalone sim loadtest demo
 # Extras for a full developer/CI environment: every component, the CPU engine, the test tools.
 EXTRAS := operator,gateway,agent,cli,canary,sim,loadtest,demo,cpu,dev
 
-.PHONY: install tools test lint typecheck pytest demo crds clean
+.PHONY: install tools test lint typecheck pytest demo crds docs clean
 
 install: $(STAMP)
 
@@ -49,6 +49,11 @@ crds: install
 	$(BIN)/lorafleet crds --out crds
 	rm -f charts/lorafleet/crds/*.yaml
 	cp crds/*.yaml charts/lorafleet/crds/
+
+# Regenerate the settings and metrics reference pages from the settings classes and the metric
+# registries; tests/docs/test_reference_pages.py fails when they drift.
+docs: install
+	$(BIN)/python -m tests.docs.reference_pages --write
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
