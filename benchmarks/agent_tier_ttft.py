@@ -1,6 +1,6 @@
 """Median time to first token per adapter tier (remote, disk, ram, gpu), side by side, one run.
 
-    .venv/bin/python benchmarks/agent_tier_ttft.py [--rounds 8] [--vllm-url URL] [--json PATH]
+    .venv/bin/python -m benchmarks.agent_tier_ttft [--rounds 8] [--vllm-url URL] [--out PATH]
 
 Starts what it needs on loopback: the demo base model and canary adapters (cached under
 .lorafleet/test-cache/), moto's S3 server with the adapters uploaded, a real vLLM (CPU) with
@@ -19,10 +19,8 @@ The tier each request reports (x-adapter-tier) is checked against the tier inten
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import secrets
-import shlex
 import statistics
 import sys
 import tempfile
@@ -59,7 +57,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--vllm-url", default=None, help="use a running vLLM (same slot flags)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the seconds here")
+    parser.add_argument(
+        "--out", "--json", type=Path, default=None, help="result JSON (or a folder)"
+    )
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto logs every request
 
@@ -184,27 +184,23 @@ def main() -> int:
             stop_vllm(vllm)
         moto.stop()
 
-    print()
-    print(f"agent tier TTFT, {args.rounds} rounds, tiny Llama on vLLM CPU, loopback S3 (moto)")
-    print("  " + "".join(f"{t:>12}" for t in ("", *TIERS)))
+    from benchmarks.results import Result
+
+    result = Result("agent_tier_ttft", ["TTFT", *TIERS])
     for label, fn in (("median ms", statistics.median), ("min ms", min), ("max ms", max)):
-        cells = "".join(f"{fn(results[t]) * 1000:>12.1f}" for t in TIERS)
-        print(f"  {label:>12}{cells}")
-    print(f"  tier header mismatches: {len(mismatches)} {mismatches[:3]}")
-    if args.json is not None:  # read by benchmarks/sim_calibration.py
-        args.json.write_text(
-            json.dumps(
-                {
-                    "rounds": args.rounds,
-                    "median_s": {t: statistics.median(results[t]) for t in TIERS},
-                    "seconds": results,
-                    "mismatches": len(mismatches),
-                }
-            )
-        )
-    print(
-        f"command: .venv/bin/python {shlex.join(['benchmarks/agent_tier_ttft.py', *sys.argv[1:]])}"
+        result.add(TTFT=label, **{t: round(fn(results[t]) * 1000, 1) for t in TIERS})
+    result.notes.append(
+        f"{args.rounds} rounds, tiny Llama on vLLM CPU, loopback S3 (moto); tier header "
+        f"mismatches: {len(mismatches)} {mismatches[:3]}"
     )
+    # benchmarks/sim_calibration.py reads these (`details`: seconds per tier and their medians).
+    result.details = {
+        "rounds": args.rounds,
+        "median_s": {t: statistics.median(results[t]) for t in TIERS},
+        "seconds": results,
+        "mismatches": len(mismatches),
+    }
+    result.emit(args.out)
     return 1 if mismatches else 0
 
 

@@ -12,7 +12,7 @@ processes under test hold them. Each tree runs alone: a warm-up request, then `-
 before the load. "before" is the tree at `--before` (git archive of core, gateway,
 replica-image, operator, cli), "after" this checkout.
 
-    .venv/bin/python benchmarks/answer_size_rss.py [--before main] [--answer-mb 10]
+    .venv/bin/python -m benchmarks.answer_size_rss [--before main] [--answer-mb 10]
         [--concurrency 64] [--rounds 3]
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.results import Result
 from lorafleet_core.api.models import ALL_TARGET_MODULES
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import ensure_demo_assets
@@ -253,20 +254,27 @@ async def run_tree(tree: Tree, args: argparse.Namespace, tmp: Path, log: Any) ->
 
 
 def report(rows: list[Figures], args: argparse.Namespace) -> None:
-    print(
-        f"\n{args.concurrency} concurrent non-stream answers of "
-        f"{rows[0].answer_bytes / 2**20:.1f} MiB, {args.rounds} rounds "
-        f"(gateway -> agent -> engine stand-in, each its own process)\n"
+    columns = ["tree", "gateway RSS idle MiB", "gateway peak MiB", "agent RSS idle MiB",
+               "agent peak MiB", "answers/s", "failed"]  # fmt: skip
+    result = Result("answer_size_rss", columns)
+    result.notes.append(
+        f"{args.concurrency} concurrent non-stream answers of "
+        f"{rows[0].answer_bytes / 2**20:.1f} MiB, {args.rounds} rounds (gateway -> agent -> "
+        "engine stand-in, each its own process); peak = VmHWM"
     )
-    print(f"{'tree':<28} {'gateway RSS idle':>17} {'gateway peak':>13} "
-          f"{'agent RSS idle':>15} {'agent peak':>11} {'answers/s':>10} {'failed':>7}")  # fmt: skip
     for r in rows:
-        print(
-            f"{r.label:<28} {r.gateway_before_mib:>13.0f} MiB {r.gateway_peak_mib:>9.0f} MiB "
-            f"{r.agent_before_mib:>11.0f} MiB {r.agent_peak_mib:>7.0f} MiB "
-            f"{r.answers / r.seconds:>10.1f} {r.failed:>7}"
+        result.add(
+            tree=r.label,
+            failed=r.failed,
+            **{
+                "gateway RSS idle MiB": round(r.gateway_before_mib),
+                "gateway peak MiB": round(r.gateway_peak_mib),
+                "agent RSS idle MiB": round(r.agent_before_mib),
+                "agent peak MiB": round(r.agent_peak_mib),
+                "answers/s": round(r.answers / r.seconds, 1),
+            },
         )
-    print("\ncommand: " + " ".join([Path(sys.executable).name, *sys.argv]))
+    result.emit(args.out)
 
 
 def main() -> int:
@@ -277,6 +285,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--log", type=Path, default=Path("answer_size_rss.log"),
                         help="the servers' stderr")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="answer-rss-") as name:
         tmp = Path(name)

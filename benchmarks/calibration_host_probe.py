@@ -22,7 +22,7 @@ a replay's latencies:
 - which CPUs each process may run on (`cpu_affinity`): the host's cores are those the path
   processes may use minus those the engine is pinned to.
 
-    /work/wt/with-vllm-slot python benchmarks/calibration_host_probe.py   # alone, prints JSON
+    python benchmarks/calibration_host_probe.py   # alone, prints JSON
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ over all 12, more than vLLM's 4 RAM slots, so nearly every request registers its
 the disk tier; the second run's stops beyond the first's rate are the loads' (`load_fit`:
 `host_pause_per_load`, `host_pause_load_s`).
 
-    /work/wt/with-vllm-slot python benchmarks/calibration_stall_probe.py   # alone, prints JSON
+    python benchmarks/calibration_stall_probe.py   # alone, prints JSON
 """
 
 from __future__ import annotations

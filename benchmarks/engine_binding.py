@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
@@ -34,13 +33,12 @@ from typing import Any
 
 from benchmarks.calibration_host_probe import FleetProcesses
 from benchmarks.calibration_layout import pin_threads
+from benchmarks.results import Result
 from e2e.standalone_fleet import FleetOptions, started_fleet
 from lorafleet_loadtest.driver import saturate
 from lorafleet_loadtest.session import load_average
 from lorafleet_loadtest.stats import Quantiles
 from lorafleet_standalone.cpu_binding import engine_core_sets
-
-COMMAND = ".venv/bin/python -m benchmarks.engine_binding"
 
 
 def layouts(cpus: set[int]) -> dict[str, list[set[int]]]:
@@ -64,7 +62,6 @@ def main() -> int:
     ]
     rows: dict[str, list[dict[str, Any]]] = {"shared": [], "split": []}
     doc: dict[str, Any] = {
-        "command": COMMAND,
         "cpus": sorted(cpus),
         "load_average_before": load_average(),
     }
@@ -103,31 +100,37 @@ def main() -> int:
                 flush=True,
             )
     doc["load_average_after"] = load_average()
-    print(f"\n{COMMAND} --rounds {args.rounds} --duration {args.duration:g}")
-    print(f"cores {sorted(cpus)}; layouts {doc['layouts']}; load average "
-          f"{doc['load_average_before']} -> {doc['load_average_after']}\n")  # fmt: skip
-    print(
-        "| layout | tokens/s per round | median tokens/s | TTFT p50 ms | TTFT p95 ms "
-        "| workers' CPU-s per s | errors |"
+    columns = ["layout", "tokens/s per round", "median tokens/s", "TTFT p50 ms", "TTFT p95 ms",
+               "workers' CPU-s per s", "errors"]  # fmt: skip
+    result = Result("engine_binding", columns)
+    result.notes.append(
+        f"cores {sorted(cpus)}; layouts {doc['layouts']}; load average "
+        f"{doc['load_average_before']} -> {doc['load_average_after']}"
     )
-    print("|---|---|---|---|---|---|---|")
     summary = {}
     for name, rs in rows.items():
         ttft = Quantiles.of([t for r in rs for t in r["ttft_s"]])
         med = statistics.median(r["tokens_per_s"] for r in rs)
         cpu = statistics.median(r["worker_cpu_per_s"] for r in rs)
         summary[name] = {"median_tokens_per_s": med, "worker_cpu_per_s": cpu, "ttft": ttft.as_ms()}
-        rounds = ", ".join(f"{r['tokens_per_s']:.0f}" for r in rs)
-        p50, p95 = (f"{q * 1000:.0f}" if q is not None else "-" for q in (ttft.p50, ttft.p95))
-        errors = sum(r["errors"] for r in rs)
-        print(f"| {name} | {rounds} | {med:.0f} | {p50} | {p95} | {cpu:.2f} | {errors} |")
+        p50, p95 = (round(q * 1000) if q is not None else "-" for q in (ttft.p50, ttft.p95))
+        result.add(
+            layout=name,
+            errors=sum(r["errors"] for r in rs),
+            **{
+                "tokens/s per round": ", ".join(f"{r['tokens_per_s']:.0f}" for r in rs),
+                "median tokens/s": round(med),
+                "TTFT p50 ms": p50,
+                "TTFT p95 ms": p95,
+                "workers' CPU-s per s": round(cpu, 2),
+            },
+        )
     doc["rounds"] = {
         n: [{k: v for k, v in r.items() if k != "ttft_s"} for r in rs] for n, rs in rows.items()
     }
     doc["summary"] = summary
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "engine-binding.json").write_text(json.dumps(doc, indent=2, default=str))
-    print(f"\nwrote {args.out / 'engine-binding.json'}")
+    result.details = doc
+    result.emit(args.out / "engine-binding.json")
     return 0
 
 

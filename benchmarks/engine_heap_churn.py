@@ -1,6 +1,6 @@
 """vLLM Worker memory under LoRA churn, per allocator setting: does a malloc knob bound it?
 
-    /work/wt/with-vllm-slot --bench .venv/bin/python -m benchmarks.engine_heap_churn
+    .venv/bin/python -m benchmarks.engine_heap_churn
     .venv/bin/python -m benchmarks.engine_heap_churn --duration 60 --variants glibc,arena2
 
 The soak (docs/reference/reliability.md) saw vLLM's `VLLM::Worker` process (the one that runs
@@ -37,10 +37,8 @@ import contextlib
 import json
 import os
 import random
-import shlex
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections import deque
@@ -52,6 +50,7 @@ from typing import Any
 import httpx
 import psutil
 
+from benchmarks.results import Result
 from benchmarks.soak_rss import MIB, fit_slope
 from benchmarks.vllm_server import stop, wait_healthy
 from lorafleet_core.api.models import BaseModelRef, EngineSpec, ReplicaPoolSpec
@@ -242,22 +241,32 @@ async def churn(
     result.seconds = time.perf_counter() - t0
 
 
+COLUMNS = [
+    ("variant", "variant"),
+    ("rss_first_mib", "RSS first"),
+    ("rss_last_mib", "RSS last"),
+    ("rss_mib_per_100_loads", "RSS/100 loads"),
+    ("heap_first_mib", "heap first"),
+    ("heap_last_mib", "heap last"),
+    ("heap_mib_per_100_loads", "heap/100 loads"),
+    ("loads", "loads"),
+    ("loads_per_s", "loads/s"),
+    ("tokens_per_s", "tokens/s"),
+    ("errors", "errors"),
+]
+
+
+def result_of(rows: list[dict[str, Any]]) -> Result:
+    """The run in the benchmarks' one result format (the summary rows under their headers)."""
+    result = Result("engine_heap_churn", [h for _, h in COLUMNS])
+    for r in rows:
+        result.add(**{h: r[k] for k, h in COLUMNS})
+    return result
+
+
 def table(rows: list[dict[str, Any]]) -> str:
-    cols = [
-        ("variant", "variant"),
-        ("rss_first_mib", "RSS first"),
-        ("rss_last_mib", "RSS last"),
-        ("rss_mib_per_100_loads", "RSS/100 loads"),
-        ("heap_first_mib", "heap first"),
-        ("heap_last_mib", "heap last"),
-        ("heap_mib_per_100_loads", "heap/100 loads"),
-        ("loads", "loads"),
-        ("loads_per_s", "loads/s"),
-        ("tokens_per_s", "tokens/s"),
-        ("errors", "errors"),
-    ]
-    lines = ["| " + " | ".join(h for _, h in cols) + " |", "|" + " --- |" * len(cols)]
-    lines += ["| " + " | ".join(str(r[k]) for k, _ in cols) + " |" for r in rows]
+    lines = ["| " + " | ".join(h for _, h in COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines += ["| " + " | ".join(str(r[k]) for k, _ in COLUMNS) + " |" for r in rows]
     return "\n".join(lines)
 
 
@@ -320,22 +329,17 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         print(json.dumps(result.summary(args.warmup)), flush=True)
     rows = [r.summary(args.warmup) for r in results]
-    command = shlex.join([".venv/bin/python", "-m", "benchmarks.engine_heap_churn", *sys.argv[1:]])
-    args.out.write_text(
-        json.dumps(
-            {
-                "command": command,
-                "rows": rows,
-                "points": {r.name: [asdict(p) for p in r.points] for r in results},
-            },
-            indent=1,
-        )
-    )
     if args.plot is not None:
         write_plot(args.plot, results)
-    print(table(rows))
-    print(f"\n{args.duration:.0f} s of churn per variant; JSON {args.out}")
-    print(f"command: {command}")
+    summary = result_of(rows)
+    summary.notes.append(
+        f"{args.duration:.0f} s of churn per variant (MiB; RSS and heap of vLLM's Worker)"
+    )
+    summary.details = {
+        "rows": rows,
+        "points": {r.name: [asdict(p) for p in r.points] for r in results},
+    }
+    summary.emit(args.out)
     return 0
 
 

@@ -6,7 +6,7 @@ on a shared machine hits all three alike. Prints p50/p99 TTFT, the TTFT each hop
 direct, the gateway/hop ratios against the targets (1.25x at p50, 1.5x at p99), and the CPU
 seconds per request of the hop and the gateway processes.
 
-    .venv/bin/python benchmarks/gateway_overhead.py [--rate 40] [--rounds 6] [--round-s 5]
+    .venv/bin/python -m benchmarks.gateway_overhead [--rate 40] [--rounds 6] [--round-s 5]
 
 Processes: the upstream stand-in (Starlette, streams a few SSE chunks, answers /state), the
 bare hop (Starlette + httpx streaming, no logic), both in gateway_overhead_servers.py, and the
@@ -34,6 +34,8 @@ from typing import IO, Any
 import httpx
 import psutil
 import yaml
+
+from benchmarks.results import Result
 
 ROOT = Path(__file__).resolve().parents[1]
 # The upstream stand-in and the bare hop, each run as its own process.
@@ -254,18 +256,27 @@ def report(
     log_lines: int,
 ) -> bool:
     ms = 1000.0
-    print(
-        f"\nTTFT, streaming, {args.rate:g} requests/s per target, {args.rounds} rounds x "
+    columns = ["target", "n", "errors", "p50 ms", "p99 ms", "mean ms", "adds p50 ms",
+               "adds p99 ms", "CPU ms/request"]  # fmt: skip
+    result = Result("gateway_overhead", columns)
+    result.notes.append(
+        f"TTFT, streaming, {args.rate:g} requests/s per target, {args.rounds} rounds x "
         f"{args.round_s:g} s, loopback"
     )
-    print(
-        f"{'target':<9}{'n':>6}{'err':>5}{'p50 ms':>9}{'p99 ms':>9}{'mean ms':>9}{'CPU ms/req':>12}"
-    )
     for name, v in ttft.items():
-        cpu_ms = cpu[name] / max(1, len(v)) * ms if name != "direct" else float("nan")
-        print(
-            f"{name:<9}{len(v):>6}{errors[name]:>5}{pct(v, 50) * ms:>9.2f}"
-            f"{pct(v, 99) * ms:>9.2f}{statistics.fmean(v) * ms:>9.2f}{cpu_ms:>12.2f}"
+        cpu_ms = cpu[name] / max(1, len(v)) * ms if name != "direct" else None
+        result.add(
+            target=name,
+            n=len(v),
+            errors=errors[name],
+            **{
+                "p50 ms": round(pct(v, 50) * ms, 2),
+                "p99 ms": round(pct(v, 99) * ms, 2),
+                "mean ms": round(statistics.fmean(v) * ms, 2),
+                "adds p50 ms": round((pct(v, 50) - pct(ttft["direct"], 50)) * ms, 2),
+                "adds p99 ms": round((pct(v, 99) - pct(ttft["direct"], 99)) * ms, 2),
+                "CPU ms/request": "–" if cpu_ms is None else round(cpu_ms, 2),
+            },
         )
     ok = not any(errors.values())
     for q, target in ((50, 1.25), (99, 1.5)):
@@ -275,14 +286,13 @@ def report(
         ratio = gw_ms / hop_ms if hop_ms > 0 else float("inf")
         ok = ok and ratio <= target
         verdict = "ok" if ratio <= target else "OVER TARGET"
-        print(
-            f"p{q}: hop adds {hop_ms:.2f} ms, gateway adds {gw_ms:.2f} ms -> ratio {ratio:.2f} "
-            f"(target <= {target}) {verdict}"
+        result.notes.append(
+            f"p{q}: the gateway adds {ratio:.2f} x what the bare hop adds (target <= {target}) "
+            f"{verdict}"
         )
-    gw_cpu = cpu["gateway"] / max(1, len(ttft["gateway"]))
-    print(f"gateway request log lines written: {log_lines}")
-    print(f"gateway CPU seconds per request: {gw_cpu:.5f}")
-    print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    result.notes.append(f"gateway request log lines written: {log_lines}")
+    result.details = {"ttft_s": ttft, "errors": errors, "cpu_s": cpu}
+    result.emit(args.out)
     return ok
 
 
@@ -307,6 +317,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=40.0, help="requests/s per target")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--round-s", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
     return bench(parser.parse_args())
 
 

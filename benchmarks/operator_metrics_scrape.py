@@ -1,6 +1,6 @@
 """Cost of one scrape of the operator's /metrics at fleet scale.
 
-    .venv/bin/python benchmarks/operator_metrics_scrape.py [--adapters 5000] [--aliases 5000]
+    .venv/bin/python -m benchmarks.operator_metrics_scrape [--adapters 5000] [--aliases 5000]
 
 The counters and gauges are read from the FleetSync index at scrape time (adapters by phase,
 aliases with a refused deploy), so a scrape walks every adapter and alias once. This prints
@@ -13,9 +13,11 @@ import argparse
 import statistics
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from benchmarks.results import Result
 from lorafleet_core.api.models import AdapterPhase, LoRAAdapterStatus
 from lorafleet_core.planning.aliases import AdapterView, plan_alias
 from lorafleet_core.planning.fleet import AdapterEntry
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--adapters", type=int, default=5000)
     ap.add_argument("--aliases", type=int, default=5000)
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
     args = ap.parse_args()
     fleet = FleetSync("prod", NoWriter())
     phases = list(AdapterPhase)
@@ -64,14 +67,14 @@ def main() -> None:
         t0 = time.perf_counter()
         text = generate_latest(metrics.registry)
         times.append(time.perf_counter() - t0)
-    print(
-        f"one scrape, {args.adapters} adapters + {args.aliases} aliases: "
-        f"median {1000 * statistics.median(times):.1f} ms, {len(text)} bytes"
+    result = Result("operator_metrics_scrape", ["adapters", "aliases", "median ms", "bytes"])
+    result.add(
+        adapters=args.adapters,
+        aliases=args.aliases,
+        **{"median ms": round(1000 * statistics.median(times), 1), "bytes": len(text)},
     )
-    print(
-        f"command: .venv/bin/python benchmarks/operator_metrics_scrape.py "
-        f"--adapters {args.adapters} --aliases {args.aliases}"
-    )
+    result.notes.append(f"one scrape of the operator's registry, median of {args.rounds}")
+    result.emit(args.out)
 
 
 if __name__ == "__main__":

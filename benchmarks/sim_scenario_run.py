@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 from typing import TypeVar
 
 from lorafleet_sim.engine import Engine
@@ -22,6 +23,7 @@ def add_run_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--duration", type=float, default=3600.0, help="measured seconds")
     ap.add_argument("--warmup", type=float, default=600.0, help="simulated first, left out")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
 
 
 def scenario_run(args: argparse.Namespace) -> Run:
@@ -39,11 +41,3 @@ def run_engine(engine: type[E], run: Run, seed: int) -> E:
     eng = engine_for(run, seed, engine)
     eng.run()
     return eng
-
-
-def run_flags(args: argparse.Namespace) -> str:
-    """The command line's lengths (when not the defaults) and `--set` values, to print."""
-    flags = "".join(f" --set {s}" for s in args.set)
-    if (args.duration, args.warmup) != (3600.0, 600.0):
-        flags = f" --duration {args.duration:g} --warmup {args.warmup:g}{flags}"
-    return flags

@@ -53,7 +53,8 @@ from urllib.parse import urlsplit
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.soak_report import format_verdict, passed, verdict, write_json, write_plot
+from benchmarks.results import Result
+from benchmarks.soak_report import format_verdict, passed, verdict, write_plot
 from benchmarks.soak_rss import RssSampler, mapping_growth, summarize_rss
 from benchmarks.soak_slow import MODES, SlowResult, SlowTarget, run_slow_clients
 from benchmarks.workload import WorkloadSpec
@@ -341,19 +342,45 @@ def main(argv: list[str] | None = None) -> int:
         # [sent at (s), TTFT (ms) or null, status] per normal request, for other windows
         "requests": [[round(r.started_at, 2), _ms(r.ttft_s), r.status] for r in results],
     }
-    print(format_verdict(v))
+    result = Result("soak", RSS_COLUMNS, command=command.removeprefix("command: "))
+    for s in v["rss"]:
+        result.add(**dict(zip(RSS_COLUMNS, rss_row(s), strict=True)))
+    # Statuses, TTFT by phase and the slow clients: the verdict's text above its RSS table.
+    result.notes.append(format_verdict(v).split("\n\nRSS MiB")[0])
     for label, rows in out["mapping_growth"].items():
-        print(f"where {label}'s RSS grew (top mappings):")
-        for r in rows:
-            print(f"  {r['path']} {r['addr']}: size {r['size_mib']} MiB, resident "
-                  f"{r['rss_before_mib']} -> {r['rss_after_mib']} MiB")  # fmt: skip
-    print(f"gateway's count by status: {out['gateway_statuses']}")
+        grew = "; ".join(
+            f"{r['path']} {r['addr']}: size {r['size_mib']} MiB, resident "
+            f"{r['rss_before_mib']} -> {r['rss_after_mib']} MiB"
+            for r in rows
+        )
+        result.notes.append(f"where {label}'s RSS grew (top mappings): {grew}")
     la = out["loadavg"]
-    print(f"load average (1/5/15 min) at start {la['start']}, at end {la['end']}")
-    print(f"json: {write_json(args.out, doc)}")
-    print(f"plot: {write_plot(args.plot, title, samples, results, slow_window)}")
-    print(command)
+    result.notes += [
+        f"gateway's count by status: {out['gateway_statuses']}",
+        f"load average (1/5/15 min) at start {la['start']}, at end {la['end']}",
+        f"plot: {write_plot(args.plot, title, samples, results, slow_window)}",
+    ]
+    result.details = doc
+    result.emit(args.out)
     return 0 if passed(v) else 1
+
+
+RSS_COLUMNS = ["process", "first MiB", "last MiB", "max MiB", "MiB/min", "later half MiB/min",
+               "rise MiB", "restarts", "verdict"]  # fmt: skip
+
+
+def rss_row(s: dict[str, Any]) -> list[Any]:
+    return [
+        s["label"],
+        round(s["first_mib"], 1),
+        round(s["last_mib"], 1),
+        round(s["max_mib"], 1),
+        round(s["slope_mib_per_min"], 2),
+        round(s["late_slope_mib_per_min"], 2),
+        round(s["rise_mib"], 1),
+        len(s["pids"]) - 1,
+        "growing" if s["growing"] else "flat",
+    ]
 
 
 def _reproduce(argv: list[str]) -> str:

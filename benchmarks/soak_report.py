@@ -6,7 +6,6 @@ during and after the slow-client phase, the slow clients' outcomes, and the RSS 
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -135,12 +134,6 @@ def format_verdict(v: dict[str, Any]) -> str:
     lines.append("")
     lines.append("PASS" if passed(v) else "FAIL")
     return "\n".join(lines)
-
-
-def write_json(path: Path, doc: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-    return path
 
 
 def write_plot(

@@ -1,7 +1,7 @@
 """What `internalAuth: tokenReview` costs an agent per load/unload call: a cached check vs a
 TokenReview round trip.
 
-    .venv/bin/python benchmarks/token_review_cache.py [--calls 2000]
+    .venv/bin/python -m benchmarks.token_review_cache [--calls 2000]
 
 Starts the emulated API server the tests use (kmock plus a TokenReview handler,
 tests/agent/kube_emulation.py) and times `TokenReviewer.check` for one allowed token: with the
@@ -17,7 +17,9 @@ import asyncio
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
+from benchmarks.results import Result
 from lorafleet_agent.kube import AgentKube
 from lorafleet_core.kube.token_review import TokenReviewer
 from tests.agent.kube_emulation import AUDIENCE, GATEWAY_SA, emulated_cluster
@@ -47,12 +49,16 @@ async def run(url: str, calls: int) -> tuple[float, float]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
     args = parser.parse_args(argv)
+    result = Result("token_review_cache", ["check", "median µs"])
+    result.notes.append("TokenReview against the emulated API server (kmock) on loopback")
     for cluster, _ in emulated_cluster():
         cached, reviewed = asyncio.run(run(cluster.url, args.calls))
-        print(f"cached check: {cached:.1f} µs median; TokenReview round trip (kmock, loopback): "
-              f"{reviewed:.0f} µs median")  # fmt: skip
-        print(f"command: .venv/bin/python benchmarks/token_review_cache.py --calls {args.calls}")
+        cached_check = "cached (sha256 of the token, one lookup)"
+        result.add(check=cached_check, **{"median µs": round(cached, 1)})
+        result.add(check="TokenReview round trip", **{"median µs": round(reviewed)})
+    result.emit(args.out)
 
 
 if __name__ == "__main__":

@@ -41,8 +41,18 @@ def test_the_engine_hands_the_settle_knobs_to_the_gateways_own_thresholds():
         Engine(w, ReplicaParams(), FleetParams(replicas=4, settle_rules="never"))
 
 
-def test_remote_load_breakdown_adds_up_to_the_runs_remote_loads(capsys):
-    assert remote_loads(["--scenario", "add-remove", "--duration", "120", "--warmup", "30"]) == 0
+def test_remote_load_breakdown_adds_up_to_the_runs_remote_loads(capsys, tmp_path):
+    argv = [
+        "--scenario",
+        "add-remove",
+        "--duration",
+        "120",
+        "--warmup",
+        "30",
+        "--out",
+        str(tmp_path),
+    ]
+    assert remote_loads(argv) == 0
     out = capsys.readouterr().out
     total = int(re.search(r"remote loads (\d+)", out).group(1))  # type: ignore[union-attr]
     rows = re.findall(
@@ -50,4 +60,4 @@ def test_remote_load_breakdown_adds_up_to_the_runs_remote_loads(capsys):
     )
     assert total > 0  # the first minutes after the warm-up still fetch
     assert sum(int(n) for n in rows) == total
-    assert "command: python -m benchmarks.sim_remote_loads --scenario add-remove" in out
+    assert "command: .venv/bin/python -m benchmarks.sim_remote_loads --scenario add-remove" in out
