@@ -1,12 +1,15 @@
 """Calibrate `lorafleet sim` against the real stack: predicted vs measured TTFT and tier shares.
 
-    # measure (real vLLM, a few minutes; run alone: /work/wt/with-vllm-slot --bench ...)
+    # measure (real vLLM, a few minutes; run it alone on the machine)
     .venv/bin/python benchmarks/sim_calibration.py --measure
     # the simulator side again from the recorded run (no vLLM, seconds)
     .venv/bin/python benchmarks/sim_calibration.py --from bench-results/calibration/measured.json
+    # the committed runs (docs/design/0012-simulator-calibration.md), gzip read as is
+    .venv/bin/python benchmarks/sim_calibration.py \
+        --from benchmarks/calibration/pinned-2026-12-01.json.gz
 
 `--measure` does, in order:
-1. `benchmarks/agent_tier_ttft.py --json` (its own vLLM, 2 GPU / 4 RAM slots): median TTFT per
+1. `benchmarks/agent_tier_ttft.py` (its own vLLM, 2 GPU / 4 RAM slots): median TTFT per
    tier; load time of a tier = its median minus the GPU median.
 2. A throwaway `lorafleet up` as the load test starts it (`e2e.standalone_fleet`: 1 replica,
    gpuSlots 2, hostRamSlots 4, the 3 demo canaries + 3 copies each = 12 aliases), its
@@ -33,6 +36,7 @@ slots) with the measured parameters, and the side-by-side table, JSON and a CDF 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import shlex
 import subprocess
@@ -68,12 +72,14 @@ def _tokenizer_counts(base_model: Path, prompts: list[str]) -> list[int]:
 
 def _tiers(rounds: int) -> dict[str, Any]:
     path = Path(tempfile.mkdtemp()) / "tiers.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "agent_tier_ttft.py"), "--rounds",
-           str(rounds), "--json", str(path)]  # fmt: skip
+    cmd = [sys.executable, "-m", "benchmarks.agent_tier_ttft", "--rounds", str(rounds),
+           "--out", str(path)]  # fmt: skip
     print(f"[calibration] {shlex.join(cmd)}", file=sys.stderr, flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT)
-    doc: dict[str, Any] = json.loads(path.read_text())
-    return doc
+    from benchmarks.results import load
+
+    tiers: dict[str, Any] = load(path)["details"]
+    return tiers
 
 
 def _optional(probe: Any, *args: Any, **kw: Any) -> dict[str, Any] | None:
@@ -208,10 +214,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def read_measured(path: Path) -> dict[str, Any]:
+    """A measured JSON as `--measure` wrote it, or gzip-compressed (`.gz`, as the runs the design
+    records cite are kept in benchmarks/calibration/)."""
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    doc: dict[str, Any] = json.loads(raw)
+    return doc
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true", help="run the real stack (vLLM)")
-    ap.add_argument("--from", dest="from_", type=Path, default=None, help="a measured JSON")
+    ap.add_argument(
+        "--from", dest="from_", type=Path, default=None, help="a measured JSON (or .json.gz)"
+    )
     ap.add_argument("--rates", type=float, nargs="+", default=[2.0, 5.0])
     ap.add_argument("--duration", type=float, default=90.0, help="seconds of trace per rate")
     ap.add_argument("--max-requests", type=int, default=1000)
@@ -246,14 +262,14 @@ def main() -> int:
         path.write_text(json.dumps(doc, indent=1))
         print(f"[calibration] wrote {path}", file=sys.stderr)
     elif args.from_ is not None:
-        doc = json.loads(args.from_.read_text())
+        doc = read_measured(args.from_)
     else:
         ap.error("pass --measure or --from FILE")
     if args.host_probe is not None:
-        doc["host"] = json.loads(args.host_probe.read_text())
+        doc["host"] = read_measured(args.host_probe)
         doc["host_probe_from"] = str(args.host_probe)
     if args.busy_from is not None:
-        other = json.loads(args.busy_from.read_text())
+        other = read_measured(args.busy_from)
         doc["busy_stalls"] = other.get("busy_stalls") or other["stalls"]
         if "busy" not in doc["busy_stalls"] and "sentinel" not in doc["busy_stalls"]:
             ap.error(f"{args.busy_from}: no stall run beside a busy engine")
