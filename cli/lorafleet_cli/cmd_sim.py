@@ -1,6 +1,6 @@
 """`lorafleet sim`: run a scenario of the fleet digital twin and print its figures.
 
-Examples (docs/performance.md has the figures they give):
+Examples (docs/reference/simulator.md; the figures they gave: docs/design/):
     lorafleet sim                                  # steady peak: 1 h at 40 req/s, 26 replicas
     lorafleet sim --scenario routing-ab --duration 900
     lorafleet sim --scenario thrash --set gpu_slots=8
@@ -43,7 +43,7 @@ def register(sub: Any) -> None:
         choices=sorted([*SCENARIOS, merged.SCENARIO, merged_overflow.SCENARIO]),
         default="steady",
         metavar="SCENARIO",
-        help="%(choices)s (default steady; each is described in docs/performance.md)",
+        help="%(choices)s (default steady; each is described in docs/reference/simulator.md)",
     )
     p.add_argument(
         "--hot-rates",

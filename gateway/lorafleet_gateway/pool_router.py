@@ -27,7 +27,7 @@ per copy). The choice for one request, pure and deterministic:
    own and faster, and spilling then only moves the queue.
 
 The bounds were chosen in the simulator (`lorafleet sim --scenario merged-overflow`,
-docs/performance.md "An undersized merged pool"): with only the old rule (spill at a queue
+docs/design/0019): with only the old rule (spill at a queue
 over 32, the shared pool's threshold) the hot tenant's p95 TTFT on a pool at 1.25x its
 capacity was 3.4 s, at 1.67x 16 s; with the bounds, 0.85 s and 1.2 s, and a pool at its
 size spills 0.4% of its requests. A queue bound alone reacts too late (2.4-3.0 s at 1.25x

@@ -20,7 +20,7 @@ owners that are not overloaded:
    least-loaded replica, `spill="least_loaded"`, is a different one each time and usually
    has to fetch the adapter); when all replicas are overloaded, the least-loaded of all.
 
-The simulator (`lorafleet sim --scenario routing-ab`, docs/performance.md) measured each rule
+The simulator (`lorafleet sim --scenario routing-ab`, docs/design/0006) measured each rule
 before it shipped. The returned candidate list is also the retry order: the rest of the owners
 (least loaded first), then the other replicas (rendezvous order, or least loaded first with
 spill="least_loaded"), overloaded replicas last by load. Ties break in rendezvous order so
@@ -95,7 +95,7 @@ class Thresholds:
     policy: str = "affinity"  # or "least_loaded", "random"
     # affinity: which tiers count as "holds the adapter". "spill": an owner with it in RAM or on
     # disk before one without, and spills to a replica holding it in any tier; "any" also
-    # before a cold owner (docs/performance.md, "Residency-aware routing": neither shipped).
+    # before a cold owner (docs/design/0006: neither shipped).
     residency: str = "gpu"
     # A replica serving for less than `settle_s` (0 = off) is just-joined: with "cap" its
     # near-empty load is left out of the fleet mean the bounded-load cap is taken from, with

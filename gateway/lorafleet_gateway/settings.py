@@ -101,7 +101,7 @@ class GatewaySettings(BaseSettings):
     max_attempts: int = Field(default=3, ge=1, description="replicas tried per request")
 
     # Routing policy (lorafleet_gateway.router; each rule measured in the simulator first,
-    # docs/performance.md). `random` and `least_loaded` are baselines for A/B tests.
+    # docs/design/0006). `random` and `least_loaded` are baselines for A/B tests.
     routing_policy: Literal["affinity", "least_loaded", "random"] = Field(
         default="affinity",
         description="affinity: the adapter's owners, the one holding it in a GPU slot first; "

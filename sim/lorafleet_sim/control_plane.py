@@ -122,7 +122,7 @@ class ControlPlane:
 
     def _prewarm_next_replica(self, measured: Counter[str], members: tuple[str, ...]) -> None:
         """Experiment: the hottest adapters also pre-warmed on their next rendezvous replica,
-        where their spills land (docs/performance.md, "Residency-aware routing")."""
+        where their spills land (docs/design/0006)."""
         base = self.fp.owners_per_adapter
         for name, _ in measured.most_common(self.fp.prewarm_next_hot):
             k = self.k.get(name, base)

@@ -22,7 +22,7 @@ other adapter's requests, which bounds each long-tail adapter's p95) under the S
 per-adapter worst p95 the first version used is shown but not tested: for most of the ~200
 adapters it counts it is the second largest of ~20 samples, decided by whether two of them
 queued behind a pile-up of ~4,000-token prompts, and it went up and down by ±150 ms from one
-fleet size to the next (docs/performance.md). The search per pool is `search.fewest_stable`:
+fleet size to the next (docs/design/0015). The search per pool is `search.fewest_stable`:
 the smallest count from which every larger count meets, not a binary search. The capacity
 search's second test, GPU hits >= 95%, is left out: it measures the shared pool's slot
 warmth, which a merged pool's requests, always "gpu", would flatter.

@@ -1,7 +1,7 @@
 """An undersized merged pool: where its overflow goes (`--scenario merged-overflow`).
 
 The hot tenant at 2,000 generated tokens/s met the SLO with 24 shared + 5 merged replicas
-(`--scenario hot-tenant-merged`, docs/performance.md). Here the same requests meet a merged
+(`--scenario hot-tenant-merged`, docs/design/0015). Here the same requests meet a merged
 pool with too few replicas, as during a surge before its autoscaler adds one (the tenant's
 traffic 1.25x, 1.67x, 2.5x what 4, 3, 2 replicas are sized for) or while a replica is down
 (one of the 5 fails at 1/3 of the run and is back 5 minutes later), beside the same 24

@@ -142,7 +142,7 @@ class FleetParams:
     spill: str = "rendezvous"
     # Which tiers the router's residency rules read (Thresholds.residency): "gpu" as shipped,
     # "any" also prefers a replica with the adapter in RAM or on disk (the experiment in
-    # docs/performance.md, "Residency-aware routing").
+    # docs/design/0006).
     residency: str = "gpu"
     # Join-aware bounded load (Thresholds.settle_s / settle_rules): a replica the gateway has
     # routed to for less than settle_s is left out of the cap's fleet mean ("cap") and is the

@@ -159,7 +159,7 @@ def _tail_worst_replica_p95(
     at most the worst of their p95s. Estimated per replica from hundreds of requests, this
     bound moves smoothly with the fleet size, where the worst adapter's own p95 (the second
     largest of ~20 samples for most counted adapters) is a lottery ticket: see
-    docs/performance.md, "Hot tenant: more owners or a merged pool".
+    docs/design/0015.
     """
     replica = np.asarray(eng.replica_of)
     sel = done & (np.asarray(eng.adapter_of) != hot)

@@ -105,7 +105,7 @@ def steady(i: Inputs) -> list[Run]:
 
 def routing_ab(i: Inputs) -> list[Run]:
     """Same requests, same seed; "shipped, before" is the router before the bounded-load and
-    rendezvous-spill rules (docs/performance.md has the before/after table)."""
+    rendezvous-spill rules (docs/design/0006 has the before/after table)."""
     w = i.workload()
     before = replace(i.fleet, balance=0.0, spill="least_loaded")
     return [

@@ -3,8 +3,7 @@
 A simulated fleet's SLO test is monotone in expectation (more replicas, less load each) but
 not draw by draw: adding a replica moves every adapter's rendezvous owners, so each count is
 a fresh draw of which replicas and adapters collect the workload's prefill pile-ups. A binary
-search over such a test can stop on a count whose neighbour above fails (docs/performance.md,
-"Hot tenant: more owners or a merged pool", two runs that disagreed).
+search over such a test can stop on a count whose neighbour above fails (docs/design/0015).
 
 `fewest_stable` answers the question a capacity plan asks instead: the smallest count from
 which every larger count (up to `high`) meets, so scaling up from the answer never breaks
@@ -15,7 +14,7 @@ merged count, the shared pool's `fewest_stable` count, and the pair with the few
 all. Taking the fewest merged replicas that meet beside a large shared pool and shrinking the
 shared pool afterwards is not that: once a merged pool's overflow spills to the shared pool,
 one merged replica "meets" beside any shared pool big enough to take its overflow
-(performance.md: 29 + 1 where 25 + 3 met).
+(docs/design/0015: 29 + 1 where 25 + 3 met).
 """
 
 from __future__ import annotations

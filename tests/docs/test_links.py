@@ -20,7 +20,10 @@ LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"
 HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 EXPLICIT_ANCHOR = re.compile(r"<a\s+(?:id|name)=\"([^\"]+)\"")
 # A docs page named in text: `docs/guides/deploy.md`, `../docs/runbook.md#canary-failed`.
-DOC_PATH = re.compile(r"(?<![\w/.-])((?:\.\./)*docs/[\w./-]*?\.md)(?:#([\w-]+))?")
+# `rev:docs/x.md` (a file of a past commit, `git show 2c4fc08:docs/performance.md`) is not one.
+DOC_PATH = re.compile(r"(?<![\w/.:-])((?:\.\./)*docs/[\w./-]*?\.md)(?:#([\w-]+))?")
+# A design record named by its number in a code comment: `docs/design/0006`.
+RECORD = re.compile(r"\bdocs/design/(\d{4})\b(?!-)")
 
 
 def tracked(*patterns: str) -> list[Path]:
@@ -102,8 +105,8 @@ def test_every_relative_link_and_anchor_in_the_markdown_resolves():
 
 def test_every_docs_page_named_in_code_or_text_exists():
     """`docs/runbook.md` in a chart comment, `docs/reference/gateway.md#routing` in a
-    docstring, an error message pointing at a guide: each names a page (and a section) that
-    exists."""
+    docstring, `docs/design/0006` in a comment, an error message pointing at a guide: each names
+    a page (and a section, a design record) that exists."""
     wrong = []
     for path in tracked("*.py", "*.md", "*.yaml", "*.tpl", "*.txt", "*.json", "*.sh", "Makefile"):
         if path.is_relative_to(ROOT / "tests" / "docs"):
@@ -115,6 +118,9 @@ def test_every_docs_page_named_in_code_or_text_exists():
                     wrong.append(f"{path.relative_to(ROOT)}:{number}: no page {page}")
                 elif fragment and fragment not in anchors(ROOT / page):
                     wrong.append(f"{path.relative_to(ROOT)}:{number}: {page} has no #{fragment}")
+            for record in RECORD.findall(line):
+                if not list((ROOT / "docs" / "design").glob(f"{record}-*.md")):
+                    wrong.append(f"{path.relative_to(ROOT)}:{number}: no design record {record}")
     assert not wrong, "\n".join(wrong)
 
 

@@ -33,7 +33,7 @@ def test_fewest_stable_skips_a_count_that_meets_below_one_that_fails():
         fewest_stable(ok, 5, 4)
 
 
-# Shared replicas each merged count needs (1,280 tokens/s in performance.md): one merged
+# Shared replicas each merged count needs (1,280 tokens/s in docs/design/0015): one merged
 # replica meets beside 29 shared (its overflow has room there), three beside 25.
 NEED = {1: 29, 2: 27, 3: 25, 4: 25, 5: 24, 6: 24}
 

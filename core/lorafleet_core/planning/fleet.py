@@ -83,7 +83,7 @@ class FleetParams:
     hot_share: float = 0.5  # most of a replica's capacity one adapter may take per owner
     # Sustained tokens/s of one adapter, as a share of replica_capacity_tps, above which a
     # merged pool wins (planning.merge_advice; measured with `lorafleet sim --scenario
-    # hot-tenant-merged`, docs/performance.md).
+    # hot-tenant-merged`, docs/design/0015).
     merge_threshold_share: float = MERGE_THRESHOLD_SHARE
 
 

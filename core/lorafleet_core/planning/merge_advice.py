@@ -4,7 +4,7 @@ An adapter whose own sustained traffic fills a replica is cheaper on replicas th
 merged into the base weights (no LoRA delta per token: 40 ms instead of 50 ms per decode step
 in the design's numbers, one adapter per copy, no loads) than on more owners in the shared
 pool, which pay the LoRA overhead on every token. `lorafleet sim --scenario
-hot-tenant-merged` finds where the merged pool wins (docs/performance.md); the threshold here
+hot-tenant-merged` finds where the merged pool wins (docs/design/0015); the threshold here
 is that point, as a share of one replica's capacity (`FleetParams.merge_threshold_share`).
 
 "Sustained" is the status figure `stats.tokensPerSecond` (planning.adapter_stats: a minute's
@@ -55,7 +55,7 @@ from lorafleet_core.planning.pool import controller_refs
 
 # Where the merged pool wins, as a share of one replica's capacity. Measured with `lorafleet sim
 # --scenario hot-tenant-merged --hot-rates R --duration 900 --warmup 300 --low 20 --high H
-# --seeds 3 --jobs 2` (docs/performance.md, "Hot tenant: more owners or a merged pool", has R/H
+# --seeds 3 --jobs 2` (docs/design/0015 has R/H
 # per rate and the table; the merged fleet is the fewest shared + merged over every merged
 # count): the merged pool needed 1 GPU more than more owners at 0.25 x (160 tokens/s) and fewer
 # from 0.5 x up to 3.1 x (2 fewer at 0.5 x, 1 at 1 x and 2 x, 2 at 3.1 x). Those margins are

@@ -8,8 +8,8 @@ are never patched. The agent pre-warms in the listed order (`prewarm_pass`): the
 slots' worth registered with vLLM, then the rest pulled to its disk cache only.
 
 `prewarm_order` (hottest first) is an experiment the simulator runs
-(`--set prewarm_by_traffic=true`); measured, not shipped (docs/performance.md, "Pre-warm
-order by traffic"): the annotation stays in id order.
+(`--set prewarm_by_traffic=true`); measured, not shipped (docs/design/0020): the annotation
+stays in id order.
 
 Size bound: a value never exceeds `max_bytes` (the pool's `cache.ownedAnnotationMaxBytes`;
 Kubernetes caps all of a pod's annotations at 256 KiB together). Past it, a pod keeps (the
@@ -24,7 +24,7 @@ below `KEPT_COLD_TPS` counts as that floor. Every change of the kept set makes t
 (and its disk cache evict) adapters, and the figure it follows is a one-minute window in
 which most of a big pod's owned adapters show one request or none; ranking on it as it is
 listed ~60 new rows per interval pass in the simulated ramp, ~3 with the hysteresis
-(docs/performance.md, "Kept set with hysteresis"). With the
+(docs/design/0022). With the
 current annotation as the only memory the plan stays a pure function of the observed world,
 and an operator that has no traffic figures yet (just restarted) keeps what is listed.
 
@@ -84,7 +84,7 @@ def prewarm_pass(
 # (`evicting_pull_wait`). Each owner change (a join, a leave, a kept-set refill) makes the
 # pods it touches pull their newcomers, and on a full disk every pull evicts one adapter; a
 # burst of joins made one pod evict ~60/min for ten minutes in the simulated ramp, twice the
-# thrashing alert's 30/min (docs/performance.md, "Pre-warm pulls paced on a full disk").
+# thrashing alert's 30/min (docs/design/0025).
 # Paced, the same pulls end within minutes, below the rate that means thrashing, and a request
 # for an adapter not pulled yet loads it on demand as before.
 PREWARM_EVICTING_PULLS_PER_MIN = 10.0
@@ -114,8 +114,8 @@ class PrewarmPlan:
 
 # Tokens/s below which an adapter ranks as cold in the kept set: ~one response of the trace's
 # mean 211 generated tokens every 30 s. Below it the agent's one-minute window holds a request
-# or two (or none), which is arrival noise, not a ranking (docs/performance.md, "Kept set with
-# hysteresis", measures 0.001-32: a higher floor trades fewer pulls for more remote loads).
+# or two (or none), which is arrival noise, not a ranking (docs/design/0022
+# measures 0.001-32: a higher floor trades fewer pulls for more remote loads).
 KEPT_COLD_TPS = 8.0
 # How much hotter (log2: a factor of two) a challenger must be to displace a listed adapter.
 KEPT_MARGIN_BANDS = 1.0

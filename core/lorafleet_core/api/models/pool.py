@@ -57,7 +57,7 @@ class ReplicaBounds(SpecModel):
 # (`lorafleet sim --capacity`: 40 replicas for 40 requests/s, each request ~12 s in flight =
 # ~480 in flight, 12 per replica); a request of the production trace holds 1,155 prompt +
 # 211 output = 1,366 tokens, so 12 x 1,366 = ~16,400: 16,384. The earlier 4,096 was three
-# such requests and sent every pool straight to replicas.max (docs/performance.md, "Ramp").
+# such requests and sent every pool straight to replicas.max (docs/design/0011).
 DEFAULT_TARGET_TOKENS_IN_FLIGHT = 16_384
 
 
