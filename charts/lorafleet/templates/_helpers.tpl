@@ -131,7 +131,7 @@ A container's env: the chart's own variables ("own", rendered YAML), then "extra
 component's extraEnv). Kubernetes lets the last of two same-named variables win, so an
 extraEnv entry could silently replace what the chart derives from its values (the ports,
 the internal credential, the auth mode of the replicas...). Such a name is refused at render;
-extraEnv is for settings the chart does not set (docs/deploy.md "extraEnv").
+extraEnv is for settings the chart does not set (docs/guides/deploy.md#extra-environment-variables).
 */}}
 {{- define "lorafleet.env" }}
 {{- $own := list }}
@@ -140,7 +140,7 @@ extraEnv is for settings the chart does not set (docs/deploy.md "extraEnv").
 {{- end }}
 {{- range .extra }}
 {{- if has .name $own }}
-{{- fail (printf "%s sets %s, which the chart already sets from its own values; set the chart value instead (docs/deploy.md, \"extraEnv\")" $.path .name) }}
+{{- fail (printf "%s sets %s, which the chart already sets from its own values; set the chart value instead (docs/guides/deploy.md#extra-environment-variables)" $.path .name) }}
 {{- end }}
 {{- end }}
 {{- .own | trim }}
