@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.results import Result
+from benchmarks.results import Result, module_command
 from lorafleet_core.planning.placement import owners
 
 
@@ -81,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     adapters = adapter_ids(args.adapters)
     n, k = args.replicas, args.k
-    result = Result("placement_bench", ["measure", "value"])
+    command = module_command("placement_bench", None if argv is None else list(argv))
+    result = Result("placement_bench", ["measure", "value"], command=command)
     result.notes.append(f"{len(adapters)} adapter ids, k={k}, Python {sys.version.split()[0]}")
     for size, sample in ((n, adapters), (args.large, adapters[:500])):
         us = micros_per_call(sample, replica_ids(size), k, args.rounds)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.results import Result
+from benchmarks.results import Result, module_command
 from lorafleet_gateway.ratelimit import Limiter, Limits, RateLimiter
 from lorafleet_gateway.ratelimit_redis import RedisRateLimiter
 from tests.conftest import free_port
@@ -77,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "µs per acquire+settle (sequential median)",
         f"decisions/s at concurrency {args.concurrency}",
     ]
-    result = Result("ratelimit_redis_bench", columns)
+    command = module_command("ratelimit_redis_bench", None if argv is None else list(argv))
+    result = Result("ratelimit_redis_bench", columns, command=command)
     result.notes.append(f"{args.requests} requests over 1,000 tenants; Redis on loopback")
     asyncio.run(main_async(args.requests, args.concurrency, result))
     result.emit(args.out)

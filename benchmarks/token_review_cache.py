@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.results import Result
+from benchmarks.results import Result, module_command
 from lorafleet_agent.kube import AgentKube
 from lorafleet_core.kube.token_review import TokenReviewer
 from tests.agent.kube_emulation import AUDIENCE, GATEWAY_SA, emulated_cluster
@@ -51,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=None, help="result JSON (or a folder)")
     args = parser.parse_args(argv)
-    result = Result("token_review_cache", ["check", "median µs"])
+    command = module_command("token_review_cache", None if argv is None else list(argv))
+    result = Result("token_review_cache", ["check", "median µs"], command=command)
     result.notes.append("TokenReview against the emulated API server (kmock) on loopback")
     for cluster, _ in emulated_cluster():
         cached, reviewed = asyncio.run(run(cluster.url, args.calls))

@@ -178,11 +178,14 @@ def test_busiest_replica_within_125_percent_of_mean(prefix):
     assert len(counts) == 26
 
 
-def test_benchmark_script_runs(capsys):
+def test_benchmark_script_runs(capsys, tmp_path):
     from benchmarks.placement_bench import main
 
-    assert main(["--adapters", "5000", "--large", "40", "--rounds", "1"]) == 0
+    argv = ["--adapters", "5000", "--large", "40", "--rounds", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "us per call" in out
+    assert "µs per call" in out
     assert "ideal 2/27" in out
-    assert "all moves onto the new replica: True" in out
+    assert "| every move onto the new replica | yes |" in out
+    assert "command: .venv/bin/python -m benchmarks.placement_bench --adapters 5000" in out
+    assert (tmp_path / "placement_bench.json").is_file()
