@@ -1,1 +1,1 @@
-"""lorafleet command-line interface and standalone mode."""
+"""The `lorafleet` command line: one module per command, each importing its product lazily."""

@@ -99,7 +99,7 @@ def register(sub: Any) -> None:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="override a model parameter (see lorafleet_cli/sim/params.py)",
+        help="override a model parameter (see sim/lorafleet_sim/params.py)",
     )
     p.add_argument(
         "--capacity", action="store_true", help="search the fewest replicas meeting the SLO"
