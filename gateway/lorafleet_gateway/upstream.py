@@ -27,8 +27,13 @@ from dataclasses import dataclass
 
 import httpx
 
-from lorafleet_core.api.names import HEADER_ADAPTER_TIER, HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from lorafleet_core.web import request_ids
+from lorafleet_core.wire.headers import (
+    HEADER_ADAPTER_TIER,
+    HEADER_LOADED_FROM,
+    HEADER_REQUEST_ID,
+    HEADER_TOKENS_ESTIMATE,
+)
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.tiers import Tier, parse_tier
 from lorafleet_gateway.catalog import ReplicaEndpoint
@@ -190,7 +195,7 @@ class Upstream:
             headers["authorization"] = f"Bearer {data_token}"
         request_id = request_ids.current.get()
         if request_id is not None:  # the agent's and vLLM's log lines carry the same id
-            headers[request_ids.HEADER_REQUEST_ID] = request_id
+            headers[HEADER_REQUEST_ID] = request_id
         try:
             return await self._send(ep, req, content, headers)
         except _NotRegistered:

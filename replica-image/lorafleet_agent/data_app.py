@@ -4,7 +4,7 @@ Admission: `model` must be the id of an adapter whose registry record the agent 
 in a request is ever used as a path or URL to load from: an unknown id (a path, a URL, anything)
 is answered 404 `adapter_not_registered` and nothing is fetched.
 
-Two request headers from the gateway (lorafleet_core.api.names): `HEADER_TOKENS_ESTIMATE`, the
+Two request headers from the gateway (lorafleet_core.wire.headers): `HEADER_TOKENS_ESTIMATE`, the
 gateway's token estimate, counted as this request's tokens in flight; `HEADER_LOADED_FROM` on a
 request retried after the gateway's on-demand load, the tier that load found the adapter in.
 The request reports the slower of it and where it found the adapter itself (`x-adapter-tier`).
@@ -33,15 +33,15 @@ from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, request_tokens
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_core.api.names import (
+from lorafleet_core.web import request_ids
+from lorafleet_core.web.client_gone import ClientDisconnect, unless_client_leaves
+from lorafleet_core.wire.headers import (
     HEADER_ADAPTER_ID,
     HEADER_ADAPTER_TIER,
     HEADER_LOADED_FROM,
     HEADER_REPLICA_ID,
     HEADER_TOKENS_ESTIMATE,
 )
-from lorafleet_core.web import request_ids
-from lorafleet_core.web.client_gone import ClientDisconnect, unless_client_leaves
 from lorafleet_core.wire.openai_errors import error_body
 from lorafleet_core.wire.openai_stream import AnswerUsage, usage_tokens
 from lorafleet_core.wire.tiers import parse_tier

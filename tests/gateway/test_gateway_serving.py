@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_core.api.names import HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from lorafleet_core.planning.placement import owners
 from lorafleet_core.planning.tokens import estimate
+from lorafleet_core.wire.headers import HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from tests.gateway import manifests as m
 from tests.gateway.conftest import (
     KEYS,
