@@ -35,6 +35,7 @@ from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
 from lorafleet_core.web import request_ids
 from lorafleet_core.web.client_gone import ClientDisconnect, unless_client_leaves
+from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.headers import (
     HEADER_ADAPTER_ID,
     HEADER_ADAPTER_TIER,
@@ -93,15 +94,17 @@ def build_data_app(
         adapter_id: str = body["model"]
         base = {HEADER_ADAPTER_ID: adapter_id, HEADER_REPLICA_ID: replica_id}
         if not manager.ready:
-            return _error(503, "replica is starting: vLLM is not ready", "engine_unavailable")
+            return _error(
+                503, "replica is starting: vLLM is not ready", ErrorCode.ENGINE_UNAVAILABLE
+            )
         if adapter_id in manager.failed:
-            return _error(422, manager.failed[adapter_id], "adapter_rejected", **base)
+            return _error(422, manager.failed[adapter_id], ErrorCode.ADAPTER_REJECTED, **base)
         if not manager.admits(adapter_id):
             return _error(
                 404,
                 f"adapter {adapter_id!r} is not registered on replica {replica_id}; "
                 "post its record to the internal load endpoint first",
-                "adapter_not_registered",
+                ErrorCode.ADAPTER_NOT_REGISTERED,
                 **base,
             )
         tokens = request_tokens(request.headers.get(HEADER_TOKENS_ESTIMATE), body)
@@ -115,33 +118,38 @@ def build_data_app(
                 lease = await manager.acquire(adapter_id, loaded_from=loaded_from)
             except VerificationError as exc:
                 return _error(
-                    422, manager.failed.get(adapter_id, str(exc)), "adapter_rejected", **base
+                    422,
+                    manager.failed.get(adapter_id, str(exc)),
+                    ErrorCode.ADAPTER_REJECTED,
+                    **base,
                 )
             except VllmError as exc:
                 if exc.status == 503:  # vLLM went away: nothing started, another replica may
-                    return _error(503, "vLLM is not answering", "engine_unavailable", **base)
+                    return _error(
+                        503, "vLLM is not answering", ErrorCode.ENGINE_UNAVAILABLE, **base
+                    )
                 return _error(
                     502,
                     f"could not load adapter {adapter_id}: {exc}",
-                    "adapter_load_failed",
+                    ErrorCode.ADAPTER_LOAD_FAILED,
                     **base,
                 )
             except StoreUnavailable as exc:
                 return _error(
                     503,
                     f"adapter {adapter_id} is not cached here and {exc}",
-                    "store_unavailable",
+                    ErrorCode.STORE_UNAVAILABLE,
                     **base,
                 )
             except FetchError as exc:
                 return _error(
                     502,
                     f"could not load adapter {adapter_id}: {exc}",
-                    "adapter_load_failed",
+                    ErrorCode.ADAPTER_LOAD_FAILED,
                     **base,
                 )
             except CacheFull as exc:
-                return _error(503, str(exc), "cache_full", **base)
+                return _error(503, str(exc), ErrorCode.CACHE_FULL, **base)
             headers = {**base, HEADER_ADAPTER_TIER: lease.tier.value}
             stats.count_request(adapter_id, lease.tier)
             request_id = request_ids.current.get()  # vllm_client sends it on to vLLM
@@ -158,11 +166,11 @@ def build_data_app(
             except EngineHung:
                 # Nothing of the answer has left: the gateway tries another replica.
                 return _error(
-                    503, "vLLM is hung: no answer in time", "engine_unavailable", **headers
+                    503, "vLLM is hung: no answer in time", ErrorCode.ENGINE_UNAVAILABLE, **headers
                 )
             except (httpx.HTTPError, VllmError, FetchError, VerificationError, CacheFull):
                 # Nothing reached vLLM's engine: 503 lets the gateway try another replica.
-                return _error(503, "vLLM is not answering", "engine_unavailable", **headers)
+                return _error(503, "vLLM is not answering", ErrorCode.ENGINE_UNAVAILABLE, **headers)
             stats.start()
             started = True
             log.info(

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.wire.agent_api import INTERNAL_AUDIENCE
 
 
 class AgentSettings(BaseSettings):
@@ -91,7 +92,7 @@ class AgentSettings(BaseSettings):
     # Secret-mounted file; without one the agent refuses to start unless explicitly allowed.
     internal_auth: Literal["secret", "tokenReview"] = "secret"
     internal_audience: str = Field(
-        default="lorafleet-agent", description="tokenReview: the audience the token must carry"
+        default=INTERNAL_AUDIENCE, description="tokenReview: the audience the token must carry"
     )
     internal_service_accounts: str = Field(
         default="",
