@@ -22,15 +22,12 @@ import psutil
 
 from lorafleet_cli.targets import Target
 from lorafleet_core.api import names
+from lorafleet_core.wire import metric_names
 from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.wire.replica_state import ReplicaState
+from lorafleet_core.wire.tiers import TIER_NAMES
 from lorafleet_standalone.state_files import RECONCILE_STATUS_FILE, UP_STATUS_FILE
 
-REQUESTS_BY_TIER = "lorafleet_agent_requests"  # the agent's counter, label `tier`
-# The gateway's per-tenant SLO counters (family names; the samples end in _total).
-TENANT_MISSES = "lorafleet_gateway_tenant_ttft_over_target"
-TENANT_REQUESTS = "lorafleet_gateway_tenant_requests"
-TIERS = ("gpu", "ram", "disk", "remote")
 WORST_TENANTS = 5
 
 Report = dict[str, Any]
@@ -50,7 +47,7 @@ def tier_hits(metrics_text: str) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for family in _families(metrics_text):
-        if family.name != REQUESTS_BY_TIER:
+        if family.name != metric_names.AGENT_REQUESTS:
             continue
         for sample in family.samples:
             tier = sample.labels.get("tier")
@@ -63,7 +60,7 @@ def hit_rate(hits: Mapping[str, float]) -> str:
     total = sum(hits.values())
     if not total:
         return "-"
-    return ", ".join(f"{t} {100 * hits.get(t, 0) / total:.0f}%" for t in TIERS)
+    return ", ".join(f"{t} {100 * hits.get(t, 0) / total:.0f}%" for t in TIER_NAMES)
 
 
 def gpu_share(hits: Mapping[str, float]) -> float | None:
@@ -77,7 +74,10 @@ def worst_tenants(metrics_text: str, n: int = WORST_TENANTS) -> list[dict[str, A
     misses: dict[str, float] = {}
     requests: dict[str, float] = {}
     for family in _families(metrics_text):
-        into = {TENANT_MISSES: misses, TENANT_REQUESTS: requests}.get(family.name)
+        into = {
+            metric_names.GATEWAY_TENANT_TTFT_OVER_TARGET: misses,
+            metric_names.GATEWAY_TENANT_REQUESTS: requests,
+        }.get(family.name)
         if into is None:
             continue
         for sample in family.samples:

@@ -19,11 +19,14 @@ import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from lorafleet_core.planning.placement import ranked
+from lorafleet_core.wire.metric_names import (
+    GATEWAY_USAGE_COMPLETION_TOKENS,
+    GATEWAY_USAGE_PROMPT_TOKENS,
+)
 from lorafleet_core.wire.openai_stream import WHOLE_PARSE_BYTES
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.usage import USAGE_COMPLETION, USAGE_PROMPT
 from tests.conftest import (
     S3Server,
     VllmServer,
@@ -417,6 +420,9 @@ def test_a_large_answer_is_metered_by_its_usage_without_being_parsed_whole(fleet
     labels = {"tenant": "acme", "adapter": records["zebra"].id}
     registry = gw.metrics.registry
     assert usage["completion_tokens"] == 800
-    assert registry.get_sample_value(USAGE_PROMPT + "_total", labels) == usage["prompt_tokens"]
-    completion = registry.get_sample_value(USAGE_COMPLETION + "_total", labels)
+    assert (
+        registry.get_sample_value(GATEWAY_USAGE_PROMPT_TOKENS + "_total", labels)
+        == usage["prompt_tokens"]
+    )
+    completion = registry.get_sample_value(GATEWAY_USAGE_COMPLETION_TOKENS + "_total", labels)
     assert completion == usage["completion_tokens"]
