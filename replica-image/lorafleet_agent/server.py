@@ -27,9 +27,9 @@ from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.prewarm import PrewarmWatcher
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy
 from lorafleet_agent.vllm_client import VllmClient
+from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.storage.adapter_files import BaseModelDims
 from lorafleet_core.web.http_protocol import hardened_protocol
 

@@ -16,11 +16,11 @@ from lorafleet_agent.manager import AdapterManager
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.prewarm import PrewarmWatcher
-from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy
 from lorafleet_agent.vllm_client import VllmClient
 from lorafleet_core.api.models import ALL_TARGET_MODULES
 from lorafleet_core.planning import prewarm
+from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.wire.tiers import Tier
 from tests.conftest import unique_id
 

@@ -15,11 +15,11 @@ from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.server import agent_in_thread
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError
 from lorafleet_agent.vllm_client import VllmClient
 from lorafleet_core.api import reasons
 from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.storage.merged_weights import merged_checksum
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.tiers import Tier
