@@ -65,12 +65,12 @@ def main() -> int:
 
     from moto.server import ThreadedMotoServer
 
-    from lorafleet_agent.server import agent_in_thread
     from lorafleet_agent.settings import AgentSettings
     from lorafleet_core.api.models import ALL_TARGET_MODULES
     from lorafleet_core.wire.agent_api import load_url, unload_url
     from lorafleet_core.wire.records import AdapterRecord
     from lorafleet_demo.assets import ensure_demo_assets
+    from tests.agent_thread import agent_in_thread
     from tests.conftest import (
         TEST_CACHE,
         TEST_MARKERS,

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
+from tests.agent_thread import RunningAgent, agent_in_thread
 from tests.conftest import INTERNAL_HEADERS, S3Server, VllmServer, session_agent_settings
 
 AgentFactory = Callable[..., contextlib.AbstractContextManager[RunningAgent]]

@@ -19,8 +19,8 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_agent.server import RunningAgent
 from tests.agent.conftest import load, metric, state, unload
+from tests.agent_thread import RunningAgent
 from tests.conftest import TEST_DATA_TOKEN, restart_vllm, unique_id
 from tests.waiting import eventually
 

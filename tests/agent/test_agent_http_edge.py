@@ -22,8 +22,9 @@ from lorafleet_agent.data_app import MAX_BODY_BYTES
 from lorafleet_agent.data_auth import build_data_auth
 from lorafleet_agent.internal_app import MAX_LOAD_BODY_BYTES
 from lorafleet_agent.internal_auth import MissingCredential
-from lorafleet_agent.server import Agent, RunningAgent, agent_in_thread
+from lorafleet_agent.server import Agent
 from lorafleet_agent.settings import AgentSettings
+from tests.agent_thread import RunningAgent, agent_in_thread
 from tests.conftest import (
     DATA_HEADERS,
     INTERNAL_HEADERS,

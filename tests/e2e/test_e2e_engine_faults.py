@@ -21,10 +21,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from lorafleet_agent.server import RunningAgent
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
+from tests.agent_thread import RunningAgent
 from tests.conftest import S3Server, VllmServer, unique_id
 from tests.fault_proxy import FaultProxy
 from tests.vllm_stack import vllm_stack
