@@ -5,8 +5,8 @@ The data port is meant for the gateway only (a NetworkPolicy on a cluster, loopb
 standalone mode), but it must not fail worse when something else reaches it, or when the
 gateway passes on what it should not have: a body over `max_bytes` is a 413 read no further,
 and what `lorafleet_core.wire.strict_json` refuses (NaN, out-of-range numbers, lone surrogates,
-deep nesting) is a 400. Each of these used to reach Starlette's `request.json()` and come back
-as a text/plain 500 (the deep nesting as a RecursionError), or be passed to vLLM whole.
+deep nesting) is a 400. Left to Starlette's `request.json()`, each of these would come back as
+a text/plain 500 (the deep nesting as a RecursionError), or be passed to vLLM whole.
 
 FastAPI answers unknown paths, wrong methods and its own validation errors as
 `{"detail": ...}`; `install_openai_errors` makes them the OpenAI error body every other answer

@@ -59,7 +59,7 @@ class AgentMetrics:
         self.tokens_out = Counter(
             "lorafleet_agent_completion_tokens", "Completion tokens streamed back", registry=r
         )
-        # Reliability and security (issue 11): each of these going up is worth a look.
+        # Reliability and security: each of these going up is worth a look.
         self.record_conflicts = Counter(
             "lorafleet_agent_record_conflicts",
             "Second, different records refused for an adapter id the agent already held",

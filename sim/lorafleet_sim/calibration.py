@@ -26,7 +26,7 @@ from lorafleet_core.wire.tiers import TIER_NAMES
 from lorafleet_sim.params import FleetParams, ReplicaParams
 from lorafleet_sim.workload import Workload
 
-TARGET_ERROR = 0.20  # the target: predicted within 20% of measured
+TARGET_ERROR = 0.20  # the calibration's target: predicted within 20% of measured
 # The host CPU model's parameters (ReplicaParams.host_*), from calibration_host_probe's fit.
 HOST_PARAMS = (
     "host_cores",

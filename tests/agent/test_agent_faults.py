@@ -1,4 +1,4 @@
-"""Faults and hostile callers inside the pod, against the session's real vLLM (issue 11).
+"""Faults and hostile callers inside the pod, against the session's real vLLM.
 
 - the internal load/unload endpoints require the credential; read-only ones do not;
 - a second, different record for a held id is refused loudly (409, metric, ERROR log), and

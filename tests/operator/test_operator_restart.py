@@ -1,7 +1,7 @@
 """Operator restarts as a fault: `python -m lorafleet_operator` SIGKILLed in the middle of a
 sync pass against kmock, restarted, and restarted once more when all is reconciled.
 
-What must hold (issue 11): the end state equals that of a clean run that was never killed,
+What must hold: the end state equals that of a clean run that was never killed,
 and a restart writes nothing that is already right. Every write request the emulator serves
 is logged per object, so "nothing" is counted, not assumed. The emulator delays each write a
 little (a slow API server) so that the kill lands while a pass is still writing.
