@@ -32,6 +32,7 @@ from tests.conftest import (
     TEST_INTERNAL_TOKEN,
     free_port,
 )
+from tests.scrape import Scrape
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -124,10 +125,7 @@ def test_a_rotated_data_token_file_is_the_one_accepted(tmp_path: Path):
 
 
 def metric_value(agent: RunningAgent, name: str) -> float:
-    for line in httpx.get(agent.internal_url + "/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
+    return Scrape.of(f"{agent.internal_url}/metrics").value(name)
 
 
 @pytest.mark.parametrize(

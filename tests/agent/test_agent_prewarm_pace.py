@@ -55,11 +55,11 @@ def test_a_later_pass_spaces_its_evicting_pulls_and_fills_free_room_at_once(
 
     async def passes() -> None:
         # First pass: room for everything, so no pull waits.
-        await watcher._pass(recs[:2], None)
+        await watcher.warm(recs[:2], None)
         assert manager.disk.lru.order() == [r.id for r in recs[:2]]
         # The disk is now full: each newly listed adapter evicts the least recently used one.
         manager.disk.lru.budget = manager.disk.lru.used
-        await watcher._pass(recs, recs[:1])
+        await watcher.warm(recs, recs[:1])
 
     began = time.monotonic()
     asyncio.run(passes())

@@ -33,6 +33,7 @@ from tests.conftest import (
     unique_id,
 )
 from tests.gateway import manifests as m
+from tests.scrape import Scrape
 from tests.vllm_stack import vllm_stack
 from tests.waiting import eventually
 
@@ -151,10 +152,8 @@ def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_age
 
     # The gateway's TTFT-by-tier and the agents' requests-by-tier count the same requests.
     def gateway_count(tier: str) -> float:
-        value = gw.metrics.registry.get_sample_value(
-            "lorafleet_gateway_ttft_seconds_count", {"tier": tier}
-        )
-        return value or 0.0
+        scrape = Scrape.of_registry(gw.metrics.registry)
+        return scrape.value("lorafleet_gateway_ttft_seconds_count", tier=tier)
 
     agent_metrics = [
         httpx.get(f"{gw.tracker.endpoint(rid).internal_url}/metrics", timeout=10).text
@@ -177,10 +176,9 @@ def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_age
 
 
 def _usage_sample(gw: Gateway, what: str, adapter_id: str) -> float:
-    value = gw.metrics.registry.get_sample_value(
-        f"lorafleet_gateway_usage_{what}_total", {"tenant": "acme", "adapter": adapter_id}
+    return Scrape.of_registry(gw.metrics.registry).value(
+        f"lorafleet_gateway_usage_{what}_total", tenant="acme", adapter=adapter_id
     )
-    return value or 0.0
 
 
 def test_responses_api_streamed_and_not_through_gateway_agent_and_vllm(fleet):

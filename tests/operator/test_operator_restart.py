@@ -30,6 +30,7 @@ from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
 from tests.operator.kopf_fleet import pod_body
 from tests.operator.state_servers import StateServer
+from tests.scrape import Scrape
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -83,11 +84,10 @@ class Operator:
     def passes(self) -> float:
         """Sync passes finished in this process (0 until its metrics answer)."""
         try:
-            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2).text
+            scrape = Scrape.of(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout_s=2)
         except httpx.HTTPError:
             return 0.0
-        want = f'lorafleet_operator_sync_passes_total{{namespace="{NS}"}} '
-        return sum(float(x[len(want) :]) for x in text.splitlines() if x.startswith(want))
+        return scrape.value("lorafleet_operator_sync_passes_total", namespace=NS)
 
     def alive(self) -> str | None:
         """For `eventually(abort=...)`: why waiting is pointless (the process exited)."""
