@@ -29,10 +29,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from lorafleet_cli.exit_codes import OK, CommandFailed, UsageError
-from lorafleet_cli.status_report import StateFileError, read_state_json
 from lorafleet_cli.targets import DEFAULT_STATE_DIR
 from lorafleet_core.wire import metric_names
-from lorafleet_standalone.state_files import UP_STATUS_FILE
+from lorafleet_standalone.state_files import UP_STATUS_FILE, StateFileError, read_state_json
 
 METRICS = {
     "requests": metric_names.GATEWAY_USAGE_REQUESTS,

@@ -12,13 +12,11 @@ through `kubectl port-forward`); replica internals are not reachable from outsid
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from lorafleet_cli.targets import Target
 from lorafleet_core.api import names
@@ -26,7 +24,13 @@ from lorafleet_core.wire import metric_names
 from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_core.wire.tiers import TIER_NAMES
-from lorafleet_standalone.state_files import RECONCILE_STATUS_FILE, UP_STATUS_FILE
+from lorafleet_standalone.state_files import (
+    RECONCILE_STATUS_FILE,
+    UP_STATUS_FILE,
+    StateFileError,
+    read_state_json,
+    up_alive,
+)
 
 WORST_TENANTS = 5
 
@@ -233,30 +237,6 @@ def gateway_tenants(client: httpx.Client, metrics_url: str | None) -> list[dict[
         return None
 
 
-class StateFileError(ValueError):
-    """A `lorafleet up` state file that cannot be read (cut off, edited by hand)."""
-
-
-def read_state_json(path: Path) -> dict[str, Any]:
-    """A `lorafleet up` state file as a JSON object; StateFileError when it is not one."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise StateFileError(f"{path} is unreadable ({exc}); restart `lorafleet up`") from exc
-    if not isinstance(doc, dict):
-        raise StateFileError(f"{path} is not a JSON object; restart `lorafleet up`")
-    return doc
-
-
-def _up_alive(up: Mapping[str, Any]) -> bool:
-    """Whether the `lorafleet up` that wrote up.json still runs: one that was SIGKILLed (or
-    whose machine rebooted) never wrote `stopped`, and its children died with it."""
-    pid = up.get("pid")
-    if not isinstance(pid, int):
-        return True  # nothing to check against
-    return psutil.pid_exists(pid)
-
-
 def standalone(state_dir: Path) -> Report | None:
     """The report of a running `lorafleet up` in `state_dir`; None when there is none.
 
@@ -265,7 +245,7 @@ def standalone(state_dir: Path) -> Report | None:
     if not up_file.is_file():
         return None
     up = read_state_json(up_file)
-    alive = _up_alive(up)
+    alive = up_alive(up)
     try:
         report: Report = {
             "mode": "standalone",
