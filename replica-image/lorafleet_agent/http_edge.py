@@ -36,6 +36,11 @@ APP_OPTIONS: dict[str, Any] = {
 MAX_JSON_DEPTH = 256  # above the gateway's default 64: a backstop, not a second policy
 
 
+def error_response(status: int, message: str, code: str, **headers: str) -> JSONResponse:
+    """An answer with `status` and the OpenAI error body every answer of the agent has."""
+    return JSONResponse(error_body(status, message, code=code), status_code=status, headers=headers)
+
+
 class BodyRefused(Exception):
     """A request body refused before any route logic: answered with `status` and `code`."""
 
@@ -46,9 +51,7 @@ class BodyRefused(Exception):
         self.code = code
 
     def response(self) -> JSONResponse:
-        return JSONResponse(
-            error_body(self.status, self.message, code=self.code), status_code=self.status
-        )
+        return error_response(self.status, self.message, self.code)
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:

@@ -17,7 +17,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from lorafleet_agent.held_records import RecordConflict
-from lorafleet_agent.http_edge import APP_OPTIONS, BodyRefused, install_openai_errors, read_json
+from lorafleet_agent.http_edge import (
+    APP_OPTIONS,
+    BodyRefused,
+    error_response,
+    install_openai_errors,
+    read_json,
+)
 from lorafleet_agent.internal_auth import Authenticator
 from lorafleet_agent.manager import AdapterManager, CacheFull
 from lorafleet_agent.object_store import FetchError, StoreUnavailable
@@ -26,7 +32,6 @@ from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
 from lorafleet_core.wire.agent_api import LOAD_ROUTE, STATE_ROUTE, UNLOAD_ROUTE
 from lorafleet_core.wire.error_codes import ErrorCode
-from lorafleet_core.wire.openai_errors import error_body
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
 
@@ -34,10 +39,6 @@ log = logging.getLogger(__name__)
 
 
 MAX_LOAD_BODY_BYTES = 1 << 20  # a load carries one adapter record: a few hundred bytes
-
-
-def _error(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse(error_body(status, message, code=code), status_code=status)
 
 
 def replica_state(
@@ -89,14 +90,14 @@ def build_internal_app(
         log.warning("refused %s %s from %s: %s", request.method, request.url.path[:200],
                     client, refusal.message)  # fmt: skip
         if refusal.status == 503:  # the credential could not be checked: fail closed
-            return _error(503, refusal.message, ErrorCode.AUTH_UNAVAILABLE)
-        resp = _error(401, refusal.message, "unauthorized")
+            return error_response(503, refusal.message, ErrorCode.AUTH_UNAVAILABLE)
+        resp = error_response(401, refusal.message, "unauthorized")
         resp.headers["www-authenticate"] = "Bearer"
         return resp
 
     def wrong_replica(replica_id: str) -> JSONResponse | None:
         if replica_id != own_id:
-            return _error(
+            return error_response(
                 404, f"this is replica {own_id}, not {replica_id}", ErrorCode.WRONG_REPLICA
             )
         return None
@@ -116,17 +117,17 @@ def build_internal_app(
         except BodyRefused as exc:
             return exc.response()
         except (ValueError, KeyError, TypeError, ValidationError) as exc:
-            return _error(
+            return error_response(
                 400,
                 f"body must be {{'record': AdapterRecord, 'gpu': bool}}: {exc}",
                 "invalid_request",
             )
         if not manager.ready:
-            return _error(
+            return error_response(
                 503, "replica is starting: vLLM is not ready", ErrorCode.ENGINE_UNAVAILABLE
             )
         if record.id != adapter_id:
-            return _error(
+            return error_response(
                 400, f"record id {record.id} does not match {adapter_id}", "invalid_request"
             )
         # An explicit load retries an adapter refused before (e.g. its upload was fixed); the
@@ -141,21 +142,21 @@ def build_internal_app(
             else:
                 found = await manager.ensure_registered(adapter_id)
         except RecordConflict as exc:
-            return _error(409, str(exc), ErrorCode.RECORD_CONFLICT)
+            return error_response(409, str(exc), ErrorCode.RECORD_CONFLICT)
         except VerificationError:
-            return _error(
+            return error_response(
                 422, manager.failed.get(adapter_id, "refused"), ErrorCode.ADAPTER_REJECTED
             )
         except StoreUnavailable as exc:
-            return _error(
+            return error_response(
                 503, f"could not fetch adapter {adapter_id}: {exc}", ErrorCode.STORE_UNAVAILABLE
             )
         except (FetchError, VllmError) as exc:
-            return _error(
+            return error_response(
                 502, f"could not load adapter {adapter_id}: {exc}", ErrorCode.ADAPTER_LOAD_FAILED
             )
         except CacheFull as exc:
-            return _error(503, str(exc), ErrorCode.CACHE_FULL)
+            return error_response(503, str(exc), ErrorCode.CACHE_FULL)
         return JSONResponse(
             {
                 "adapter_id": adapter_id,
@@ -169,7 +170,9 @@ def build_internal_app(
         if (err := await unauthorized(request) or wrong_replica(replica_id)) is not None:
             return err
         if not await manager.unload(adapter_id):
-            return _error(409, f"adapter {adapter_id} has running requests", ErrorCode.ADAPTER_BUSY)
+            return error_response(
+                409, f"adapter {adapter_id} has running requests", ErrorCode.ADAPTER_BUSY
+            )
         return JSONResponse({"adapter_id": adapter_id, "tier": manager.tier_of(adapter_id).value})
 
     @app.get("/metrics")
@@ -190,6 +193,6 @@ def build_internal_app(
         if manager.ready:
             warm = warming() if warming is not None else False
             return JSONResponse({"status": "ready", "warming": warm})
-        return _error(503, "vLLM is not ready", ErrorCode.ENGINE_UNAVAILABLE)
+        return error_response(503, "vLLM is not ready", ErrorCode.ENGINE_UNAVAILABLE)
 
     return app
