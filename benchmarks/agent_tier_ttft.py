@@ -65,11 +65,12 @@ def main() -> int:
 
     from moto.server import ThreadedMotoServer
 
-    from lorafleet_agent.server import agent_in_thread
     from lorafleet_agent.settings import AgentSettings
     from lorafleet_core.api.models import ALL_TARGET_MODULES
+    from lorafleet_core.wire.agent_api import load_url, unload_url
     from lorafleet_core.wire.records import AdapterRecord
     from lorafleet_demo.assets import ensure_demo_assets
+    from tests.agent_thread import agent_in_thread
     from tests.conftest import (
         TEST_CACHE,
         TEST_MARKERS,
@@ -138,7 +139,6 @@ def main() -> int:
             client = openai.OpenAI(
                 base_url=f"{running.data_url}/v1", api_key=data_token, max_retries=0
             )
-            internal = f"{running.internal_url}/internal/replicas/bench/adapters"
 
             def measure(tier: str, adapter_id: str, marker: str) -> None:
                 seconds, got, text = ttft(client, adapter_id)
@@ -148,9 +148,8 @@ def main() -> int:
 
             def load(rec: AdapterRecord) -> None:
                 body: dict[str, Any] = {"record": rec.model_dump(mode="json")}
-                httpx.post(
-                    f"{internal}/{rec.id}/load", json=body, headers=auth, timeout=60
-                ).raise_for_status()
+                url = load_url(running.internal_url, "bench", rec.id)
+                httpx.post(url, json=body, headers=auth, timeout=60).raise_for_status()
 
             for rnd in range(args.rounds + 1):  # round 0 warms up and is not counted
                 name = names[rnd % 3]
@@ -162,9 +161,8 @@ def main() -> int:
 
                 on_disk = record(name, unique_id(f"bench-{name}"))
                 load(on_disk)
-                httpx.post(
-                    f"{internal}/{on_disk.id}/unload", headers=auth, timeout=60
-                ).raise_for_status()
+                url = unload_url(running.internal_url, "bench", on_disk.id)
+                httpx.post(url, headers=auth, timeout=60).raise_for_status()
                 measure("disk", on_disk.id, marker)
 
                 in_ram = record(name, unique_id(f"bench-{name}"))

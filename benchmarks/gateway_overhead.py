@@ -36,6 +36,7 @@ import psutil
 import yaml
 
 from benchmarks.results import Result
+from lorafleet_core.wire.agent_api import state_url
 
 ROOT = Path(__file__).resolve().parents[1]
 # The upstream stand-in and the bare hop, each run as its own process.
@@ -222,7 +223,7 @@ def launch(tmp: Path, log: IO[bytes]) -> Fleet:
             "hop": (f"http://127.0.0.1:{hop_port}/v1/chat/completions", False, procs[1].pid),
             "gateway": (f"http://127.0.0.1:{gw_port}/v1/chat/completions", True, procs[2].pid),
         },
-        [f"{upstream}/internal/replicas/x/state", f"http://127.0.0.1:{gw_int}/readyz"],
+        [state_url(upstream, "x"), f"http://127.0.0.1:{gw_int}/readyz"],
     )
 
 

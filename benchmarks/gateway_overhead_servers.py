@@ -25,6 +25,9 @@ def upstream_app() -> Any:
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
+    from lorafleet_core.wire.agent_api import STATE_ROUTE
+    from lorafleet_core.wire.headers import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER
+
     async def chat(request: Request) -> Response:
         body = await request.json()
         model = body["model"]
@@ -51,17 +54,17 @@ def upstream_app() -> Any:
             yield b"data: " + json.dumps(final).encode() + b"\n\n"
             yield b"data: [DONE]\n\n"
 
-        headers = {"x-adapter-tier": "gpu", "x-adapter-id": model}
+        headers = {HEADER_ADAPTER_TIER: "gpu", HEADER_ADAPTER_ID: model}
         return StreamingResponse(gen(), media_type="text/event-stream", headers=headers)
 
     async def state(request: Request) -> Response:
-        rid = request.path_params["rid"]
+        rid = request.path_params["replica_id"]
         return JSONResponse({"replica_id": rid, "gpu_adapters": [], "timestamp": time.time()})
 
     return Starlette(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
-            Route("/internal/replicas/{rid}/state", state),
+            Route(STATE_ROUTE, state),
         ]
     )
 

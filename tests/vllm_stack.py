@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.__main__ import public_protocol_options
@@ -29,6 +28,7 @@ from lorafleet_gateway.catalog_files import FileCatalog
 from lorafleet_gateway.routes import create_internal_app, create_public_app
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
+from tests.agent_thread import RunningAgent, agent_in_thread
 from tests.conftest import (
     TEST_DATA_TOKEN,
     TEST_INTERNAL_TOKEN,

@@ -32,7 +32,6 @@ from typing import Any
 
 from lorafleet_cli.arg_options import options_from_args
 from lorafleet_cli.exit_codes import FAILURE, USAGE, fail
-from lorafleet_core.version import version
 from lorafleet_loadtest import overhead as oh
 from lorafleet_loadtest import report, session
 from lorafleet_loadtest.driver import Target, list_models
@@ -208,18 +207,9 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"cannot list the gateway's models at {url}: {exc}")
     if not aliases:
         return fail(f"{url} lists no models for this key: pass --aliases")
-    meta = {
-        "label": args.label,
-        # The key only ever comes from a file or the environment, so argv is safe to record.
-        "command": "lorafleet " + shlex.join(getattr(args, "cli_argv", sys.argv[1:])),
-        "gateway": url,
-        "started": session.now_utc(),
-        "lorafleet": version(),
-        "load_average_before": session.load_average(),
-        "aliases": f"{len(aliases)}, hottest first: {', '.join(aliases[:6])}"
-        + (", ..." if len(aliases) > 6 else ""),
-        "markers_known": f"{sum(a in markers for a in aliases)}/{len(aliases)}",
-    }
+    # The key only ever comes from a file or the environment, so argv is safe to record.
+    command = "lorafleet " + shlex.join(getattr(args, "cli_argv", sys.argv[1:]))
+    meta = session.run_meta(args.label, command, url, aliases, markers)
     target = Target(url, key, markers)
     plot = not args.no_plots
     progress = not args.no_progress
@@ -243,28 +233,16 @@ def run(args: argparse.Namespace) -> int:
                 ),
             )
         else:
-            meta |= {
-                "trace": str(trace),
-                "zipf_s": args.zipf,
-                "seed": args.seed,
-                "lengths": f"{limits.mode} to prompt <= {limits.max_prompt_tokens}, "
-                f"output <= {limits.max_output_tokens} tokens",
-                "concurrency": args.concurrency,
-            }
-            runs = session.run_sweep(
-                target,
-                aliases,
-                options_from_args(
-                    session.SweepOptions,
-                    args,
-                    SWEEP_ARGS,
-                    trace=trace,
-                    limits=limits,
-                    progress=progress,
-                ),
-                args.out,
-                plot,
+            sweep = options_from_args(
+                session.SweepOptions,
+                args,
+                SWEEP_ARGS,
+                trace=trace,
+                limits=limits,
+                progress=progress,
             )
+            meta |= session.sweep_meta(sweep)
+            runs = session.run_sweep(target, aliases, sweep, args.out, plot)
     except (RuntimeError, OSError) as exc:
         return fail(exc, FAILURE)
     meta["load_average_after"] = session.load_average()
@@ -275,11 +253,7 @@ def run(args: argparse.Namespace) -> int:
     print("wrote " + ", ".join(str(p) for p in written))
     if args.overhead:
         rows = overhead_doc["rows"] if overhead_doc else []
-        fine = all(
-            r["ok"] > 0 and (r["requests"] - r["ok"]) / r["requests"] <= args.max_error_rate
-            for r in rows
-        )
-        return 0 if rows and fine else FAILURE
+        return 0 if oh.rows_passed(rows, args.max_error_rate) else FAILURE
     return verdict([s for s, _ in runs], args.max_error_rate)
 
 

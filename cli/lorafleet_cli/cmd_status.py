@@ -23,6 +23,7 @@ from lorafleet_cli.targets import (
     add_target_arguments,
 )
 from lorafleet_core.wire.replica_state import ReplicaState
+from lorafleet_standalone.state_files import StateFileError
 
 __all__ = ["cluster_report", "hit_rate", "replica_lines", "tier_hits"]
 
@@ -150,7 +151,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if not args.cluster:
         try:
             report = status_report.standalone(args.state_dir)
-        except status_report.StateFileError as exc:
+        except StateFileError as exc:
             return fail(exc, FAILURE)
         if report is None and args.manifests is not None:
             return fail(f"no `lorafleet up` state in {args.state_dir}")

@@ -29,14 +29,14 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from lorafleet_cli.exit_codes import OK, CommandFailed, UsageError
-from lorafleet_cli.status_report import StateFileError, read_state_json
 from lorafleet_cli.targets import DEFAULT_STATE_DIR
-from lorafleet_standalone.state_files import UP_STATUS_FILE
+from lorafleet_core.wire import metric_names
+from lorafleet_standalone.state_files import UP_STATUS_FILE, StateFileError, read_state_json
 
 METRICS = {
-    "requests": "lorafleet_gateway_usage_requests",
-    "prompt_tokens": "lorafleet_gateway_usage_prompt_tokens",
-    "completion_tokens": "lorafleet_gateway_usage_completion_tokens",
+    "requests": metric_names.GATEWAY_USAGE_REQUESTS,
+    "prompt_tokens": metric_names.GATEWAY_USAGE_PROMPT_TOKENS,
+    "completion_tokens": metric_names.GATEWAY_USAGE_COMPLETION_TOKENS,
 }
 COLUMNS = ("tenant", "adapter", "requests", "prompt_tokens", "completion_tokens", "total_tokens")
 _DURATION = re.compile(r"^(\d+)([smhdw])$")

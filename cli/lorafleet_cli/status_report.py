@@ -12,25 +12,26 @@ through `kubectl port-forward`); replica internals are not reachable from outsid
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from lorafleet_cli.targets import Target
 from lorafleet_core.api import names
+from lorafleet_core.wire import metric_names
 from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.wire.replica_state import ReplicaState
-from lorafleet_standalone.state_files import RECONCILE_STATUS_FILE, UP_STATUS_FILE
+from lorafleet_core.wire.tiers import TIER_NAMES
+from lorafleet_standalone.state_files import (
+    RECONCILE_STATUS_FILE,
+    UP_STATUS_FILE,
+    StateFileError,
+    read_state_json,
+    up_alive,
+)
 
-REQUESTS_BY_TIER = "lorafleet_agent_requests"  # the agent's counter, label `tier`
-# The gateway's per-tenant SLO counters (family names; the samples end in _total).
-TENANT_MISSES = "lorafleet_gateway_tenant_ttft_over_target"
-TENANT_REQUESTS = "lorafleet_gateway_tenant_requests"
-TIERS = ("gpu", "ram", "disk", "remote")
 WORST_TENANTS = 5
 
 Report = dict[str, Any]
@@ -50,7 +51,7 @@ def tier_hits(metrics_text: str) -> dict[str, float]:
     """
     out: dict[str, float] = {}
     for family in _families(metrics_text):
-        if family.name != REQUESTS_BY_TIER:
+        if family.name != metric_names.AGENT_REQUESTS:
             continue
         for sample in family.samples:
             tier = sample.labels.get("tier")
@@ -63,7 +64,7 @@ def hit_rate(hits: Mapping[str, float]) -> str:
     total = sum(hits.values())
     if not total:
         return "-"
-    return ", ".join(f"{t} {100 * hits.get(t, 0) / total:.0f}%" for t in TIERS)
+    return ", ".join(f"{t} {100 * hits.get(t, 0) / total:.0f}%" for t in TIER_NAMES)
 
 
 def gpu_share(hits: Mapping[str, float]) -> float | None:
@@ -77,7 +78,10 @@ def worst_tenants(metrics_text: str, n: int = WORST_TENANTS) -> list[dict[str, A
     misses: dict[str, float] = {}
     requests: dict[str, float] = {}
     for family in _families(metrics_text):
-        into = {TENANT_MISSES: misses, TENANT_REQUESTS: requests}.get(family.name)
+        into = {
+            metric_names.GATEWAY_TENANT_TTFT_OVER_TARGET: misses,
+            metric_names.GATEWAY_TENANT_REQUESTS: requests,
+        }.get(family.name)
         if into is None:
             continue
         for sample in family.samples:
@@ -233,30 +237,6 @@ def gateway_tenants(client: httpx.Client, metrics_url: str | None) -> list[dict[
         return None
 
 
-class StateFileError(ValueError):
-    """A `lorafleet up` state file that cannot be read (cut off, edited by hand)."""
-
-
-def read_state_json(path: Path) -> dict[str, Any]:
-    """A `lorafleet up` state file as a JSON object; StateFileError when it is not one."""
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise StateFileError(f"{path} is unreadable ({exc}); restart `lorafleet up`") from exc
-    if not isinstance(doc, dict):
-        raise StateFileError(f"{path} is not a JSON object; restart `lorafleet up`")
-    return doc
-
-
-def _up_alive(up: Mapping[str, Any]) -> bool:
-    """Whether the `lorafleet up` that wrote up.json still runs: one that was SIGKILLed (or
-    whose machine rebooted) never wrote `stopped`, and its children died with it."""
-    pid = up.get("pid")
-    if not isinstance(pid, int):
-        return True  # nothing to check against
-    return psutil.pid_exists(pid)
-
-
 def standalone(state_dir: Path) -> Report | None:
     """The report of a running `lorafleet up` in `state_dir`; None when there is none.
 
@@ -265,7 +245,7 @@ def standalone(state_dir: Path) -> Report | None:
     if not up_file.is_file():
         return None
     up = read_state_json(up_file)
-    alive = _up_alive(up)
+    alive = up_alive(up)
     try:
         report: Report = {
             "mode": "standalone",

@@ -12,8 +12,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core.api.apikeys import TenantKeys
-from lorafleet_core.api.names import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_core.web.client_gone import unless_client_leaves
+from lorafleet_core.wire.headers import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_core.wire.openai_stream import answer_usage, usage_tokens
 from lorafleet_core.wire.tiers import MERGED_TIER
 from lorafleet_gateway.auth import authenticate, single_authorization

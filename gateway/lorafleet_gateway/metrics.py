@@ -28,12 +28,11 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from lorafleet_core.wire import metric_names
 from lorafleet_gateway.usage import UsageMeter
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
-TENANT_REQUESTS = "lorafleet_gateway_tenant_requests"
-TENANT_OVER_TARGET = "lorafleet_gateway_tenant_ttft_over_target"
 
 
 @dataclass(slots=True)
@@ -81,12 +80,12 @@ class TenantSLO(Collector):
 
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
-            TENANT_REQUESTS,
+            metric_names.GATEWAY_TENANT_REQUESTS,
             "Requests that got a first token, per tenant active in the window",
             labels=["tenant"],
         )
         over = CounterMetricFamily(
-            TENANT_OVER_TARGET,
+            metric_names.GATEWAY_TENANT_TTFT_OVER_TARGET,
             "Requests whose time to first token exceeded the target, per tenant active in the "
             "window",
             labels=["tenant"],

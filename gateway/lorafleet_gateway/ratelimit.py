@@ -97,6 +97,12 @@ class RateLimiter:
     def __len__(self) -> int:
         return len(self._tenants)
 
+    def tokens_left(self, tenant: str) -> float | None:
+        """What the tenant's token bucket holds now, as last refilled (None: not tracked). A
+        bucket below zero is a debt: requests that used more than their estimate."""
+        state = self._tenants.get(tenant)
+        return state.tokens.tokens if state is not None else None
+
     def _buckets(self, tenant: str, limits: Limits, now: float) -> _TenantBuckets:
         state = self._tenants.get(tenant)
         if state is None or state.limits != limits:

@@ -32,11 +32,16 @@ from typing import Any
 
 import httpx
 
+from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_gateway.errors import APIError
 
-STORE_UNAVAILABLE = "store_unavailable"
 RETRY_CODES = frozenset(
-    {"engine_unavailable", "adapter_load_failed", "cache_full", STORE_UNAVAILABLE}
+    {
+        ErrorCode.ENGINE_UNAVAILABLE,
+        ErrorCode.ADAPTER_LOAD_FAILED,
+        ErrorCode.CACHE_FULL,
+        ErrorCode.STORE_UNAVAILABLE,
+    }
 )
 # The agent gives up on an unreachable store after about 2 x its 2 s connect timeout; asking
 # the client back sooner would only meet the same outage.
@@ -99,14 +104,14 @@ def error_code(body: bytes) -> str | None:
 def judge(status: int, body: bytes) -> Verdict:
     """What to do with a replica's non-200 answer (see the module table)."""
     code, message, param = _fields(body)
-    if status == 404 and code == "adapter_not_registered":
-        return Verdict(not_registered=True, reason="adapter_not_registered")
-    if code == "adapter_rejected":
+    if status == 404 and code == ErrorCode.ADAPTER_NOT_REGISTERED:
+        return Verdict(not_registered=True, reason=ErrorCode.ADAPTER_NOT_REGISTERED)
+    if code == ErrorCode.ADAPTER_REJECTED:
         return Verdict(
             error=APIError(
                 502,
                 "The model's adapter could not be loaded; the operator has been notified.",
-                code="adapter_rejected",
+                code=ErrorCode.ADAPTER_REJECTED,
             ),
             reason=code,
         )
@@ -148,12 +153,12 @@ def no_candidate_answered(codes: Sequence[str | None]) -> APIError:
     retrying elsewhere cannot help, waiting for the store can. Anything else, or a mix, is
     the generic `upstream_unavailable`.
     """
-    if codes and all(code == STORE_UNAVAILABLE for code in codes):
+    if codes and all(code == ErrorCode.STORE_UNAVAILABLE for code in codes):
         return APIError(
             503,
             "The model's adapter weights cannot be fetched from the object store right now. "
             "Please retry shortly.",
-            code=STORE_UNAVAILABLE,
+            code=ErrorCode.STORE_UNAVAILABLE,
             headers={"retry-after": str(STORE_RETRY_AFTER_S)},
         )
     return APIError(

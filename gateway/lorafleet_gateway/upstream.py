@@ -27,9 +27,16 @@ from dataclasses import dataclass
 
 import httpx
 
-from lorafleet_core.api.names import HEADER_ADAPTER_TIER, HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from lorafleet_core.web import request_ids
+from lorafleet_core.wire.error_codes import ErrorCode
+from lorafleet_core.wire.headers import (
+    HEADER_ADAPTER_TIER,
+    HEADER_LOADED_FROM,
+    HEADER_REQUEST_ID,
+    HEADER_TOKENS_ESTIMATE,
+)
 from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_core.wire.replica_client import post_load
 from lorafleet_core.wire.tiers import Tier, parse_tier
 from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.errors import APIError
@@ -190,7 +197,7 @@ class Upstream:
             headers["authorization"] = f"Bearer {data_token}"
         request_id = request_ids.current.get()
         if request_id is not None:  # the agent's and vLLM's log lines carry the same id
-            headers[request_ids.HEADER_REQUEST_ID] = request_id
+            headers[HEADER_REQUEST_ID] = request_id
         try:
             return await self._send(ep, req, content, headers)
         except _NotRegistered:
@@ -207,12 +214,10 @@ class Upstream:
 
     async def _load(self, ep: ReplicaEndpoint, record: AdapterRecord) -> str:
         """Post the record to the replica's load endpoint; returns the tier it was found in."""
-        url = f"{ep.internal_url}/internal/replicas/{ep.id}/adapters/{record.id}/load"
-        payload = {"record": record.model_dump(mode="json"), "gpu": False}
         try:
-            token = self._token()
-            headers = {"authorization": f"Bearer {token}"} if token else {}
-            resp = await self.client.post(url, json=payload, headers=headers)
+            resp = await post_load(
+                self.client, ep.internal_url, ep.id, record, gpu=False, token=self._token()
+            )
         except httpx.HTTPError as exc:
             raise TryNext(f"load on {ep.id} failed: {exc!r}") from exc
         if resp.status_code == 422:
@@ -221,7 +226,7 @@ class Upstream:
             raise APIError(
                 502,
                 "The model's adapter could not be loaded; the operator has been notified.",
-                code="adapter_rejected",
+                code=ErrorCode.ADAPTER_REJECTED,
             )
         if resp.status_code >= 400:
             code = error_code(resp.content)

@@ -27,28 +27,27 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
-USAGE_REQUESTS = "lorafleet_gateway_usage_requests"
-USAGE_PROMPT = "lorafleet_gateway_usage_prompt_tokens"
-USAGE_COMPLETION = "lorafleet_gateway_usage_completion_tokens"
+from lorafleet_core.wire import metric_names
+
 LABELS = ("tenant", "adapter")
 
 
 class UsageMeter:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.requests = PromCounter(
-            USAGE_REQUESTS,
+            metric_names.GATEWAY_USAGE_REQUESTS,
             "Requests answered by an engine, per tenant and adapter",
             LABELS,
             registry=registry,
         )
         self.prompt = PromCounter(
-            USAGE_PROMPT,
+            metric_names.GATEWAY_USAGE_PROMPT_TOKENS,
             "Prompt tokens served (engine usage), per tenant and adapter",
             LABELS,
             registry=registry,
         )
         self.completion = PromCounter(
-            USAGE_COMPLETION,
+            metric_names.GATEWAY_USAGE_COMPLETION_TOKENS,
             "Completion tokens served (engine usage; an aborted stream: chunks sent), per "
             "tenant and adapter",
             LABELS,

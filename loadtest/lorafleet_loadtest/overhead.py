@@ -99,6 +99,14 @@ def rows_to_json(rows: list[ThroughputRow]) -> list[dict[str, Any]]:
     ]
 
 
+def rows_passed(rows: list[dict[str, Any]], max_error_rate: float) -> bool:
+    """Whether an overhead run passed: rows were measured, each answered something and failed
+    at most `max_error_rate` of its requests."""
+    return bool(rows) and all(
+        r["ok"] > 0 and (r["requests"] - r["ok"]) / r["requests"] <= max_error_rate for r in rows
+    )
+
+
 def missing_aliases(counts: list[int], available: int) -> str | None:
     """Why the overhead mode cannot run against a deployment with `available` aliases."""
     need = max(counts, default=0)

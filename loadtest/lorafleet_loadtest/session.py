@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lorafleet_core.version import version
 from lorafleet_loadtest import overhead as oh
 from lorafleet_loadtest import plots, report
 from lorafleet_loadtest.driver import Target, base_model, replay, saturate, warm_up
@@ -68,6 +69,38 @@ def now_utc() -> str:
 
 def rate_tag(rate: float) -> str:
     return f"{rate:g}".replace(".", "_")
+
+
+def run_meta(
+    label: str, command: str, gateway: str, aliases: list[str], markers: dict[str, str]
+) -> dict[str, Any]:
+    """What a result document records of the session before it runs: what was run against
+    what, and how loaded the machine was (figures from a busy machine are not comparable).
+    `command` must not hold the API key (it only ever comes from a file or the environment)."""
+    return {
+        "label": label,
+        "command": command,
+        "gateway": gateway,
+        "started": now_utc(),
+        "lorafleet": version(),
+        "load_average_before": load_average(),
+        "aliases": f"{len(aliases)}, hottest first: {', '.join(aliases[:6])}"
+        + (", ..." if len(aliases) > 6 else ""),
+        "markers_known": f"{sum(a in markers for a in aliases)}/{len(aliases)}",
+    }
+
+
+def sweep_meta(opts: SweepOptions) -> dict[str, Any]:
+    """What a rate sweep's result document records of its replay settings."""
+    limits = opts.limits
+    return {
+        "trace": str(opts.trace),
+        "zipf_s": opts.zipf_s,
+        "seed": opts.seed,
+        "lengths": f"{limits.mode} to prompt <= {limits.max_prompt_tokens}, "
+        f"output <= {limits.max_output_tokens} tokens",
+        "concurrency": opts.concurrency,
+    }
 
 
 def run_sweep(

@@ -28,7 +28,8 @@ def run_operator(namespaces: list[str] | None = None, verbose: bool = False) -> 
 
 
 def register(subparsers: Any) -> None:
-    """Add `lorafleet operator` to the CLI (the lead wires it into lorafleet_cli.main)."""
+    """Add `lorafleet operator` to the CLI (lorafleet_cli.main loads this module only when the
+    operator is installed, so the CLI runs without kopf)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "operator",
         help="run the Kubernetes operator (kopf)",

@@ -12,6 +12,7 @@ from lorafleet_core.kube.token_review import parse_accounts
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 from lorafleet_core.planning.merge_advice import MERGE_THRESHOLD_SHARE
 from lorafleet_core.planning.replica_config import InsideAuth
+from lorafleet_core.wire.agent_api import INTERNAL_AUDIENCE
 
 
 class OperatorSettings(BaseSettings):
@@ -146,7 +147,7 @@ class OperatorSettings(BaseSettings):
         "ServiceAccount tokens verified by the API server.",
     )
     replica_token_audience: str = Field(
-        default="lorafleet-agent", description="tokenReview: the audience callers' tokens carry."
+        default=INTERNAL_AUDIENCE, description="tokenReview: the audience callers' tokens carry."
     )
     replica_callers: str = Field(
         default="",

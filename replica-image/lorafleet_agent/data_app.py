@@ -4,7 +4,7 @@ Admission: `model` must be the id of an adapter whose registry record the agent 
 in a request is ever used as a path or URL to load from: an unknown id (a path, a URL, anything)
 is answered 404 `adapter_not_registered` and nothing is fetched.
 
-Two request headers from the gateway (lorafleet_core.api.names): `HEADER_TOKENS_ESTIMATE`, the
+Two request headers from the gateway (lorafleet_core.wire.headers): `HEADER_TOKENS_ESTIMATE`, the
 gateway's token estimate, counted as this request's tokens in flight; `HEADER_LOADED_FROM` on a
 request retried after the gateway's on-demand load, the tier that load found the adapter in.
 The request reports the slower of it and where it found the adapter itself (`x-adapter-tier`).
@@ -26,31 +26,27 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from lorafleet_agent.engine_waits import EngineHung, EngineWaits
-from lorafleet_agent.http_edge import APP_OPTIONS, install_openai_errors, read_json
+from lorafleet_agent.http_edge import APP_OPTIONS, error_response, install_openai_errors, read_json
 from lorafleet_agent.internal_auth import InternalAuth
 from lorafleet_agent.manager import AdapterManager, CacheFull, Lease
 from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, request_tokens
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_core.api.names import (
+from lorafleet_core.web import request_ids
+from lorafleet_core.web.client_gone import ClientDisconnect, unless_client_leaves
+from lorafleet_core.wire.error_codes import ErrorCode
+from lorafleet_core.wire.headers import (
     HEADER_ADAPTER_ID,
     HEADER_ADAPTER_TIER,
     HEADER_LOADED_FROM,
     HEADER_REPLICA_ID,
     HEADER_TOKENS_ESTIMATE,
 )
-from lorafleet_core.web import request_ids
-from lorafleet_core.web.client_gone import ClientDisconnect, unless_client_leaves
-from lorafleet_core.wire.openai_errors import error_body
 from lorafleet_core.wire.openai_stream import AnswerUsage, usage_tokens
 from lorafleet_core.wire.tiers import parse_tier
 
 log = logging.getLogger("lorafleet.agent.requests")
-
-
-def _error(status: int, message: str, code: str, **headers: str) -> JSONResponse:
-    return JSONResponse(error_body(status, message, code=code), status_code=status, headers=headers)
 
 
 # Bodies come from the gateway (at most its max_body_bytes, 1 MiB by default, re-encoded as
@@ -79,7 +75,7 @@ def build_data_app(
         client = request.client.host if request.client else "?"
         log.warning("refused %s from %s: no valid data credential", request.url.path[:200],
                     client, extra={"request_id": request_ids.current.get()})  # fmt: skip
-        return _error(
+        return error_response(
             401, "a valid data-port credential is required", "unauthorized",
             **{"www-authenticate": "Bearer"},
         )  # fmt: skip
@@ -89,19 +85,23 @@ def build_data_app(
             return refused
         body: Any = await read_json(request, max_body_bytes)  # BodyRefused: 413 or 400
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
-            return _error(400, "`model` (the adapter id) is required", "invalid_request")
+            return error_response(400, "`model` (the adapter id) is required", "invalid_request")
         adapter_id: str = body["model"]
         base = {HEADER_ADAPTER_ID: adapter_id, HEADER_REPLICA_ID: replica_id}
         if not manager.ready:
-            return _error(503, "replica is starting: vLLM is not ready", "engine_unavailable")
+            return error_response(
+                503, "replica is starting: vLLM is not ready", ErrorCode.ENGINE_UNAVAILABLE
+            )
         if adapter_id in manager.failed:
-            return _error(422, manager.failed[adapter_id], "adapter_rejected", **base)
+            return error_response(
+                422, manager.failed[adapter_id], ErrorCode.ADAPTER_REJECTED, **base
+            )
         if not manager.admits(adapter_id):
-            return _error(
+            return error_response(
                 404,
                 f"adapter {adapter_id!r} is not registered on replica {replica_id}; "
                 "post its record to the internal load endpoint first",
-                "adapter_not_registered",
+                ErrorCode.ADAPTER_NOT_REGISTERED,
                 **base,
             )
         tokens = request_tokens(request.headers.get(HEADER_TOKENS_ESTIMATE), body)
@@ -114,34 +114,39 @@ def build_data_app(
             try:
                 lease = await manager.acquire(adapter_id, loaded_from=loaded_from)
             except VerificationError as exc:
-                return _error(
-                    422, manager.failed.get(adapter_id, str(exc)), "adapter_rejected", **base
+                return error_response(
+                    422,
+                    manager.failed.get(adapter_id, str(exc)),
+                    ErrorCode.ADAPTER_REJECTED,
+                    **base,
                 )
             except VllmError as exc:
                 if exc.status == 503:  # vLLM went away: nothing started, another replica may
-                    return _error(503, "vLLM is not answering", "engine_unavailable", **base)
-                return _error(
+                    return error_response(
+                        503, "vLLM is not answering", ErrorCode.ENGINE_UNAVAILABLE, **base
+                    )
+                return error_response(
                     502,
                     f"could not load adapter {adapter_id}: {exc}",
-                    "adapter_load_failed",
+                    ErrorCode.ADAPTER_LOAD_FAILED,
                     **base,
                 )
             except StoreUnavailable as exc:
-                return _error(
+                return error_response(
                     503,
                     f"adapter {adapter_id} is not cached here and {exc}",
-                    "store_unavailable",
+                    ErrorCode.STORE_UNAVAILABLE,
                     **base,
                 )
             except FetchError as exc:
-                return _error(
+                return error_response(
                     502,
                     f"could not load adapter {adapter_id}: {exc}",
-                    "adapter_load_failed",
+                    ErrorCode.ADAPTER_LOAD_FAILED,
                     **base,
                 )
             except CacheFull as exc:
-                return _error(503, str(exc), "cache_full", **base)
+                return error_response(503, str(exc), ErrorCode.CACHE_FULL, **base)
             headers = {**base, HEADER_ADAPTER_TIER: lease.tier.value}
             stats.count_request(adapter_id, lease.tier)
             request_id = request_ids.current.get()  # vllm_client sends it on to vLLM
@@ -157,12 +162,14 @@ def build_data_app(
                 return Response(status_code=499)  # nobody is left to read it
             except EngineHung:
                 # Nothing of the answer has left: the gateway tries another replica.
-                return _error(
-                    503, "vLLM is hung: no answer in time", "engine_unavailable", **headers
+                return error_response(
+                    503, "vLLM is hung: no answer in time", ErrorCode.ENGINE_UNAVAILABLE, **headers
                 )
             except (httpx.HTTPError, VllmError, FetchError, VerificationError, CacheFull):
                 # Nothing reached vLLM's engine: 503 lets the gateway try another replica.
-                return _error(503, "vLLM is not answering", "engine_unavailable", **headers)
+                return error_response(
+                    503, "vLLM is not answering", ErrorCode.ENGINE_UNAVAILABLE, **headers
+                )
             stats.start()
             started = True
             log.info(

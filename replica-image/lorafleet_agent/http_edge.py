@@ -5,8 +5,8 @@ The data port is meant for the gateway only (a NetworkPolicy on a cluster, loopb
 standalone mode), but it must not fail worse when something else reaches it, or when the
 gateway passes on what it should not have: a body over `max_bytes` is a 413 read no further,
 and what `lorafleet_core.wire.strict_json` refuses (NaN, out-of-range numbers, lone surrogates,
-deep nesting) is a 400. Each of these used to reach Starlette's `request.json()` and come back
-as a text/plain 500 (the deep nesting as a RecursionError), or be passed to vLLM whole.
+deep nesting) is a 400. Left to Starlette's `request.json()`, each of these would come back as
+a text/plain 500 (the deep nesting as a RecursionError), or be passed to vLLM whole.
 
 FastAPI answers unknown paths, wrong methods and its own validation errors as
 `{"detail": ...}`; `install_openai_errors` makes them the OpenAI error body every other answer
@@ -36,6 +36,11 @@ APP_OPTIONS: dict[str, Any] = {
 MAX_JSON_DEPTH = 256  # above the gateway's default 64: a backstop, not a second policy
 
 
+def error_response(status: int, message: str, code: str, **headers: str) -> JSONResponse:
+    """An answer with `status` and the OpenAI error body every answer of the agent has."""
+    return JSONResponse(error_body(status, message, code=code), status_code=status, headers=headers)
+
+
 class BodyRefused(Exception):
     """A request body refused before any route logic: answered with `status` and `code`."""
 
@@ -46,9 +51,7 @@ class BodyRefused(Exception):
         self.code = code
 
     def response(self) -> JSONResponse:
-        return JSONResponse(
-            error_body(self.status, self.message, code=self.code), status_code=self.status
-        )
+        return error_response(self.status, self.message, self.code)
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:

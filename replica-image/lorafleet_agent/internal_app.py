@@ -17,14 +17,21 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from lorafleet_agent.held_records import RecordConflict
-from lorafleet_agent.http_edge import APP_OPTIONS, BodyRefused, install_openai_errors, read_json
+from lorafleet_agent.http_edge import (
+    APP_OPTIONS,
+    BodyRefused,
+    error_response,
+    install_openai_errors,
+    read_json,
+)
 from lorafleet_agent.internal_auth import Authenticator
 from lorafleet_agent.manager import AdapterManager, CacheFull
 from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_core.wire.openai_errors import error_body
+from lorafleet_core.wire.agent_api import LOAD_ROUTE, STATE_ROUTE, UNLOAD_ROUTE
+from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
 
@@ -32,10 +39,6 @@ log = logging.getLogger(__name__)
 
 
 MAX_LOAD_BODY_BYTES = 1 << 20  # a load carries one adapter record: a few hundred bytes
-
-
-def _error(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse(error_body(status, message, code=code), status_code=status)
 
 
 def replica_state(
@@ -69,11 +72,12 @@ def replica_state(
 def build_internal_app(
     manager: AdapterManager,
     stats: RequestStats,
-    replica_id: str,
+    own_id: str,
     auth: Authenticator,
     warming: Callable[[], bool] | None = None,
 ) -> FastAPI:
-    """The internal port; `warming` says whether the first pre-warm pass is still running."""
+    """The internal port of replica `own_id`; `warming` says whether the first pre-warm pass is
+    still running."""
     app = FastAPI(title="lorafleet agent (internal)", **APP_OPTIONS)
     install_openai_errors(app)
 
@@ -86,24 +90,26 @@ def build_internal_app(
         log.warning("refused %s %s from %s: %s", request.method, request.url.path[:200],
                     client, refusal.message)  # fmt: skip
         if refusal.status == 503:  # the credential could not be checked: fail closed
-            return _error(503, refusal.message, "auth_unavailable")
-        resp = _error(401, refusal.message, "unauthorized")
+            return error_response(503, refusal.message, ErrorCode.AUTH_UNAVAILABLE)
+        resp = error_response(401, refusal.message, "unauthorized")
         resp.headers["www-authenticate"] = "Bearer"
         return resp
 
-    def wrong_replica(rid: str) -> JSONResponse | None:
-        if rid != replica_id:
-            return _error(404, f"this is replica {replica_id}, not {rid}", "wrong_replica")
+    def wrong_replica(replica_id: str) -> JSONResponse | None:
+        if replica_id != own_id:
+            return error_response(
+                404, f"this is replica {own_id}, not {replica_id}", ErrorCode.WRONG_REPLICA
+            )
         return None
 
-    @app.get("/internal/replicas/{rid}/state", response_model=None)
-    async def state(rid: str) -> ReplicaState | JSONResponse:
+    @app.get(STATE_ROUTE, response_model=None)
+    async def state(replica_id: str) -> ReplicaState | JSONResponse:
         warm = warming() if warming is not None else False
-        return wrong_replica(rid) or replica_state(manager, stats, replica_id, warm)
+        return wrong_replica(replica_id) or replica_state(manager, stats, own_id, warm)
 
-    @app.post("/internal/replicas/{rid}/adapters/{aid}/load")
-    async def load(rid: str, aid: str, request: Request) -> JSONResponse:
-        if (err := await unauthorized(request) or wrong_replica(rid)) is not None:
+    @app.post(LOAD_ROUTE)
+    async def load(replica_id: str, adapter_id: str, request: Request) -> JSONResponse:
+        if (err := await unauthorized(request) or wrong_replica(replica_id)) is not None:
             return err
         try:
             payload: Any = await read_json(request, MAX_LOAD_BODY_BYTES)
@@ -111,47 +117,63 @@ def build_internal_app(
         except BodyRefused as exc:
             return exc.response()
         except (ValueError, KeyError, TypeError, ValidationError) as exc:
-            return _error(
+            return error_response(
                 400,
                 f"body must be {{'record': AdapterRecord, 'gpu': bool}}: {exc}",
                 "invalid_request",
             )
         if not manager.ready:
-            return _error(503, "replica is starting: vLLM is not ready", "engine_unavailable")
-        if record.id != aid:
-            return _error(400, f"record id {record.id} does not match {aid}", "invalid_request")
+            return error_response(
+                503, "replica is starting: vLLM is not ready", ErrorCode.ENGINE_UNAVAILABLE
+            )
+        if record.id != adapter_id:
+            return error_response(
+                400, f"record id {record.id} does not match {adapter_id}", "invalid_request"
+            )
         # An explicit load retries an adapter refused before (e.g. its upload was fixed); the
         # data path never does, it answers 422 until then.
-        manager.failed.pop(aid, None)
+        manager.failed.pop(adapter_id, None)
         try:
             manager.add_record(record)
             # One registration; `from` is where this load found the adapter (the gateway passes
             # it on the request it retries, which then reports that tier).
             if bool(payload.get("gpu")):
-                found = await manager.warm_gpu(aid)
+                found = await manager.warm_gpu(adapter_id)
             else:
-                found = await manager.ensure_registered(aid)
+                found = await manager.ensure_registered(adapter_id)
         except RecordConflict as exc:
-            return _error(409, str(exc), "record_conflict")
+            return error_response(409, str(exc), ErrorCode.RECORD_CONFLICT)
         except VerificationError:
-            return _error(422, manager.failed.get(aid, "refused"), "adapter_rejected")
+            return error_response(
+                422, manager.failed.get(adapter_id, "refused"), ErrorCode.ADAPTER_REJECTED
+            )
         except StoreUnavailable as exc:
-            return _error(503, f"could not fetch adapter {aid}: {exc}", "store_unavailable")
+            return error_response(
+                503, f"could not fetch adapter {adapter_id}: {exc}", ErrorCode.STORE_UNAVAILABLE
+            )
         except (FetchError, VllmError) as exc:
-            return _error(502, f"could not load adapter {aid}: {exc}", "adapter_load_failed")
+            return error_response(
+                502, f"could not load adapter {adapter_id}: {exc}", ErrorCode.ADAPTER_LOAD_FAILED
+            )
         except CacheFull as exc:
-            return _error(503, str(exc), "cache_full")
+            return error_response(503, str(exc), ErrorCode.CACHE_FULL)
         return JSONResponse(
-            {"adapter_id": aid, "tier": manager.tier_of(aid).value, "from": found.value}
+            {
+                "adapter_id": adapter_id,
+                "tier": manager.tier_of(adapter_id).value,
+                "from": found.value,
+            }
         )
 
-    @app.post("/internal/replicas/{rid}/adapters/{aid}/unload")
-    async def unload(rid: str, aid: str, request: Request) -> JSONResponse:
-        if (err := await unauthorized(request) or wrong_replica(rid)) is not None:
+    @app.post(UNLOAD_ROUTE)
+    async def unload(replica_id: str, adapter_id: str, request: Request) -> JSONResponse:
+        if (err := await unauthorized(request) or wrong_replica(replica_id)) is not None:
             return err
-        if not await manager.unload(aid):
-            return _error(409, f"adapter {aid} has running requests", "adapter_busy")
-        return JSONResponse({"adapter_id": aid, "tier": manager.tier_of(aid).value})
+        if not await manager.unload(adapter_id):
+            return error_response(
+                409, f"adapter {adapter_id} has running requests", ErrorCode.ADAPTER_BUSY
+            )
+        return JSONResponse({"adapter_id": adapter_id, "tier": manager.tier_of(adapter_id).value})
 
     @app.get("/metrics")
     async def metrics() -> Response:
@@ -171,6 +193,6 @@ def build_internal_app(
         if manager.ready:
             warm = warming() if warming is not None else False
             return JSONResponse({"status": "ready", "warming": warm})
-        return _error(503, "vLLM is not ready", "engine_unavailable")
+        return error_response(503, "vLLM is not ready", ErrorCode.ENGINE_UNAVAILABLE)
 
     return app

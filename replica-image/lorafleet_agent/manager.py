@@ -36,10 +36,9 @@ from lorafleet_agent.held_records import HeldRecords
 from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics, RateWindow
 from lorafleet_agent.object_store import FetchError, ObjectStore
-from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files
 from lorafleet_agent.vllm_client import VllmClient, is_unknown_model
-from lorafleet_core.planning.cache_policy import CachePolicy
+from lorafleet_core.planning.cache_policy import CachePolicy, SlotTracker
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.tiers import Tier, slowest
 

@@ -7,6 +7,8 @@ from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from lorafleet_core.wire import metric_names
+
 
 class AgentMetrics:
     def __init__(self) -> None:
@@ -38,16 +40,16 @@ class AgentMetrics:
             registry=r,
         )
         self.requests = Counter(
-            "lorafleet_agent_requests",
+            metric_names.AGENT_REQUESTS,
             "Completion requests, by the tier the adapter was found in",
             ["tier"],
             registry=r,
         )
         self.queue_depth = Gauge(
-            "lorafleet_agent_queue_depth", "Requests admitted, not yet streaming", registry=r
+            metric_names.AGENT_QUEUE_DEPTH, "Requests admitted, not yet streaming", registry=r
         )
         self.running = Gauge(
-            "lorafleet_agent_running_requests", "Requests streaming from vLLM", registry=r
+            metric_names.AGENT_RUNNING_REQUESTS, "Requests streaming from vLLM", registry=r
         )
         self.tokens_in_flight = Gauge(
             "lorafleet_agent_tokens_in_flight",
@@ -57,7 +59,7 @@ class AgentMetrics:
         self.tokens_out = Counter(
             "lorafleet_agent_completion_tokens", "Completion tokens streamed back", registry=r
         )
-        # Reliability and security (issue 11): each of these going up is worth a look.
+        # Reliability and security: each of these going up is worth a look.
         self.record_conflicts = Counter(
             "lorafleet_agent_record_conflicts",
             "Second, different records refused for an adapter id the agent already held",

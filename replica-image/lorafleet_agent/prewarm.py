@@ -91,7 +91,7 @@ class PrewarmWatcher:
             return
         previous, self._last = self._last, records
         began = self.clock()
-        await self._pass(records, previous)
+        await self.warm(records, previous)
         if not self._passed:
             self._passed = True
             log.info(
@@ -100,9 +100,10 @@ class PrewarmWatcher:
                 self.clock() - began,
             )
 
-    async def _pass(
+    async def warm(
         self, records: list[AdapterRecord], previous: list[AdapterRecord] | None
     ) -> None:
+        """One pass over the owned `records` (`previous`: what the last pass was given)."""
         # One home for the split (lorafleet_core.planning.prewarm.prewarm_pass, which the
         # simulator drives too); one fetch at a time, so the pass takes a single share of the
         # object store link beside the requests' own loads. A later pass registers only what

@@ -10,8 +10,8 @@
         terminating and stop routing to it, at most `--timeout` seconds. vLLM is stopped only
         after this returns, so a stream in flight finishes instead of being cut.
 
-Standard library only (no event loop, no third-party import): a probe starts a fresh
-interpreter every few seconds.
+The standard library and the metric names only (no event loop, no third-party import): a
+probe starts a fresh interpreter every few seconds.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 
-BUSY_GAUGES = ("lorafleet_agent_running_requests", "lorafleet_agent_queue_depth")
+from lorafleet_core.wire import metric_names
+
+BUSY_GAUGES = (metric_names.AGENT_RUNNING_REQUESTS, metric_names.AGENT_QUEUE_DEPTH)
 
 
 def engine_healthy(url: str, timeout_s: float) -> bool:

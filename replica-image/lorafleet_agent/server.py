@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 import uvicorn
 
@@ -27,9 +24,9 @@ from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.prewarm import PrewarmWatcher
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy
 from lorafleet_agent.vllm_client import VllmClient
+from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.storage.adapter_files import BaseModelDims
 from lorafleet_core.web.http_protocol import hardened_protocol
 
@@ -137,11 +134,11 @@ class Agent:
         ]
         tasks = [asyncio.create_task(srv.serve()) for srv in self._servers]
         init = asyncio.create_task(self._initialise())
-        while not all(srv.started for srv in self._servers):
+        while not self.serving:
             if any(t.done() for t in tasks):
                 break  # a port was taken: surface the error below
             await asyncio.sleep(0.02)
-        if all(srv.started for srv in self._servers):
+        if self.serving:
             self.data_port, self.internal_port = (_bound_port(srv) for srv in self._servers)
             log.info("agent %s: data port %d, internal port %d", s.replica_id, *self.ports)
         if started is not None:
@@ -171,6 +168,11 @@ class Agent:
         self.ready.set()
 
     @property
+    def serving(self) -> bool:
+        """Whether both ports accept connections (`serve` has bound them)."""
+        return bool(self._servers) and all(srv.started for srv in self._servers)
+
+    @property
     def ports(self) -> tuple[int, int]:
         return self.data_port, self.internal_port
 
@@ -189,53 +191,3 @@ def _merged_model(s: AgentSettings) -> MergedModel | None:
 def _bound_port(server: uvicorn.Server) -> int:
     port: int = server.servers[0].sockets[0].getsockname()[1]
     return port
-
-
-@dataclass
-class RunningAgent:
-    agent: Agent
-    thread: threading.Thread
-
-    @property
-    def data_url(self) -> str:
-        return f"http://127.0.0.1:{self.agent.data_port}"
-
-    @property
-    def internal_url(self) -> str:
-        return f"http://127.0.0.1:{self.agent.internal_port}"
-
-
-@contextlib.contextmanager
-def agent_in_thread(
-    settings: AgentSettings, timeout_s: float = 60.0, *, wait_ready: bool = True
-) -> Iterator[RunningAgent]:
-    """Run an agent in a background thread with its own event loop (tests, standalone mode).
-
-    `wait_ready=False` returns once the ports serve, before vLLM answers (the agent then
-    refuses completions and loads with 503 until it does; auth and probes already work)."""
-    agent = Agent(settings)
-    started = threading.Event()
-    errors: list[BaseException] = []
-
-    def main() -> None:
-        try:
-            asyncio.run(agent.serve(started))
-        except BaseException as exc:  # surfaced to the caller below
-            errors.append(exc)
-            started.set()
-
-    thread = threading.Thread(target=main, name=f"agent-{settings.replica_id}", daemon=True)
-    thread.start()
-    if not started.wait(timeout_s) or errors or not all(s.started for s in agent._servers):
-        agent.stop()
-        thread.join(10)
-        raise RuntimeError(f"agent did not start: {errors[:1]}")
-    if wait_ready and not agent.ready.wait(timeout_s):
-        agent.stop()
-        thread.join(10)
-        raise RuntimeError("agent did not become ready (is vLLM up?)")
-    try:
-        yield RunningAgent(agent, thread)
-    finally:
-        agent.stop()
-        thread.join(30)

@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.wire.agent_api import INTERNAL_AUDIENCE
 
 
 class AgentSettings(BaseSettings):
@@ -116,7 +117,7 @@ class AgentSettings(BaseSettings):
         "ServiceAccount token verified by TokenReview",
     )
     internal_audience: str = Field(
-        default="lorafleet-agent", description="tokenReview: the audience the token must carry"
+        default=INTERNAL_AUDIENCE, description="tokenReview: the audience the token must carry"
     )
     internal_service_accounts: str = Field(
         default="",

@@ -22,11 +22,11 @@ from itertools import pairwise
 from typing import Any
 
 from lorafleet_core.stats import percentile
+from lorafleet_core.wire.tiers import TIER_NAMES
 from lorafleet_sim.params import FleetParams, ReplicaParams
 from lorafleet_sim.workload import Workload
 
-TIERS = ("gpu", "ram", "disk", "remote")  # the simulator's tier codes 0..3, in order
-TARGET_ERROR = 0.20  # the issue's target: predicted within 20% of measured
+TARGET_ERROR = 0.20  # the calibration's target: predicted within 20% of measured
 # The host CPU model's parameters (ReplicaParams.host_*), from calibration_host_probe's fit.
 HOST_PARAMS = (
     "host_cores",
@@ -147,7 +147,7 @@ def figures(
     for q in (50, 95):
         v = percentile(ttfts, q / 100)
         out[f"ttft_p{q}_ms"] = math.nan if v is None else 1000 * v
-    for t in TIERS:
+    for t in TIER_NAMES:
         of_tier = [float(ttft_s[i]) for i in sel if tier[i] == t]  # type: ignore[arg-type]
         out[f"{t}_pct"] = 100.0 * len(of_tier) / len(sel) if sel else math.nan
         v = percentile(of_tier, 0.5)
@@ -169,7 +169,7 @@ def predicted_figures(
 ) -> dict[str, float]:
     """The same figures from a simulator run (`Engine.arrival/first_token/tier`)."""
     ttft = [None if math.isnan(f) else f - a for a, f in zip(at, first_token, strict=True)]
-    tier = [TIERS[c] if c >= 0 else None for c in tier_code]
+    tier = [TIER_NAMES[c] if c >= 0 else None for c in tier_code]  # codes 0..3 index it
     return figures(at, ttft, tier, measure_from)
 
 
@@ -192,8 +192,8 @@ class Row:
 COMPARED = (
     ("TTFT p50", "ttft_p50_ms", "ms"),
     ("TTFT p95", "ttft_p95_ms", "ms"),
-    *((f"{t} share", f"{t}_pct", "pp") for t in TIERS),
-    *((f"TTFT p50 {t}", f"ttft_p50_{t}_ms", "ms") for t in TIERS),
+    *((f"{t} share", f"{t}_pct", "pp") for t in TIER_NAMES),
+    *((f"TTFT p50 {t}", f"ttft_p50_{t}_ms", "ms") for t in TIER_NAMES),
 )
 
 

@@ -19,7 +19,7 @@ fleets are sized on the same requests and seeds, each to the fewest GPUs that me
 Meets (`meets`), on every one of `seeds` seeds: the hot adapter's p95 TTFT under the SLO and
 the long tail's worst p95 (`tail_worst_replica_p95_ms`: the worst replica's p95 over every
 other adapter's requests, which bounds each long-tail adapter's p95) under the SLO. The
-per-adapter worst p95 the first version used is shown but not tested: for most of the ~200
+per-adapter worst p95 is shown but not tested: for most of the ~200
 adapters it counts it is the second largest of ~20 samples, decided by whether two of them
 queued behind a pile-up of ~4,000-token prompts, and it went up and down by ±150 ms from one
 fleet size to the next (docs/design/0015). The search per pool is `search.fewest_stable`:

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from lorafleet_core.wire.tiers import TIER_NAMES
 from lorafleet_sim.engine import OUTCOMES, Engine
 
-TIERS = ("gpu", "ram", "disk", "remote")
 PROMPT_BUCKETS = ((0, 512), (512, 2048), (2048, 4096), (4096, 10**9))
 
 
@@ -57,13 +57,13 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0, hot: str | None
     f: dict[str, Any] = {"requests": n, "completed": int((sel & ~np.isnan(finish)).sum())}
     failed = int((sel & (outcome == OUTCOMES.index("failed"))).sum())
     f["failed"] = failed
-    for i, t in enumerate(TIERS):
+    for i, t in enumerate(TIER_NAMES):
         f[f"{t}_hit_pct"] = 100.0 * int((routed & (tier == i)).sum()) / n_routed
     all_ttft = ttft[done]
     for q in (50, 95, 99):
         f[f"ttft_p{q}_ms"] = 1000 * _pct(all_ttft, q)
     by_tier: dict[str, list[float]] = {}
-    for i, t in enumerate(TIERS):
+    for i, t in enumerate(TIER_NAMES):
         vals = ttft[done & (tier == i)]
         for q in (50, 95, 99):
             f[f"ttft_p{q}_{t}_ms"] = 1000 * _pct(vals, q)
@@ -262,7 +262,7 @@ def detail(s: Summary) -> str:
         + ", ".join(
             f"{t} {f[f'ttft_p50_{t}_ms']:.0f}/{f[f'ttft_p95_{t}_ms']:.0f}/"
             f"{f[f'ttft_p99_{t}_ms']:.0f} ms"
-            for t in TIERS
+            for t in TIER_NAMES
             if not math.isnan(f[f"ttft_p95_{t}_ms"])
         )
     )

@@ -11,7 +11,6 @@ generated tokens/s gets the share of requests that produces it instead).
 from __future__ import annotations
 
 import csv
-import math
 import os
 import random
 from bisect import bisect_left
@@ -187,7 +186,3 @@ def _factor(factors: list[tuple[float, float]], t: float) -> float:
         else:
             break
     return max(f, 1e-6)
-
-
-def harmonic(n: int, s: float) -> float:
-    return math.fsum(1.0 / r**s for r in range(1, n + 1))

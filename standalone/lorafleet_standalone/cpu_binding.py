@@ -16,7 +16,7 @@ docs/guides/standalone.md, "CPU cores"). `up` therefore hands each engine its ow
 
 An engine started later (autoMerge creates a merged pool while `up` runs) takes the next share
 round robin. `VLLM_CPU_OMP_THREADS_BIND` set in `up`'s environment overrides all of this:
-every engine gets that value (`auto`: vLLM's own choice, the old behaviour; `nobind`: no
+every engine gets that value (`auto`: vLLM's own choice; `nobind`: no
 binding; a list such as `0-3`).
 """
 

@@ -85,12 +85,6 @@ def plan_merged_pools(manifests: ManifestSet) -> list[MergedPoolPlan]:
     return sorted(out, key=lambda p: p.name)
 
 
-def shared_pool_names(manifests: ManifestSet) -> set[str]:
-    """ReplicaPools of the folder that are not merged (standalone serves one of them)."""
-    merged = {p.name for p in plan_merged_pools(manifests)}
-    return {o.name for o in manifests.of_kind(names.KIND_POOL)} - merged
-
-
 def _index_key(record: AdapterRecord, base_hash: str) -> str:
     # The merge is a function of the adapter's bytes and the base model's.
     return f"{record.checksum}+{base_hash}"

@@ -10,11 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
-from lorafleet_agent.server import RunningAgent, agent_in_thread
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
+from tests.agent_thread import RunningAgent, agent_in_thread
 from tests.conftest import INTERNAL_HEADERS, S3Server, VllmServer, session_agent_settings
+from tests.scrape import Scrape
 
 AgentFactory = Callable[..., contextlib.AbstractContextManager[RunningAgent]]
 
@@ -70,13 +71,5 @@ def state(agent: RunningAgent) -> dict[str, Any]:
 
 
 def metric(agent: RunningAgent, name: str, **labels: str) -> float:
-    """A sample's value from the agent's /metrics (0 when absent)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(f"{agent.internal_url}/metrics", timeout=10).text
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
+    """A sample's value from the agent's /metrics (tests/scrape.py: a missing series fails)."""
+    return Scrape.of(f"{agent.internal_url}/metrics").value(name, **labels)

@@ -16,7 +16,6 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_agent.server import RunningAgent
 from lorafleet_core.wire.records import AdapterRecord
 from tests.agent.conftest import metric
 from tests.agent.kube_emulation import (
@@ -26,6 +25,7 @@ from tests.agent.kube_emulation import (
     TokenReviews,
     emulated_cluster,
 )
+from tests.agent_thread import RunningAgent
 from tests.conftest import INTERNAL_HEADERS, TEST_DATA_TOKEN, unique_id
 from tests.operator.kmock_cluster import Cluster, eventually
 

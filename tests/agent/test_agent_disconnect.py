@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import socket
 from urllib.parse import urlparse
 
-import httpx
 import pytest
 
 from tests.agent.conftest import load, state, unload
 from tests.conftest import TEST_DATA_TOKEN, unique_id
 from tests.fault_proxy import FaultProxy
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -30,9 +29,7 @@ SLOW_BYTES_PER_S = 10_000.0
 
 def _vllm_metric(url: str, name: str) -> float:
     """vLLM's own figure, summed over its label sets."""
-    text = httpx.get(f"{url}/metrics", timeout=10).text
-    found = re.findall(rf"^vllm:{name}\{{[^}}]*\}} ([0-9.e+]+)$", text, re.M)
-    return sum(float(v) for v in found)
+    return Scrape.of(f"{url}/metrics").value(f"vllm:{name}")
 
 
 def _send_completion(sock: socket.socket, raw: bytes) -> None:

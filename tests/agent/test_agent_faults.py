@@ -1,4 +1,4 @@
-"""Faults and hostile callers inside the pod, against the session's real vLLM (issue 11).
+"""Faults and hostile callers inside the pod, against the session's real vLLM.
 
 - the internal load/unload endpoints require the credential; read-only ones do not;
 - a second, different record for a held id is refused loudly (409, metric, ERROR log), and
@@ -19,8 +19,8 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_agent.server import RunningAgent
 from tests.agent.conftest import load, metric, state, unload
+from tests.agent_thread import RunningAgent
 from tests.conftest import TEST_DATA_TOKEN, restart_vllm, unique_id
 from tests.waiting import eventually
 

@@ -22,8 +22,9 @@ from lorafleet_agent.data_app import MAX_BODY_BYTES
 from lorafleet_agent.data_auth import build_data_auth
 from lorafleet_agent.internal_app import MAX_LOAD_BODY_BYTES
 from lorafleet_agent.internal_auth import MissingCredential
-from lorafleet_agent.server import Agent, RunningAgent, agent_in_thread
+from lorafleet_agent.server import Agent
 from lorafleet_agent.settings import AgentSettings
+from tests.agent_thread import RunningAgent, agent_in_thread
 from tests.conftest import (
     DATA_HEADERS,
     INTERNAL_HEADERS,
@@ -31,6 +32,7 @@ from tests.conftest import (
     TEST_INTERNAL_TOKEN,
     free_port,
 )
+from tests.scrape import Scrape
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -123,10 +125,7 @@ def test_a_rotated_data_token_file_is_the_one_accepted(tmp_path: Path):
 
 
 def metric_value(agent: RunningAgent, name: str) -> float:
-    for line in httpx.get(agent.internal_url + "/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return 0.0
+    return Scrape.of(f"{agent.internal_url}/metrics").value(name)
 
 
 @pytest.mark.parametrize(

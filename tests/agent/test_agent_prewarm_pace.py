@@ -16,11 +16,11 @@ from lorafleet_agent.manager import AdapterManager
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.prewarm import PrewarmWatcher
-from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy
 from lorafleet_agent.vllm_client import VllmClient
 from lorafleet_core.api.models import ALL_TARGET_MODULES
 from lorafleet_core.planning import prewarm
+from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.wire.tiers import Tier
 from tests.conftest import unique_id
 
@@ -55,11 +55,11 @@ def test_a_later_pass_spaces_its_evicting_pulls_and_fills_free_room_at_once(
 
     async def passes() -> None:
         # First pass: room for everything, so no pull waits.
-        await watcher._pass(recs[:2], None)
+        await watcher.warm(recs[:2], None)
         assert manager.disk.lru.order() == [r.id for r in recs[:2]]
         # The disk is now full: each newly listed adapter evicts the least recently used one.
         manager.disk.lru.budget = manager.disk.lru.used
-        await watcher._pass(recs, recs[:1])
+        await watcher.warm(recs, recs[:1])
 
     began = time.monotonic()
     asyncio.run(passes())

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_core.api.names import HEADER_TOKENS_ESTIMATE
+from lorafleet_core.wire.headers import HEADER_TOKENS_ESTIMATE
 from tests.agent.conftest import load, metric, state, unload
 from tests.agent.vllm_requests import (
     MARKERS,

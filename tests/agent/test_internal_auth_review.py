@@ -18,7 +18,7 @@ import pytest
 
 from lorafleet_agent.internal_auth import MissingCredential
 from lorafleet_agent.kube import AgentKube
-from lorafleet_agent.server import Agent, RunningAgent, agent_in_thread
+from lorafleet_agent.server import Agent
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_core.kube.token_review import TokenReviewer
 from tests.agent.kube_emulation import (
@@ -28,6 +28,7 @@ from tests.agent.kube_emulation import (
     TokenReviews,
     emulated_cluster,
 )
+from tests.agent_thread import RunningAgent, agent_in_thread
 from tests.conftest import free_port
 from tests.operator.kmock_cluster import Cluster
 

@@ -13,17 +13,17 @@ from lorafleet_agent.manager import AdapterManager
 from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
-from lorafleet_agent.server import agent_in_thread
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_agent.slots import SlotTracker
 from lorafleet_agent.verifier import PoolPolicy, VerificationError
 from lorafleet_agent.vllm_client import VllmClient
 from lorafleet_core.api import reasons
 from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.storage.merged_weights import merged_checksum
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.tiers import Tier
 from lorafleet_demo.assets import DemoAssets
+from tests.agent_thread import agent_in_thread
 from tests.conftest import TEST_DATA_TOKEN, TEST_INTERNAL_TOKEN, free_port
 
 

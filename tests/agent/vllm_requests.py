@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import openai
 import pytest
 
-from lorafleet_core.api.names import HEADER_LOADED_FROM
+from lorafleet_core.wire.headers import HEADER_LOADED_FROM
 from tests.agent.conftest import load
 from tests.conftest import DATA_HEADERS, TEST_DATA_TOKEN
 

@@ -22,6 +22,14 @@ def load_yaml_docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
+def schema_in_crd(crd: dict[str, Any]) -> dict[str, Any]:
+    """The openAPIV3Schema of a CRD manifest's storage version (else its first)."""
+    versions: list[dict[str, Any]] = crd["spec"]["versions"]
+    version = next((v for v in versions if v.get("storage")), versions[0])
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
 COMMITTED_CRDS: dict[str, dict[str, Any]] = {
     crd["spec"]["names"]["kind"]: crd
     for crd in (yaml.safe_load(p.read_text().split("---\n", 1)[1]) for p in CRDS.glob("*.yaml"))

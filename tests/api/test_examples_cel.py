@@ -16,12 +16,11 @@ from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
 from lorafleet_core.api.crd_validation import (
     apply_defaults,
     cel_errors,
-    schema_in_crd,
     validate,
 )
 from lorafleet_core.api.models import AdapterAlias, LoRAAdapter, ReplicaPool
 
-from .conftest import CRDS, EXAMPLES, examples_of_kind, load_yaml_docs
+from .conftest import CRDS, EXAMPLES, examples_of_kind, load_yaml_docs, schema_in_crd
 
 MODELS = {"LoRAAdapter": LoRAAdapter, "AdapterAlias": AdapterAlias, "ReplicaPool": ReplicaPool}
 

@@ -80,7 +80,7 @@ def test_sim_flags_reach_the_scenario_inputs(tmp_path: Path):
         "--zipf", "1.2", "--seed", "4", "--poisson", "--mix", str(mix), "--router", "random",
         "--replicas", "5", "--set", "gpu_slots=8",
     )  # fmt: skip
-    inputs = cmd_sim._inputs(args)
+    inputs = cmd_sim.inputs_from_args(args)
     assert (inputs.rate, inputs.duration_s, inputs.warmup_s) == (3.0, 60.0, 7.0)
     assert (inputs.adapters, inputs.zipf_s, inputs.seed) == (50, 1.2, 4)
     assert (inputs.poisson, inputs.mix_file, inputs.router, inputs.trace) == (

@@ -21,12 +21,13 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from lorafleet_agent.server import RunningAgent
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
+from tests.agent_thread import RunningAgent
 from tests.conftest import S3Server, VllmServer, unique_id
 from tests.fault_proxy import FaultProxy
+from tests.scrape import Scrape
 from tests.vllm_stack import vllm_stack
 from tests.waiting import eventually
 
@@ -59,11 +60,8 @@ class Fleet:
 
     def retries(self) -> float:
         """Requests the gateway moved to another candidate after one failed."""
-        registry = self.gateway.metrics.registry
-        return (
-            registry.get_sample_value("lorafleet_gateway_routing_total", {"outcome": "retry"})
-            or 0.0
-        )
+        scrape = Scrape.of_registry(self.gateway.metrics.registry)
+        return scrape.value("lorafleet_gateway_routing_total", outcome="retry")
 
     def ready(self, rid: str) -> bool:
         return httpx.get(f"{self.agents[rid].internal_url}/readyz", timeout=5).status_code == 200

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.gateway.conftest import KEYS, GatewayEnv, start_env, stop_env
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 BODY = {"model": "acme/support:prod", "messages": [{"role": "user", "content": "hello"}]}
@@ -29,7 +30,7 @@ def env(tmp_path: Path) -> Iterator[GatewayEnv]:
 
 
 def _sample(env: GatewayEnv, name: str, **labels: str) -> float:
-    return env.gw.metrics.registry.get_sample_value(name, labels) or 0.0
+    return Scrape.of_registry(env.gw.metrics.registry).value(name, **labels)
 
 
 def _pad_all(env: GatewayEnv, pad: int) -> None:
@@ -106,4 +107,4 @@ def test_a_replica_failing_inside_the_held_part_is_retried_past_it_cuts_the_clie
         ) == 1,
         what="the cut answer counted as failed",
     )  # fmt: skip
-    assert env.gw.metrics.registry.get_sample_value("lorafleet_gateway_requests_in_flight") == 0
+    assert _sample(env, "lorafleet_gateway_requests_in_flight") == 0

@@ -12,6 +12,7 @@ import pytest
 from lorafleet_core.planning.tokens import prompt_chars, prompt_tokens
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 
@@ -43,10 +44,11 @@ def test_a_streamed_n_2_is_metered_for_both_choices(env: GatewayEnv) -> None:
     assert usage.completion_tokens == 2 * env.replicas["replica-0"].n_tokens
     registry = env.gw.metrics.registry
 
-    def metered() -> float | None:
-        return registry.get_sample_value(
+    def metered() -> float:
+        return Scrape.of_registry(registry).value(
             "lorafleet_gateway_usage_completion_tokens_total",
-            {"tenant": "acme", "adapter": "acme-support-v1"},
+            tenant="acme",
+            adapter="acme-support-v1",
         )
 
     eventually(lambda: metered() == usage.completion_tokens, what="metered completion tokens")

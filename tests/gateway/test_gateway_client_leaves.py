@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, start_env, stop_env
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 IN_FLIGHT = "lorafleet_gateway_requests_in_flight"
@@ -32,7 +33,7 @@ def env(tmp_path: Path) -> Iterator[GatewayEnv]:
 
 
 def _gauge(env: GatewayEnv, name: str, labels: dict[str, str] | None = None) -> float:
-    return env.gw.metrics.registry.get_sample_value(name, labels or {}) or 0.0
+    return Scrape.of_registry(env.gw.metrics.registry).value(name, **(labels or {}))
 
 
 def _local_tokens(env: GatewayEnv) -> dict[str, int]:

@@ -20,6 +20,7 @@ from lorafleet_gateway.replica_poller import ReplicaTracker
 from lorafleet_gateway.reservation import RateLimited, Reservation
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, GatewayEnv, start_env, stop_env
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 CHAT: dict[str, object] = {
@@ -85,10 +86,9 @@ def refused(resp: httpx.Response) -> None:
 
 
 def rate_limited_metric(env: GatewayEnv) -> float:
-    for line in httpx.get(f"{env.internal_url}/metrics").text.splitlines():
-        if line.startswith('lorafleet_gateway_rate_limited_total{limit="concurrency"}'):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return Scrape.of(f"{env.internal_url}/metrics").value(
+        "lorafleet_gateway_rate_limited_total", limit="concurrency"
+    )
 
 
 def test_a_tenant_at_its_cap_is_refused_while_others_are_served_and_a_finished_stream_frees_a_slot(

@@ -18,6 +18,7 @@ import pytest
 from lorafleet_gateway.edge import FailureLimiter
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, openai_error, start_env, stop_env
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 TIMEOUT_S = 0.5
@@ -55,10 +56,9 @@ def _status_and_error(raw: bytes) -> tuple[int, dict[str, object]]:
 
 
 def _requests_total(env: GatewayEnv, status: str, endpoint: str = "chat") -> float:
-    value = env.gw.metrics.registry.get_sample_value(
-        "lorafleet_gateway_requests_total", {"endpoint": endpoint, "status": status}
+    return Scrape.of_registry(env.gw.metrics.registry).value(
+        "lorafleet_gateway_requests_total", endpoint=endpoint, status=status
     )
-    return value or 0.0
 
 
 HEAD = (

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from lorafleet_gateway.catalog import CatalogHolder
@@ -25,6 +24,7 @@ from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, stop_env
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.servers import ServerThread
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 HOT = "acme-support-v1"
@@ -120,10 +120,9 @@ def test_merged_replica_down_or_serving_other_weights_falls_back_to_shared(
 
 
 def _fallbacks(env: GatewayEnv, reason: str) -> float:
-    text = httpx.get(f"{env.internal_url}/metrics").text
-    want = f'lorafleet_gateway_merged_fallback_total{{pool="acme-hot",reason="{reason}"}} '
-    lines = [line for line in text.splitlines() if line.startswith(want)]
-    return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
+    return Scrape.of(f"{env.internal_url}/metrics").value(
+        "lorafleet_gateway_merged_fallback_total", pool="acme-hot", reason=reason
+    )
 
 
 def test_full_merged_replica_spills_to_the_shared_pool_and_counts_it(pools_env: GatewayEnv):

@@ -18,8 +18,12 @@ import httpx
 import openai
 import uvicorn
 
+from lorafleet_core.wire.metric_names import (
+    GATEWAY_TENANT_REQUESTS,
+    GATEWAY_TENANT_TTFT_OVER_TARGET,
+)
 from lorafleet_gateway.__main__ import _Server
-from lorafleet_gateway.metrics import TENANT_OVER_TARGET, TENANT_REQUESTS, TenantSLO
+from lorafleet_gateway.metrics import TenantSLO
 from lorafleet_gateway.reqlog import BatchingHandler
 from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.settings import GatewaySettings
@@ -150,8 +154,8 @@ def test_tenant_slo_counters_are_bounded_to_tenants_active_in_the_window():
         slo.observe("loud", over_target=True)
     slo.observe("slow", over_target=False)
     families = {f.name: f for f in slo.collect()}
-    requests = {s.labels["tenant"]: s.value for s in families[TENANT_REQUESTS].samples}
-    over = {s.labels["tenant"]: s.value for s in families[TENANT_OVER_TARGET].samples}
+    requests = {s.labels["tenant"]: s.value for s in families[GATEWAY_TENANT_REQUESTS].samples}
+    over = {s.labels["tenant"]: s.value for s in families[GATEWAY_TENANT_TTFT_OVER_TARGET].samples}
     assert len(requests) == 5002
     assert (requests["loud"], over["loud"], over["slow"]) == (5, 5, 0)
     now[0] = 12.0  # the 5,000 one-off tenants are idle for longer than the window

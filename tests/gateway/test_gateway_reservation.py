@@ -29,8 +29,8 @@ def _parts() -> tuple[RateLimiter, ReplicaTracker]:
     return RateLimiter(LIMITS, clock=Clock()), tracker
 
 
-def _bucket(limiter: RateLimiter) -> float:
-    return limiter._tenants["t"].tokens.tokens
+def _bucket(limiter: RateLimiter) -> float | None:
+    return limiter.tokens_left("t")
 
 
 def _in_flight(tracker: ReplicaTracker) -> dict[str, int]:

@@ -11,12 +11,13 @@ import pytest
 
 from lorafleet_core.planning.tokens import prompt_tokens
 from tests.gateway.conftest import KEYS, GatewayEnv
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 
-def _usage(env: GatewayEnv, what: str) -> float | None:
-    return env.gw.metrics.registry.get_sample_value(
-        f"lorafleet_gateway_usage_{what}_total", {"tenant": "acme", "adapter": "acme-support-v1"}
+def _usage(env: GatewayEnv, what: str) -> float:
+    return Scrape.of_registry(env.gw.metrics.registry).value(
+        f"lorafleet_gateway_usage_{what}_total", tenant="acme", adapter="acme-support-v1"
     )
 
 
@@ -64,9 +65,9 @@ def test_a_streamed_response_is_relayed_event_by_event_and_metered(env: GatewayE
         lambda: _usage(env, "completion_tokens") == len(deltas), what="metered output tokens"
     )
 
-    def ok() -> float | None:
-        return env.gw.metrics.registry.get_sample_value(
-            "lorafleet_gateway_requests_total", {"endpoint": "responses", "status": "200"}
+    def ok() -> float:
+        return Scrape.of_registry(env.gw.metrics.registry).value(
+            "lorafleet_gateway_requests_total", endpoint="responses", status="200"
         )
 
     eventually(lambda: ok() == 1, what="the request counted as a 200")

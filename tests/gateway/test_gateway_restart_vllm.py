@@ -28,9 +28,9 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_agent.server import RunningAgent
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
+from tests.agent_thread import RunningAgent
 from tests.conftest import (
     REPO,
     TEST_DATA_TOKEN,

@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
-from lorafleet_core.api.names import HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from lorafleet_core.planning.placement import owners
 from lorafleet_core.planning.tokens import estimate
+from lorafleet_core.wire.headers import HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from tests.gateway import manifests as m
 from tests.gateway.conftest import (
     KEYS,
@@ -23,6 +23,7 @@ from tests.gateway.conftest import (
     start_env,
     stop_env,
 )
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 MSG = MSG_DEFAULT
@@ -38,14 +39,7 @@ def _served_by(env: GatewayEnv, model: str = "acme/support:prod", tenant: str = 
 
 
 def _metric(env: GatewayEnv, name: str, **labels: str) -> float:
-    text = httpx.get(f"{env.internal_url}/metrics").text
-    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    for line in text.splitlines():
-        if line.startswith(name + ("{" if labels else " ")):
-            got = line[len(name) :].split(" ")[0].strip("{}")
-            if not labels or sorted(got.split(",")) == sorted(want.split(",")):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return Scrape.of(f"{env.internal_url}/metrics").value(name, **labels)
 
 
 def test_requests_go_to_owners_and_stick_to_the_resident_one(env: GatewayEnv):

@@ -24,6 +24,7 @@ from tests.gateway import manifests as m
 from tests.gateway.conftest import (
     KEYS,
     MSG_DEFAULT,
+    GatewayEnv,
     default_aliases,
     start_env,
     stop_env,
@@ -31,6 +32,7 @@ from tests.gateway.conftest import (
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.redis_server import RedisServer
 from tests.gateway.servers import ServerThread
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,14 +168,8 @@ def test_two_gateway_processes_sharing_one_redis_enforce_one_tenant_limit(two_ga
     assert abs(rate - LIMIT_RPS) <= 0.1 * LIMIT_RPS
 
 
-def _metric(env, name: str, **labels: str) -> float | None:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    for family in text_string_to_metric_families(httpx.get(f"{env.internal_url}/metrics").text):
-        for s in family.samples:
-            if s.name == name and s.labels == labels:
-                return float(s.value)
-    return None
+def _metric(env: GatewayEnv, name: str, **labels: str) -> float:
+    return Scrape.of(f"{env.internal_url}/metrics").value(name, **labels)
 
 
 def test_redis_down_fails_open_and_counts_it(tmp_path: Path):

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from lorafleet_gateway.metrics import TENANT_OVER_TARGET, TENANT_REQUESTS
+from lorafleet_core.wire.metric_names import GATEWAY_TENANT_REQUESTS as TENANT_REQUESTS
+from lorafleet_core.wire.metric_names import GATEWAY_TENANT_TTFT_OVER_TARGET as TENANT_OVER_TARGET
 from tests.gateway.conftest import MSG_DEFAULT, start_env, stop_env
 
 

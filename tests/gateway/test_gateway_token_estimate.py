@@ -8,7 +8,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam
 
-from lorafleet_core.api.names import HEADER_TOKENS_ESTIMATE
+from lorafleet_core.wire.headers import HEADER_TOKENS_ESTIMATE
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, start_env, stop_env
 from tests.waiting import eventually

@@ -19,17 +19,21 @@ import pytest
 from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 
 from lorafleet_core.planning.placement import ranked
+from lorafleet_core.wire.metric_names import (
+    GATEWAY_USAGE_COMPLETION_TOKENS,
+    GATEWAY_USAGE_PROMPT_TOKENS,
+)
 from lorafleet_core.wire.openai_stream import WHOLE_PARSE_BYTES
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.usage import USAGE_COMPLETION, USAGE_PROMPT
 from tests.conftest import (
     S3Server,
     VllmServer,
     unique_id,
 )
 from tests.gateway import manifests as m
+from tests.scrape import Scrape
 from tests.vllm_stack import vllm_stack
 from tests.waiting import eventually
 
@@ -148,10 +152,8 @@ def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_age
 
     # The gateway's TTFT-by-tier and the agents' requests-by-tier count the same requests.
     def gateway_count(tier: str) -> float:
-        value = gw.metrics.registry.get_sample_value(
-            "lorafleet_gateway_ttft_seconds_count", {"tier": tier}
-        )
-        return value or 0.0
+        scrape = Scrape.of_registry(gw.metrics.registry)
+        return scrape.value("lorafleet_gateway_ttft_seconds_count", tier=tier)
 
     agent_metrics = [
         httpx.get(f"{gw.tracker.endpoint(rid).internal_url}/metrics", timeout=10).text
@@ -174,10 +176,9 @@ def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_age
 
 
 def _usage_sample(gw: Gateway, what: str, adapter_id: str) -> float:
-    value = gw.metrics.registry.get_sample_value(
-        f"lorafleet_gateway_usage_{what}_total", {"tenant": "acme", "adapter": adapter_id}
+    return Scrape.of_registry(gw.metrics.registry).value(
+        f"lorafleet_gateway_usage_{what}_total", tenant="acme", adapter=adapter_id
     )
-    return value or 0.0
 
 
 def test_responses_api_streamed_and_not_through_gateway_agent_and_vllm(fleet):
@@ -417,6 +418,9 @@ def test_a_large_answer_is_metered_by_its_usage_without_being_parsed_whole(fleet
     labels = {"tenant": "acme", "adapter": records["zebra"].id}
     registry = gw.metrics.registry
     assert usage["completion_tokens"] == 800
-    assert registry.get_sample_value(USAGE_PROMPT + "_total", labels) == usage["prompt_tokens"]
-    completion = registry.get_sample_value(USAGE_COMPLETION + "_total", labels)
+    assert (
+        registry.get_sample_value(GATEWAY_USAGE_PROMPT_TOKENS + "_total", labels)
+        == usage["prompt_tokens"]
+    )
+    completion = registry.get_sample_value(GATEWAY_USAGE_COMPLETION_TOKENS + "_total", labels)
     assert completion == usage["completion_tokens"]

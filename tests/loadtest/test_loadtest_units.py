@@ -174,6 +174,14 @@ def test_overhead_says_when_the_deployment_has_too_few_aliases():
     assert "lists 12" in why
 
 
+def test_an_overhead_run_passes_only_when_every_row_answered_within_the_error_rate():
+    fine = {"requests": 20, "ok": 19}
+    assert oh.rows_passed([fine, {"requests": 10, "ok": 10}], max_error_rate=0.05)
+    assert not oh.rows_passed([], max_error_rate=0.05)  # nothing measured
+    assert not oh.rows_passed([fine, {"requests": 5, "ok": 0}], max_error_rate=1.0)
+    assert not oh.rows_passed([fine, {"requests": 10, "ok": 9}], max_error_rate=0.05)
+
+
 def _doc(label: str, gpu: float) -> dict[str, object]:
     results = [ok(i, 0.05, "gpu" if i < 10 * gpu else "disk", alias=f"a{i % 3}") for i in range(10)]
     s = summarize(results, elapsed_s=5.0, planned_span_s=5.0)

@@ -13,6 +13,7 @@ from lorafleet_operator import runtime
 from lorafleet_operator.sync import FleetSync
 from tests.operator.factories import adapter_body, alias_body, pool
 from tests.operator.test_operator_sync import RecordingWriter, pod_body
+from tests.scrape import Scrape
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -90,7 +91,6 @@ async def test_a_failing_pass_is_counted_as_an_error(operator_runtime):
 
 
 def _count(rt: runtime.Runtime, result: str) -> float:
-    value = rt.metrics.registry.get_sample_value(
-        "lorafleet_operator_sync_pass_seconds_count", {"namespace": "ns", "result": result}
+    return Scrape.of_registry(rt.metrics.registry).value(
+        "lorafleet_operator_sync_pass_seconds_count", namespace="ns", result=result
     )
-    return value or 0.0

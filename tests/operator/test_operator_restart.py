@@ -1,7 +1,7 @@
 """Operator restarts as a fault: `python -m lorafleet_operator` SIGKILLed in the middle of a
 sync pass against kmock, restarted, and restarted once more when all is reconciled.
 
-What must hold (issue 11): the end state equals that of a clean run that was never killed,
+What must hold: the end state equals that of a clean run that was never killed,
 and a restart writes nothing that is already right. Every write request the emulator serves
 is logged per object, so "nothing" is counted, not assumed. The emulator delays each write a
 little (a slow API server) so that the kill lands while a pass is still writing.
@@ -30,6 +30,7 @@ from tests.operator.factories import adapter_body, alias_body, pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
 from tests.operator.kopf_fleet import pod_body
 from tests.operator.state_servers import StateServer
+from tests.scrape import Scrape
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -83,11 +84,10 @@ class Operator:
     def passes(self) -> float:
         """Sync passes finished in this process (0 until its metrics answer)."""
         try:
-            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2).text
+            scrape = Scrape.of(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout_s=2)
         except httpx.HTTPError:
             return 0.0
-        want = f'lorafleet_operator_sync_passes_total{{namespace="{NS}"}} '
-        return sum(float(x[len(want) :]) for x in text.splitlines() if x.startswith(want))
+        return scrape.value("lorafleet_operator_sync_passes_total", namespace=NS)
 
     def alive(self) -> str | None:
         """For `eventually(abort=...)`: why waiting is pointless (the process exited)."""

@@ -155,10 +155,10 @@ def test_indexed_claims_pick_the_same_older_claim_as_a_scan_of_all(rows):
     ]
     index = L.AliasClaims(claims)
     for me in claims:
-        mine = L._claim_key(me.created, me.name)
+        mine = L.claim_key(me.created, me.name)
         rivals = sorted(
             (c for c in claims if c.model == me.model and c.name != me.name),
-            key=lambda c: L._claim_key(c.created, c.name),
+            key=lambda c: L.claim_key(c.created, c.name),
         )
-        scanned = next((c for c in rivals if L._claim_key(c.created, c.name) < mine), None)
+        scanned = next((c for c in rivals if L.claim_key(c.created, c.name) < mine), None)
         assert index.older_than(me.model, me.name, mine) == scanned

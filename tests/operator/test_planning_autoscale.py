@@ -68,6 +68,6 @@ def test_default_target_sizes_the_designs_peak_near_the_slo_count_not_at_max():
     assert spec.target_tokens_in_flight == 16_384
     peak = Load(tokens_in_flight=480 * (1155 + 211), queue_depth=0, replicas_reporting=26)
     assert recommend(peak, spec, ReplicaBounds(min=2, max=64)) == 41  # the capacity search: 40
-    # the old default asked for 161 replicas: every pool went straight to its max
-    old = AutoscalingSpec(target_tokens_in_flight=4096)
-    assert recommend(peak, old, ReplicaBounds(min=2, max=64)) == 64
+    # a target of three such requests asks for 161 replicas: every pool goes straight to its max
+    small = AutoscalingSpec(target_tokens_in_flight=4096)
+    assert recommend(peak, small, ReplicaBounds(min=2, max=64)) == 64

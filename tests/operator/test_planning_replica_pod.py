@@ -12,13 +12,13 @@ import yaml
 from pydantic import ValidationError
 
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core.api.crd_validation import schema_in_crd, validate
+from lorafleet_core.api.crd_validation import validate
 from lorafleet_core.api.models import ReplicaPool
 from lorafleet_core.planning.merged_lifecycle import merge_patch
 from lorafleet_core.planning.pool import plan_pool_objects
 from lorafleet_core.planning.replica_config import InsideAuth
 from lorafleet_core.planning.replica_pod import REPLICA_UID
-from tests.api.conftest import CRDS, EXAMPLES, load_yaml_docs
+from tests.api.conftest import CRDS, EXAMPLES, load_yaml_docs, schema_in_crd
 from tests.operator.factories import pool
 
 GPU_DOC = load_yaml_docs(EXAMPLES / "replicapool-gpu.yaml")[0]

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
@@ -109,15 +108,3 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-
-
-def scrape(url: str) -> dict[str, dict[str, float]]:
-    """Metric families of a Prometheus endpoint: sample name -> first label value -> sum."""
-    out: dict[str, dict[str, float]] = {}
-    text = httpx.get(url, timeout=10).text
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            label = next(iter(sample.labels.values()), "")
-            by_label = out.setdefault(sample.name, {})
-            by_label[label] = by_label.get(label, 0.0) + sample.value
-    return out

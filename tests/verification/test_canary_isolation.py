@@ -45,8 +45,9 @@ from tests.conftest import (
     unique_id,
 )
 from tests.gateway import manifests as m
+from tests.scrape import Scrape
 from tests.verification.canaries import CANARY_MARKERS
-from tests.verification.fleet_processes import child_process, scrape
+from tests.verification.fleet_processes import child_process
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -169,7 +170,7 @@ def _isolation_fleet(
         )
         # Start only once both replicas are routable.
         eventually(
-            lambda: scrape(f"{gw_internal}/metrics").get(HEALTHY, {}).get("") == 2,
+            lambda: Scrape.of(f"{gw_internal}/metrics").value(HEALTHY) == 2,
             within_s=60,
             what="2 replicas",
         )
@@ -241,9 +242,9 @@ async def mixed_run(fleet: IsolationFleet, n: int) -> list[Outcome]:
     return results
 
 
-def metric_total(metrics_url: str, name: str) -> dict[str, float]:
+def metric_total(metrics_url: str, name: str, label: str) -> dict[str, float]:
     """label value -> count of one labelled counter, scraped from an agent's /metrics."""
-    return scrape(metrics_url).get(f"{name}_total", {})
+    return Scrape.of(metrics_url).by_label(f"{name}_total", label)
 
 
 # The run alone is ~8 min at ~20 req/s on the loaded 2-core machine, plus two vLLM starts when
@@ -265,9 +266,12 @@ def test_ten_thousand_mixed_requests_never_answer_with_another_canary(
     ]
     missing = [r for r in results if not r.error and fleet.markers[r.alias] not in r.text]
     wrong_id = [r for r in results if not r.error and r.adapter_id != fleet.aliases[r.alias]]
-    loads = [metric_total(u, "lorafleet_agent_adapter_loads") for u in fleet.agents.values()]
+    loads = [
+        metric_total(u, "lorafleet_agent_adapter_loads", "source_tier")
+        for u in fleet.agents.values()
+    ]
     evictions = [
-        metric_total(u, "lorafleet_agent_adapter_evictions") for u in fleet.agents.values()
+        metric_total(u, "lorafleet_agent_adapter_evictions", "tier") for u in fleet.agents.values()
     ]
     replicas = Counter(r.replica for r in results)
     print(

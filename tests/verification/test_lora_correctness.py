@@ -29,10 +29,10 @@ import pytest
 from lorafleet_agent.merge_job import run_merge
 from lorafleet_agent.merged_model import ensure_merged
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
-from lorafleet_agent.server import agent_in_thread
 from lorafleet_core.storage.adapter_files import adapter_checksum
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
+from tests.agent_thread import agent_in_thread
 from tests.conftest import (
     DATA_HEADERS,
     SPARE_CPU,

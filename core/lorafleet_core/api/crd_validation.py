@@ -37,14 +37,6 @@ def schema_of(kind: str) -> Schema:
     raise KeyError(f"unknown kind {kind!r}")
 
 
-def schema_in_crd(crd: Schema) -> Schema:
-    """The openAPIV3Schema of a CRD manifest's first (storage) version."""
-    versions: list[Schema] = crd["spec"]["versions"]
-    version = next((v for v in versions if v.get("storage")), versions[0])
-    schema: Schema = version["schema"]["openAPIV3Schema"]
-    return schema
-
-
 def apply_defaults(schema: Schema, obj: Any) -> Any:
     """A copy of `obj` with the schema's defaults filled in, as the API server stores it."""
     obj = copy.deepcopy(obj)

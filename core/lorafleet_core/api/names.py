@@ -1,6 +1,7 @@
-"""Names shared by every component: API group, kinds, label/annotation keys, HTTP headers.
+"""Names shared by every component: API group, kinds, label and annotation keys.
 
-Keeping them in one module means a rename is one edit and a typo is an import error.
+Keeping them in one module means a rename is one edit and a typo is an import error. HTTP
+headers belong to the wire protocol (lorafleet_core.wire.headers).
 """
 
 import hashlib
@@ -55,20 +56,5 @@ ANNOTATION_OWNED_ADAPTERS: Final = f"{GROUP}/owned-adapters"
 
 FINALIZER: Final = f"{GROUP}/finalizer"
 
-# Response headers the gateway and the agent set on every completion.
-HEADER_ADAPTER_ID: Final = "x-adapter-id"
-HEADER_ADAPTER_TIER: Final = "x-adapter-tier"
-HEADER_REPLICA_ID: Final = "x-replica-id"
-
 # Secret holding tenants' API key hashes and rate limits (never plaintext keys).
 API_KEYS_SECRET_LABEL: Final = f"{GROUP}/api-keys"
-
-# Request headers the gateway sets on the data request it sends to a replica's agent.
-# The gateway's token estimate of the request (lorafleet_core.planning.tokens): the agent counts
-# the same
-# figure in its tokens in flight, so the autoscaler and the gateway's limiter agree.
-HEADER_TOKENS_ESTIMATE: Final = "x-lorafleet-tokens-estimate"
-# On a request retried after an on-demand load: the tier the load call found the adapter in
-# (its answer's `from`). The agent reports the slower of it and where the retried request found
-# the adapter, so the tier is a property of each request, not of the adapter.
-HEADER_LOADED_FROM: Final = "x-lorafleet-loaded-from"

@@ -27,6 +27,7 @@ from typing import Literal
 from lorafleet_core.api.models import AdapterStats, Placement
 from lorafleet_core.api.models.adapter import MAX_PLACEMENTS
 from lorafleet_core.wire.replica_state import ReplicaState
+from lorafleet_core.wire.tiers import TIER_NAMES
 
 MIN_INTERVAL = timedelta(minutes=1)
 RELATIVE_CHANGE = 0.25
@@ -116,9 +117,6 @@ def _stats(m: Measured, now: datetime) -> AdapterStats:
     )
 
 
-_TIER_ORDER = {"gpu": 0, "ram": 1, "disk": 2, "remote": 3}
-
-
 def plan_placements(
     adapter_id: str,
     old: Sequence[Placement],
@@ -153,7 +151,7 @@ def plan_placements(
                 last_used=now if active else last_used.get(rid),
             )
         )
-    out.sort(key=lambda p: (p.role != "owner", _TIER_ORDER[p.tier], p.replica))
+    out.sort(key=lambda p: (p.role != "owner", TIER_NAMES.index(p.tier), p.replica))
     return out[:MAX_PLACEMENTS]
 
 

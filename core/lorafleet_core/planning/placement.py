@@ -19,11 +19,6 @@ import heapq
 from collections.abc import Sequence
 
 
-def _score(adapter_id: str, replica_id: str) -> int:
-    """The pair's 64-bit weight as an integer (for tools and tests)."""
-    return int.from_bytes(_digest(adapter_id.encode() + b"\x00", replica_id), "big")
-
-
 def _digest(prefix: bytes, replica_id: str) -> bytes:
     # Separator byte keeps ("ab","c") and ("a","bc") apart.
     return hashlib.blake2b(prefix + replica_id.encode(), digest_size=8).digest()

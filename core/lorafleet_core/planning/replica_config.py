@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lorafleet_core.api.models import ReplicaPoolSpec
+from lorafleet_core.wire.agent_api import INTERNAL_AUDIENCE
 
 AGENT_ENV_PREFIX = "LORAFLEET_AGENT_"
 
@@ -52,7 +53,7 @@ class InsideAuth:
     """
 
     mode: Literal["secret", "tokenReview"] = "secret"
-    audience: str = "lorafleet-agent"
+    audience: str = INTERNAL_AUDIENCE
     callers: tuple[str, ...] = ()
     service_account: str | None = None
 

@@ -3,7 +3,7 @@
 Every figure that sizes a request by tokens uses it: the gateway's tokens-per-minute limiter and
 its router's tokens in flight, and the agent's tokens in flight (which the autoscaler scales
 on). The gateway computes it once per request and passes it to the agent in the
-`HEADER_TOKENS_ESTIMATE` header (lorafleet_core.api.names), so both count the same number; the
+`HEADER_TOKENS_ESTIMATE` header (lorafleet_core.wire.headers), so both count the same number; the
 agent falls back to this module only for a request that comes without it.
 
 The rule: the characters of the prompt's text (message contents and the calls in assistant

@@ -9,7 +9,6 @@ lorafleet_core.storage.adapter_files); READMEs and training leftovers stay behin
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,10 +127,3 @@ def upload_adapter(
                 except Exception as exc:  # boto3 raises many types; all mean "not uploaded"
                     raise StoreError(f"upload to {dest} failed: {exc}") from exc
     return str(dest)
-
-
-def copy_tree(src: Path, dst: Path) -> None:
-    """Local helper for standalone assets (a whole folder, replacing what is there)."""
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst)

@@ -20,7 +20,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
 from typing import Any, Final
 
-HEADER_REQUEST_ID: Final = "x-request-id"
+from lorafleet_core.wire.headers import HEADER_REQUEST_ID
+
+_HEADER = HEADER_REQUEST_ID.encode("latin-1")  # ASGI header names are lower-case bytes
 MAX_CHARS: Final = 128
 _SAFE = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 
@@ -90,11 +92,11 @@ class RequestIdMiddleware:
             return
         sent = None
         for key, value in scope.get("headers", ()):
-            if key == b"x-request-id":
+            if key == _HEADER:
                 sent = value
                 break
         request_id = accept_request_id(sent)
-        header = (b"x-request-id", request_id.encode("latin-1"))
+        header = (_HEADER, request_id.encode("latin-1"))
 
         async def send_with_id(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":

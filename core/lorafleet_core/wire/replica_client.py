@@ -1,10 +1,17 @@
-"""The one client of a replica's `GET /internal/replicas/{id}/state`
-(lorafleet_core.wire.replica_state).
+"""The one client of a replica agent's internal API (lorafleet_core.wire.agent_api): its state,
+and loading and unloading an adapter.
 
-Its readers (the gateway's poller, the operator's autoscaler, `lorafleet status`, the standalone
-runner) pass their own httpx client (connection pool, timeouts, credentials are theirs) and get
-a validated `ReplicaState` or one exception, `StateUnavailable`, that says whether the replica
-was merely slow (`timed_out`: it may still be there) or answered badly or not at all.
+Callers pass their own httpx client (connection pool and timeouts are theirs).
+
+State (`fetch_state`, read by the gateway's poller, the operator's autoscaler, `lorafleet
+status`, the standalone runner and the control API): a validated `ReplicaState` or one
+exception, `StateUnavailable`, that says whether the replica was merely slow (`timed_out`: it
+may still be there) or answered badly or not at all.
+
+Load and unload (`post_load`, `post_unload`, sent by the gateway's on-demand load and the
+control API): they carry the internal credential and return the agent's answer as it came,
+whatever its status, for the caller to judge (the gateway retries elsewhere, the control API
+passes it on); a request that got no answer raises httpx.HTTPError.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from __future__ import annotations
 import httpx
 from pydantic import ValidationError
 
+from lorafleet_core.wire.agent_api import load_url, state_url, unload_url
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.replica_state import ReplicaState
 
 
@@ -22,11 +31,6 @@ class StateUnavailable(Exception):
         super().__init__(f"{url}: {reason}")
         self.url = url
         self.timed_out = timed_out
-
-
-def state_url(internal_url: str, replica_id: str) -> str:
-    """Where a replica serves its state, from its internal base URL (`http://host:port`)."""
-    return f"{internal_url.rstrip('/')}/internal/replicas/{replica_id}/state"
 
 
 def _parse(url: str, resp: httpx.Response) -> ReplicaState:
@@ -74,3 +78,39 @@ def fetch_state_sync(client: httpx.Client, internal_url: str, replica_id: str) -
     except httpx.HTTPError as exc:
         raise _unavailable(url, exc) from exc
     return _parse(url, resp)
+
+
+def _credential(token: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+async def post_load(
+    client: httpx.AsyncClient,
+    internal_url: str,
+    replica_id: str,
+    record: AdapterRecord,
+    *,
+    gpu: bool,
+    token: str | None,
+) -> httpx.Response:
+    """Hand the replica the registry's record of an adapter and have it loaded (into a GPU slot
+    when `gpu`, else wherever a request would find it first). Sent once: each caller has its
+    own fallback (the gateway the next candidate)."""
+    payload = {"record": record.model_dump(mode="json"), "gpu": gpu}
+    return await client.post(
+        load_url(internal_url, replica_id, record.id), json=payload, headers=_credential(token)
+    )
+
+
+async def post_unload(
+    client: httpx.AsyncClient,
+    internal_url: str,
+    replica_id: str,
+    adapter_id: str,
+    *,
+    token: str | None,
+) -> httpx.Response:
+    """Have the replica drop the adapter from its GPU and RAM slots."""
+    return await client.post(
+        unload_url(internal_url, replica_id, adapter_id), headers=_credential(token)
+    )

@@ -1,6 +1,7 @@
 """The four places an adapter can be on a replica, fastest first."""
 
 from enum import StrEnum
+from typing import Final
 
 
 class Tier(StrEnum):
@@ -16,7 +17,10 @@ class Tier(StrEnum):
     REMOTE = "remote"
 
 
-_ORDER = tuple(Tier)  # fastest first
+# The tiers' names, fastest first, for reports and tables keyed by plain strings (and the
+# simulator's tier codes 0..3); `LoRAAdapter.status.placements[].tier` takes the same values.
+TIER_NAMES: Final = tuple(t.value for t in Tier)
+_ORDER = tuple(Tier)
 
 
 def slowest(*tiers: Tier | None) -> Tier:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import openai
 
+from lorafleet_core.wire.headers import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_loadtest.probe.results import RequestResult, marker_matches
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8080/v1"
@@ -87,9 +88,9 @@ async def stream_chat(
             stream_options={"include_usage": True},
             extra_body=extra_body,
         )
-        res.adapter_id = raw.headers.get("x-adapter-id")
-        res.tier = raw.headers.get("x-adapter-tier")
-        res.replica = raw.headers.get("x-replica-id")
+        res.adapter_id = raw.headers.get(HEADER_ADAPTER_ID)
+        res.tier = raw.headers.get(HEADER_ADAPTER_TIER)
+        res.replica = raw.headers.get(HEADER_REPLICA_ID)
         stream = raw.parse()
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].finish_reason:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TIER_ORDER = ("gpu", "ram", "disk", "remote", "?")
+from lorafleet_core.wire.tiers import TIER_NAMES
+
+TIER_ORDER = (*TIER_NAMES, "?")  # "?": the answer named no tier
 
 
 @dataclass(slots=True)

@@ -18,7 +18,7 @@ The OpenAPI document is at `/internal/openapi.json`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -45,9 +45,16 @@ from lorafleet_core.planning.alias_deploy import (
     pick_alias,
     plan_set,
 )
+from lorafleet_core.wire.agent_api import LOAD_ROUTE, STATE_ROUTE, UNLOAD_ROUTE
+from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.openai_errors import error_body
 from lorafleet_core.wire.records import AdapterRecord
-from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state
+from lorafleet_core.wire.replica_client import (
+    StateUnavailable,
+    fetch_state,
+    post_load,
+    post_unload,
+)
 from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_operator.control.auth import ControlAuth
 from lorafleet_operator.control.store import AlreadyExists, ControlStore, StoreError
@@ -122,7 +129,7 @@ def build_control_app(
 
     @app.exception_handler(StoreError)
     async def _store_error(_r: Request, exc: StoreError) -> JSONResponse:
-        return _answer(502, str(exc), "store_unavailable")
+        return _answer(502, str(exc), ErrorCode.STORE_UNAVAILABLE)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_r: Request, exc: RequestValidationError) -> JSONResponse:
@@ -204,13 +211,9 @@ def build_control_app(
             raise ControlError(404, f"no replica {replica_id} in {store.description}", "no_replica")
         return url
 
-    def headers() -> dict[str, str]:
-        token = replica_token()
-        return {"authorization": f"Bearer {token}"} if token else {}
-
-    async def forward(url: str, payload: dict[str, Any] | None) -> JSONResponse:
+    async def forward(call: Awaitable[httpx.Response]) -> JSONResponse:
         try:
-            resp = await http.post(url, json=payload, headers=headers())
+            resp = await call
         except httpx.HTTPError as exc:
             raise ControlError(502, f"replica unreachable: {exc!r}", "replica_unreachable") from exc
         try:
@@ -229,27 +232,26 @@ def build_control_app(
         except ValidationError as exc:
             raise ControlError(409, f"LoRAAdapter {adapter_id} is invalid", "invalid") from exc
         if (found.get("status") or {}).get("phase") == "Rejected":
-            raise ControlError(409, f"LoRAAdapter {adapter_id} was rejected", "adapter_rejected")
+            raise ControlError(
+                409, f"LoRAAdapter {adapter_id} was rejected", ErrorCode.ADAPTER_REJECTED
+            )
         return AdapterRecord.from_spec(adapter_id, spec)
 
-    @app.post("/internal/replicas/{replica_id}/adapters/{adapter_id}/load", dependencies=guarded)
+    @app.post(LOAD_ROUTE, dependencies=guarded)
     async def load(replica_id: str, adapter_id: str, req: LoadRequest | None = None) -> Any:
         record = await record_of(adapter_id)
         base = await agent(replica_id)
-        url = f"{base}/internal/replicas/{replica_id}/adapters/{adapter_id}/load"
-        payload = {"record": record.model_dump(mode="json"), "gpu": bool(req and req.gpu)}
-        return await forward(url, payload)
-
-    @app.post("/internal/replicas/{replica_id}/adapters/{adapter_id}/unload", dependencies=guarded)
-    async def unload(replica_id: str, adapter_id: str) -> Any:
-        base = await agent(replica_id)
+        gpu = bool(req and req.gpu)
         return await forward(
-            f"{base}/internal/replicas/{replica_id}/adapters/{adapter_id}/unload", None
+            post_load(http, base, replica_id, record, gpu=gpu, token=replica_token())
         )
 
-    @app.get(
-        "/internal/replicas/{replica_id}/state", dependencies=guarded, response_model=ReplicaState
-    )
+    @app.post(UNLOAD_ROUTE, dependencies=guarded)
+    async def unload(replica_id: str, adapter_id: str) -> Any:
+        base = await agent(replica_id)
+        return await forward(post_unload(http, base, replica_id, adapter_id, token=replica_token()))
+
+    @app.get(STATE_ROUTE, dependencies=guarded, response_model=ReplicaState)
     async def state(replica_id: str) -> ReplicaState:
         base = await agent(replica_id)
         try:

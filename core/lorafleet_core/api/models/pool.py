@@ -56,8 +56,8 @@ class ReplicaBounds(SpecModel):
 # < 1 s for every adapter at the design's 8,000 prefill tokens/s when it carries ~12 requests
 # (`lorafleet sim --capacity`: 40 replicas for 40 requests/s, each request ~12 s in flight =
 # ~480 in flight, 12 per replica); a request of the production trace holds 1,155 prompt +
-# 211 output = 1,366 tokens, so 12 x 1,366 = ~16,400: 16,384. The earlier 4,096 was three
-# such requests and sent every pool straight to replicas.max (docs/design/0011).
+# 211 output = 1,366 tokens, so 12 x 1,366 = ~16,400: 16,384. A target of 4,096 (three such
+# requests) sends every pool straight to replicas.max (docs/design/0011).
 DEFAULT_TARGET_TOKENS_IN_FLIGHT = 16_384
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lorafleet_agent.slots import SlotTracker
+from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.wire.tiers import Tier
 
 
