@@ -116,6 +116,10 @@ class FileCatalog(CatalogSource):
             out.append((str(p), st.st_size, st.st_mtime_ns))
         return tuple(out)
 
+    def changed(self) -> bool:
+        """Whether the folder differs from the last snapshot built (blocking; run in a thread)."""
+        return self._fingerprint_now() != self._fingerprint
+
     def build(self) -> None:
         """Read the folder and swap in a new snapshot (blocking; run in a thread)."""
         fingerprint = self._fingerprint_now()
@@ -173,7 +177,7 @@ class FileCatalog(CatalogSource):
         while True:
             await asyncio.sleep(self.interval_s)
             try:
-                if await asyncio.to_thread(self._fingerprint_now) != self._fingerprint:
+                if await asyncio.to_thread(self.changed):
                     await asyncio.to_thread(self.build)
             except Exception:  # keep serving the last good snapshot
                 log.exception("catalog reload failed; keeping the previous snapshot")

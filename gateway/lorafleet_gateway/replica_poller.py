@@ -155,6 +155,10 @@ class ReplicaTracker:
         if entry is not None:
             entry.local_tokens = max(0, entry.local_tokens - tokens)
 
+    def local_tokens(self) -> dict[str, int]:
+        """Tokens of this gateway's requests in flight, per replica (metrics and tests read it)."""
+        return {rid: e.local_tokens for rid, e in self._entries.items()}
+
     def mark_failed(self, replica_id: str) -> None:
         """The request path could not reach it: hold it out until a poll succeeds again."""
         entry = self._entries.get(replica_id)

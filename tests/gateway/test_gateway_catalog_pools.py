@@ -171,7 +171,7 @@ def test_folder_catalog_serves_a_merged_pool_once_up_stored_its_merge_ready(tmp_
 
     ready = MergeStatus(phase=MergePhase.READY, adapter_id="acme-hot-v1", checksum=SUM)
     save_merge_statuses(folder, {"hot": ready})
-    assert source._fingerprint_now() != source._fingerprint  # the reload loop sees it
+    assert source.changed()  # the reload loop sees it
     source.build()
     assert holder.current.pools_for("acme-hot-v1") == AdapterPools(
         "default", (MergedTarget("hot", SUM),)

@@ -37,7 +37,7 @@ def _gauge(env: GatewayEnv, name: str, labels: dict[str, str] | None = None) -> 
 
 
 def _local_tokens(env: GatewayEnv) -> dict[str, int]:
-    return {rid: entry.local_tokens for rid, entry in env.gw.tracker._entries.items()}
+    return env.gw.tracker.local_tokens()
 
 
 def _send_and_leave(env: GatewayEnv, body: dict[str, object], until: Callable[[], bool]) -> None:

@@ -34,7 +34,7 @@ def _bucket(limiter: RateLimiter) -> float | None:
 
 
 def _in_flight(tracker: ReplicaTracker) -> dict[str, int]:
-    return {rid: e.local_tokens for rid, e in tracker._entries.items()}
+    return tracker.local_tokens()
 
 
 async def test_tokens_move_between_candidates_and_leave_with_the_request():

@@ -284,7 +284,7 @@ def test_concurrent_streams_all_complete(env: GatewayEnv):
         t.join()
     assert not errors
     # Every request's in-flight tokens were released.
-    eventually(lambda: all(e.local_tokens == 0 for e in env.gw.tracker._entries.values()))
+    eventually(lambda: all(t == 0 for t in env.gw.tracker.local_tokens().values()))
 
 
 def test_client_leaving_mid_stream_releases_everything(env: GatewayEnv):
@@ -311,7 +311,7 @@ def test_client_leaving_mid_stream_releases_everything(env: GatewayEnv):
         )
     )
     assert _metric(env, "lorafleet_gateway_requests_in_flight") == 0
-    assert all(e.local_tokens == 0 for e in env.gw.tracker._entries.values())
+    assert all(t == 0 for t in env.gw.tracker.local_tokens().values())
 
 
 def test_client_closing_right_after_done_is_counted_as_served(env: GatewayEnv):
