@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from benchmarks.results import Result
+from benchmarks.source_roots import pythonpath
 from lorafleet_core.api.models import ALL_TARGET_MODULES
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import ensure_demo_assets
@@ -40,7 +41,6 @@ from tests.conftest import TEST_CACHE, TEST_MARKERS, TEST_RANKS, free_port
 from tests.gateway import manifests as m
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "operator", "gateway", "replica-image", "cli")
 KEY = "lf-bench-answer-0001"
 MODEL = "bench/answer:prod"
 INTERNAL_TOKEN, DATA_TOKEN = "bench-internal-token", "bench-data-token"
@@ -157,8 +157,7 @@ def _start(command: list[str], env: dict[str, str], log: Any) -> subprocess.Pope
 
 
 def _env(tree: Tree) -> dict[str, str]:
-    path = os.pathsep.join(str(tree.root / p) for p in PACKAGES)
-    return {**os.environ, "PYTHONPATH": path}
+    return {**os.environ, "PYTHONPATH": pythonpath(tree.root)}
 
 
 async def run_tree(tree: Tree, args: argparse.Namespace, tmp: Path, log: Any) -> Figures:
@@ -292,7 +291,7 @@ def main() -> int:
         before = tmp / "before-tree"
         before.mkdir()
         archive = subprocess.run(
-            ["git", "archive", args.before, *PACKAGES], cwd=ROOT, capture_output=True, check=True
+            ["git", "archive", args.before], cwd=ROOT, capture_output=True, check=True
         ).stdout
         subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
         trees = [Tree(f"before ({args.before})", before), Tree("after (this checkout)", ROOT)]

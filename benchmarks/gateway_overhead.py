@@ -36,6 +36,7 @@ import psutil
 import yaml
 
 from benchmarks.results import Result
+from benchmarks.source_roots import pythonpath
 from lorafleet_core.wire.agent_api import state_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,9 +197,7 @@ def launch(tmp: Path, log: IO[bytes]) -> Fleet:
     write_manifests(tmp / "manifests", upstream)
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            str(ROOT / p) for p in ("core", "operator", "gateway", "replica-image", "cli")
-        ),
+        "PYTHONPATH": pythonpath(ROOT),
     }
     gw_env = {
         **env,
