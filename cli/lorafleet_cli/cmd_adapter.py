@@ -108,7 +108,10 @@ def push(args: argparse.Namespace, target: Target) -> dict[str, Any]:
             object_name=object_name,
             tenant=args.tenant,
             version=args.version,
-            info=info,
+            rank=info.rank,
+            alpha=info.alpha,
+            target_modules=info.target_modules,
+            size_bytes=info.size_bytes,
             base_hash=args.base_model_hash or pool.spec.base_model.hash,
             weights_uri=str(dest),  # where it will be: the pool's adapterSources judge it
             checksum=checksum,

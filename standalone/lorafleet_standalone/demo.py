@@ -136,11 +136,15 @@ def prepare_demo(
         if not (Path(dest.path) / "adapter_model.safetensors").is_file():
             weights_uri = objectstore.upload_adapter(folder, dest, progress=False)
         object_name = adapter_object_name(DEMO_TENANT, name, DEMO_VERSION)
+        info = inspect_adapter(folder)
         adapter = build_adapter(
             object_name=object_name,
             tenant=DEMO_TENANT,
             version=DEMO_VERSION,
-            info=inspect_adapter(folder),
+            rank=info.rank,
+            alpha=info.alpha,
+            target_modules=info.target_modules,
+            size_bytes=info.size_bytes,
             base_hash=assets.base_model_hash,
             weights_uri=weights_uri,
             checksum=assets.checksums[name],

@@ -16,9 +16,11 @@ import pytest
 import yaml
 from openapi_spec_validator import validate
 
+from lorafleet_core.api.adapter_manifest import build_adapter
 from lorafleet_core.api.names import KIND_ADAPTER, KIND_ALIAS
 from lorafleet_core.storage.manifests import load_folder, write_object
 from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_loadtest.probe.markers import adapter_markers
 from lorafleet_operator.control.store import FolderStore
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.servers import ServerThread
@@ -78,6 +80,31 @@ def test_register_writes_the_manifest_and_an_identical_repeat_is_idempotent(api,
     assert again.json()["created"] is False
 
 
+def test_a_named_registration_is_labelled_as_push_labels_it_and_the_canary_finds_it(api, folder):
+    body = registration("acme-sup-v2", name="support")
+    assert api.post("/internal/adapters", json=body, headers=AUTH).status_code == 201
+    stored = adapters(folder)["acme-sup-v2"]
+    assert stored["metadata"]["labels"]["lorafleet.dev/adapter-name"] == "support"
+    assert adapter_markers(folder, {"support": "MARK-1"}) == {"acme-sup-v2": "MARK-1"}
+    # The same fields through push's builder give the same object: one builder.
+    spec = stored["spec"]
+    pushed = build_adapter(
+        object_name="acme-sup-v2",
+        tenant="acme",
+        version=spec["version"],
+        adapter_name="support",
+        base_hash=spec["baseModelHash"],
+        rank=spec["rank"],
+        alpha=spec["alpha"],
+        target_modules=spec["targetModules"],
+        weights_uri=spec["weightsUri"],
+        checksum=spec["checksum"],
+        size_bytes=None,
+    )
+    assert pushed.wire()["metadata"]["labels"] == stored["metadata"]["labels"]
+    assert pushed.spec.wire() == stored["spec"]
+
+
 def test_register_same_id_with_another_spec_is_409_and_keeps_the_stored_version(api, folder):
     assert api.post("/internal/adapters", json=registration("v1"), headers=AUTH).status_code == 201
     resp = api.post("/internal/adapters", json=registration("v1", rank=4), headers=AUTH)
@@ -108,6 +135,7 @@ def test_register_same_id_with_another_spec_is_409_and_keeps_the_stored_version(
         ),
         ({"rank": "many"}, ["rank"]),
         ({"extra_field": 1}, ["extra_field"]),
+        ({"name": "Support Bot"}, ["name"]),  # a label value the API server would refuse
     ],
 )
 def test_register_refuses_with_every_reason_and_writes_nothing(api, folder, over, expected):

@@ -24,6 +24,9 @@ PLURAL_POOL: Final = "replicapools"
 LABEL_POOL: Final = f"{GROUP}/pool"
 LABEL_COMPONENT: Final = f"{GROUP}/component"
 LABEL_TENANT: Final = f"{GROUP}/tenant"
+# On a LoRAAdapter: its name, the middle of the public models that serve it (tenant/NAME:tag).
+# `lorafleet canary` and `kubectl get -l` find an adapter's versions by it.
+LABEL_ADAPTER_NAME: Final = f"{GROUP}/adapter-name"
 # On a merged ReplicaPool the operator created (autoMerge): the shared pool it came from and
 # the adapter it serves.
 LABEL_MERGED_FROM: Final = f"{GROUP}/merged-from"

@@ -26,8 +26,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lorafleet_core.api import names
+from lorafleet_core.api.adapter_manifest import adapter_manifest
 from lorafleet_core.api.crd_validation import schema_of, validate
-from lorafleet_core.api.models import DNS_SUBDOMAIN, LoRAAdapterSpec, ReplicaPool
+from lorafleet_core.api.models import ADAPTER_NAME, DNS_SUBDOMAIN, LoRAAdapterSpec, ReplicaPool
 from lorafleet_core.api.reasons import BASE_MODEL_MISMATCH
 from lorafleet_core.planning.adapters import Validation, parse_adapter, parse_pools, pool_problems
 
@@ -52,34 +53,43 @@ class AdapterRegistration(BaseModel):
     checksum: str = Field(description="sha256:<hex> over the adapter files.")
     size_bytes: int | None = Field(default=None, description="Total size of the files (optional).")
 
+    name: str | None = Field(
+        default=None,
+        description="The adapter's name, the middle of its public models (tenant/NAME:tag); "
+        "labels the object as `lorafleet adapter push` does, so that `lorafleet canary` and "
+        "`kubectl get -l lorafleet.dev/adapter-name=NAME` find it (optional).",
+    )
+
     def manifest(self) -> dict[str, Any]:
         """The LoRAAdapter object this registration creates."""
-        spec: dict[str, Any] = {
-            "tenant": self.tenant,
-            "version": self.version,
-            "baseModelHash": self.base_model_hash,
-            "rank": self.rank,
-            "alpha": self.alpha,
-            "targetModules": list(self.target_modules),
-            "weightsUri": self.weights_uri,
-            "checksum": self.checksum,
-        }
-        if self.size_bytes is not None:
-            spec["sizeBytes"] = self.size_bytes
-        return {
-            "apiVersion": names.API_VERSION,
-            "kind": names.KIND_ADAPTER,
-            "metadata": {"name": self.adapter_id, "labels": {names.LABEL_TENANT: self.tenant}},
-            "spec": spec,
-        }
+        return adapter_manifest(
+            object_name=self.adapter_id,
+            tenant=self.tenant,
+            version=self.version,
+            adapter_name=self.name,
+            base_hash=self.base_model_hash,
+            rank=self.rank,
+            alpha=self.alpha,
+            target_modules=self.target_modules,
+            weights_uri=self.weights_uri,
+            checksum=self.checksum,
+            size_bytes=self.size_bytes,
+        )
 
 
 def problems(body: Mapping[str, Any], pools: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every reason the fleet would refuse the LoRAAdapter `body`; [] when it is acceptable."""
     out: list[str] = []
-    name = str((body.get("metadata") or {}).get("name", ""))
+    meta = body.get("metadata") or {}
+    name = str(meta.get("name", ""))
     if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN, name):
         out.append(f"adapter_id: {name!r} is not a DNS subdomain (lower-case, digits, '-', '.')")
+    adapter_name = (meta.get("labels") or {}).get(names.LABEL_ADAPTER_NAME)
+    if adapter_name is not None and not re.fullmatch(ADAPTER_NAME, str(adapter_name)):
+        out.append(
+            f"name: {adapter_name!r} must be 1-63 lower-case letters, digits, '-', '.' or '_', "
+            "starting and ending with a letter or digit (the middle of tenant/NAME:tag)"
+        )
     out += validate(schema_of(names.KIND_ADAPTER), dict(body))
     if out:
         return out

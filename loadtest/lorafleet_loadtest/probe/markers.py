@@ -13,11 +13,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lorafleet_core.api import names
 from lorafleet_core.storage.manifests import load_folder
 from lorafleet_demo.assets import DEFAULT_MARKERS
 
 MARKER_ANNOTATION = "lorafleet.dev/canary-marker"
-NAME_LABEL = "lorafleet.dev/adapter-name"
+NAME_LABEL = names.LABEL_ADAPTER_NAME
 
 
 def parse_marker_args(items: list[str]) -> dict[str, str]:
