@@ -193,6 +193,18 @@ class Outcome:
     retries: int = 0
 
 
+def cause_chain(exc: BaseException) -> str:
+    """The error with what caused it. An APIConnectionError's own text is only "Connection
+    error."; the transport's exception under it (a refused connect, a reset, a server that
+    closed a kept-alive connection before answering) says which side dropped what."""
+    links: list[str] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(links) < 4:
+        links.append(repr(cause)[:200])
+        cause = cause.__cause__ or cause.__context__
+    return " <- ".join(links)
+
+
 async def one(client: openai.AsyncOpenAI, alias: str, prompt: str, max_tokens: int) -> Outcome:
     # A 503 "no replica available, retry" is the gateway refusing honestly (a replica's state
     # poll ran late on this loaded machine), not a wrong answer: retry it like a client would,
@@ -208,9 +220,9 @@ async def one(client: openai.AsyncOpenAI, alias: str, prompt: str, max_tokens: i
         except openai.InternalServerError as exc:
             if exc.status_code == 503 and attempt < 3:
                 continue
-            return Outcome(alias, None, None, "", error=repr(exc)[:200], retries=attempt)
+            return Outcome(alias, None, None, "", error=cause_chain(exc), retries=attempt)
         except openai.APIError as exc:
-            return Outcome(alias, None, None, "", error=repr(exc)[:200], retries=attempt)
+            return Outcome(alias, None, None, "", error=cause_chain(exc), retries=attempt)
         resp = raw.parse()
         return Outcome(
             alias,
