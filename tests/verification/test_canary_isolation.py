@@ -74,6 +74,7 @@ class IsolationFleet:
     markers: dict[str, str]  # alias -> its canary's marker
     agents: dict[str, str]  # replica id -> its agent's metrics URL
     max_tokens: int
+    logs: Path  # the gateway's, agents' and second vLLM's logs: where an error is explained
 
 
 def marker_tokens(base: Path) -> int:
@@ -180,6 +181,7 @@ def _isolation_fleet(
             markers,
             agents,
             marker_tokens(assets.base_model) + 2,
+            tmp,
         )
 
 
@@ -296,7 +298,7 @@ def test_ten_thousand_mixed_requests_never_answer_with_another_canary(
     for replica_id, ld, ev in zip(fleet.agents, loads, evictions, strict=True):
         print(f"  {replica_id}: loads by source tier {ld}, evictions {ev}")
     assert len(results) == REQUESTS
-    assert errors == [], errors[:3]
+    assert errors == [], (errors[:3], f"logs in {fleet.logs}")
     assert foreign == [], foreign[:3]
     assert missing == [], missing[:3]
     assert wrong_id == [], wrong_id[:3]
