@@ -7,8 +7,8 @@ answer then takes seconds to reach the agent, so a cut lands mid-stream however 
 engine generates). Real sockets end to end: the agent's HTTP client meets a real reset and a
 real refusal, with no stand-in for the agent or vLLM. `stall()` is a stopped engine (SIGSTOP):
 connections are still accepted, as the kernel does for a stopped process, but nothing is
-forwarded either way until `resume()`. Several agents can share one real vLLM
-while each has its own "engine" that fails alone.
+forwarded either way until `resume()`, not even what a slowed link had read and not yet sent.
+Several agents can share one real vLLM while each has its own "engine" that fails alone.
 """
 
 from __future__ import annotations
@@ -76,14 +76,8 @@ class FaultProxy:
         cuts = self._cuts
         try:
             while data := src.recv(65536):
-                if not self._flowing[back].is_set():
-                    with self._lock:
-                        self.held.append(data)
-                    self._flowing[back].wait()
-                    with self._lock:
-                        self.held.remove(data)
-                    if self._cuts != cuts:
-                        return  # killed while stopped: what it held is lost with it
+                if not self._hold_while_stalled(data, back, cuts):
+                    return
                 rate = self._rate if back else None
                 if not rate:
                     dst.sendall(data)
@@ -92,6 +86,12 @@ class FaultProxy:
                 # Throttled by what is sent, not by the read: a read issued before slow() (a
                 # kept-alive connection's pump waiting in recv) may return a whole answer.
                 for i in range(0, len(data), 256):
+                    # A stall also holds what was read before it and not yet sent: a slow
+                    # link's pump may already hold the rest of an answer the engine finished,
+                    # which would otherwise trickle through a stopped engine.
+                    stalled = not self._flowing[back].is_set()
+                    if stalled and not self._hold_while_stalled(data[i:], back, cuts):
+                        return
                     if not self._rate:  # slow(None) meanwhile: the rest at full speed at once
                         dst.sendall(data[i:])
                         break
@@ -107,6 +107,17 @@ class FaultProxy:
         finally:
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)
+
+    def _hold_while_stalled(self, data: bytes, back: bool, cuts: int) -> bool:
+        """Wait out a stall holding `data` (listed in `held`); False: cut meanwhile, drop it."""
+        if self._flowing[back].is_set():
+            return True
+        with self._lock:
+            self.held.append(data)
+        self._flowing[back].wait()
+        with self._lock:
+            self.held.remove(data)
+        return self._cuts == cuts  # killed while stopped: what it held is lost with it
 
     def _count(self, back: bool, size: int) -> None:
         if back:

@@ -67,7 +67,7 @@ def test_requests_held_by_a_vllm_hung_past_the_bound_fail_retryably_a_short_stal
         assert load(agent, record).status_code == 200
         url = f"{agent.data_url}/v1/completions"
         body = {"model": record.id, "prompt": PROMPT, "max_tokens": 60, "ignore_eos": True}
-        proxy.slow(2000)  # the stream is surely still generating when the engine stops
+        proxy.slow(2000)  # the answer is surely still on its way when the engine stops
         with httpx.stream(
             "POST", url, json=body | {"stream": True}, headers=DATA_HEADERS, timeout=120
         ) as stream:

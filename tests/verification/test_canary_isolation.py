@@ -74,6 +74,7 @@ class IsolationFleet:
     markers: dict[str, str]  # alias -> its canary's marker
     agents: dict[str, str]  # replica id -> its agent's metrics URL
     max_tokens: int
+    logs: Path  # the gateway's, agents' and second vLLM's logs: where an error is explained
 
 
 def marker_tokens(base: Path) -> int:
@@ -180,6 +181,7 @@ def _isolation_fleet(
             markers,
             agents,
             marker_tokens(assets.base_model) + 2,
+            tmp,
         )
 
 
@@ -191,6 +193,18 @@ class Outcome:
     text: str
     error: str | None = None
     retries: int = 0
+
+
+def cause_chain(exc: BaseException) -> str:
+    """The error with what caused it. An APIConnectionError's own text is only "Connection
+    error."; the transport's exception under it (a refused connect, a reset, a server that
+    closed a kept-alive connection before answering) says which side dropped what."""
+    links: list[str] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(links) < 4:
+        links.append(repr(cause)[:200])
+        cause = cause.__cause__ or cause.__context__
+    return " <- ".join(links)
 
 
 async def one(client: openai.AsyncOpenAI, alias: str, prompt: str, max_tokens: int) -> Outcome:
@@ -208,9 +222,9 @@ async def one(client: openai.AsyncOpenAI, alias: str, prompt: str, max_tokens: i
         except openai.InternalServerError as exc:
             if exc.status_code == 503 and attempt < 3:
                 continue
-            return Outcome(alias, None, None, "", error=repr(exc)[:200], retries=attempt)
+            return Outcome(alias, None, None, "", error=cause_chain(exc), retries=attempt)
         except openai.APIError as exc:
-            return Outcome(alias, None, None, "", error=repr(exc)[:200], retries=attempt)
+            return Outcome(alias, None, None, "", error=cause_chain(exc), retries=attempt)
         resp = raw.parse()
         return Outcome(
             alias,
@@ -284,7 +298,7 @@ def test_ten_thousand_mixed_requests_never_answer_with_another_canary(
     for replica_id, ld, ev in zip(fleet.agents, loads, evictions, strict=True):
         print(f"  {replica_id}: loads by source tier {ld}, evictions {ev}")
     assert len(results) == REQUESTS
-    assert errors == [], errors[:3]
+    assert errors == [], (errors[:3], f"logs in {fleet.logs}")
     assert foreign == [], foreign[:3]
     assert missing == [], missing[:3]
     assert wrong_id == [], wrong_id[:3]
