@@ -32,7 +32,7 @@ from lorafleet_standalone.local_replicas import free_port
 from tests.chart.chart_render import deployment, render
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.servers import ServerThread
-from tests.images.as_shipped import Process, install_line, pod_process, shipped_venv
+from tests.images.as_shipped import ROOT, Process, install_line, pod_process, shipped_venv
 from tests.images.test_dockerfiles import CONTROL
 from tests.operator.control_support import registration
 from tests.operator.factories import pool_body
@@ -247,3 +247,44 @@ def test_pipeline_registers_deploys_and_the_gateway_lists_the_alias(control_plan
         metrics = httpx.get(_url(proc, port, "/metrics"), timeout=5)
         assert metrics.status_code == 200
         assert "lorafleet_" in metrics.text
+
+
+def test_the_image_environment_validates_manifests_and_carries_no_plotting(venv, tmp_path):
+    """The image's default command answers, `lorafleet validate` checks schema and CEL, and
+    the image holds neither the simulator's plotting libraries nor an engine (so `lorafleet
+    sim` names the extra to install)."""
+    bad = tmp_path / "bad.yaml"
+    adapter = yaml.safe_load((ROOT / "examples" / "loraadapter-acme-support-v1.yaml").read_text())
+    adapter["spec"]["rank"] = 0
+    bad.write_text(yaml.safe_dump(adapter))
+    env = {"PATH": f"{venv}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)}
+    cmd = CONTROL.final.exec_form("CMD")
+    assert cmd == ["lorafleet", "--help"]
+    default = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    assert default.returncode == 0, default.stderr  # the image's default command
+    assert "canary" in default.stdout
+    sim = subprocess.run(["lorafleet", "sim"], env=env, capture_output=True, text=True, check=False)
+    assert sim.returncode == 2
+    assert "lorafleet[sim]" in sim.stderr, sim.stderr
+    good = subprocess.run(
+        ["lorafleet", "validate", str(ROOT / "examples" / "loraadapter-acme-support-v1.yaml")],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert good.returncode == 0, good.stdout + good.stderr
+    refused = subprocess.run(
+        ["lorafleet", "validate", str(bad)], env=env, capture_output=True, text=True, check=False
+    )
+    assert refused.returncode != 0
+    assert "spec.rank" in refused.stdout, refused.stdout + refused.stderr
+    absent = subprocess.run(
+        ["python3", "-c", _ABSENT],
+        env=env, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert absent == ["matplotlib", "numpy", "torch", "vllm"]
+
+
+_ABSENT = """
+import importlib.util
+print(" ".join(m for m in ("matplotlib", "numpy", "torch", "vllm")
+               if importlib.util.find_spec(m) is None))
+"""
