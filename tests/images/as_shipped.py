@@ -68,12 +68,8 @@ def install_line(dockerfile: Dockerfile) -> InstallLine:
                     continue
                 at = words.index("install")
                 head = words[:at]
-                if (
-                    head[-1:] == ["pip"]
-                    or head[-1:]
-                    and head[-1].endswith("/pip")
-                    or (head[-2:] == ["-m", "pip"])
-                ):
+                pip = head[-1:] == ["pip"] or head[-2:] == ["-m", "pip"]
+                if pip or (bool(head) and head[-1].endswith("/pip")):
                     found.append(InstallLine(stage, " ".join(head), words[at + 1 :]))
     assert len(found) == 1, f"expected one pip install line, found {[f.text for f in found]}"
     return found[0]

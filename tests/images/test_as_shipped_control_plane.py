@@ -239,9 +239,19 @@ def test_pipeline_registers_deploys_and_the_gateway_lists_the_alias(control_plan
         resp.raise_for_status()
         return [m["id"] for m in resp.json()["data"]]
 
-    models = eventually(lambda: "acme/ship:prod" in listed() and listed(), within_s=60,
-                        ignore=(httpx.HTTPError,))  # fmt: skip
-    assert "acme/ship:prod" in models
+    eventually(lambda: "acme/ship:prod" in listed(), within_s=60, ignore=(httpx.HTTPError,))
+    other = httpx.get(_url(gateway, 8080, "/v1/models"), headers={"authorization": "Bearer x"})
+    assert other.status_code == 401
+    # Every HTTP probe the chart declares answers, on the port it names.
+    docs = render(VALUES)
+    for part, proc in control_plane.items():
+        (c,) = deployment(docs, part)["spec"]["template"]["spec"]["containers"]
+        named = {p["name"]: p["containerPort"] for p in c["ports"]}
+        for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+            if probe in c:
+                get = c[probe]["httpGet"]
+                port = named.get(get["port"], get["port"])
+                assert httpx.get(_url(proc, port, get["path"]), timeout=5).status_code == 200
     # Both expose their metrics on the ports the chart declares.
     for proc, port in ((operator, 9090), (gateway, 9090)):
         metrics = httpx.get(_url(proc, port, "/metrics"), timeout=5)
