@@ -42,7 +42,8 @@ exit status: 0 success, 1 the command failed (not found, refused, unreachable),
 # imports only its own command's module, so `lorafleet canary` in the control-plane image never
 # imports the simulator's or the load tester's plotting libraries (they are not installed there),
 # and a command starts without paying for the others. Help and errors build the whole parser.
-# Optional commands (another component's, not installed) are skipped.
+# A command whose extra is not installed (the control-plane image has no `sim` or `loadtest`)
+# is still listed, and running it says which extra to install instead of a traceback.
 _COMMANDS = {
     "up": "lorafleet_cli.cmd_up",
     "adapter": "lorafleet_cli.cmd_adapter",
@@ -55,7 +56,7 @@ _COMMANDS = {
     "loadtest": "lorafleet_cli.cmd_loadtest",
     "operator": "lorafleet_operator.cli",
 }
-_OPTIONAL_COMMANDS = frozenset({"operator"})
+_EXTRA_OF_COMMAND = {"operator": "operator", "sim": "sim", "loadtest": "loadtest"}
 
 
 def _register(sub: Any, name: str) -> None:
@@ -63,10 +64,23 @@ def _register(sub: Any, name: str) -> None:
     try:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        if name not in _OPTIONAL_COMMANDS or exc.name != module:
+        if name not in _EXTRA_OF_COMMAND:
             raise
+        _register_missing(sub, name, _EXTRA_OF_COMMAND[name], exc.name or module)
         return
     mod.register(sub)
+
+
+def _register_missing(sub: Any, name: str, extra: str, missing: str) -> None:
+    hint = f"pip install 'lorafleet[{extra}]'"
+    parser = sub.add_parser(name, help=f"(not installed here: {hint})", add_help=False)
+    parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def run(_args: argparse.Namespace) -> int:
+        print(f"lorafleet {name} needs {missing!r}, not installed here: {hint}", file=sys.stderr)
+        return 2
+
+    parser.set_defaults(func=run)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
