@@ -178,6 +178,39 @@ def test_alias_refuses_unknown_foreign_unservable_and_malformed(api, folder):
     assert load_folder(folder).of_kind(KIND_ALIAS) == []
 
 
+def test_aliases_of_two_tenants_that_used_to_share_a_name_stay_apart(api, folder):
+    api.post("/internal/adapters", json=registration("ab-v1", tenant="a-b"), headers=AUTH)
+    api.post("/internal/adapters", json=registration("a-v1", tenant="a"), headers=AUTH)
+    first = api.put("/internal/aliases/a-b/c:d", json={"adapter_id": "ab-v1"}, headers=AUTH)
+    second = api.put("/internal/aliases/a/b-c:d", json={"adapter_id": "a-v1"}, headers=AUTH)
+    assert (first.status_code, second.status_code) == (200, 200), second.text
+    assert second.json()["previous_adapter_id"] is None
+    assert first.json()["object_name"] != second.json()["object_name"]
+    served = {
+        a.body["spec"]["model"]: a.body["spec"]["adapter"]
+        for a in load_folder(folder).of_kind(KIND_ALIAS)
+    }
+    assert served == {"a-b/c:d": "ab-v1", "a/b-c:d": "a-v1"}
+
+
+def test_alias_name_held_by_another_model_is_refused_not_merged(api, folder):
+    api.post("/internal/adapters", json=registration("a-v1", tenant="a"), headers=AUTH)
+    held = {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "AdapterAlias",
+        "metadata": {"name": "a-bc-d"},  # the name `a/bc:d` maps to
+        "spec": {"model": "a/x:y", "tenant": "a", "adapter": "a-v1"},
+    }
+    write_object(folder, held)
+    resp = api.put("/internal/aliases/a/bc:d", json={"adapter_id": "a-v1"}, headers=AUTH)
+    assert resp.status_code == 409, resp.text
+    error = resp.json()["error"]
+    assert (error["code"], error["type"]) == ("alias_name_taken", "conflict_error")
+    assert "already serves model 'a/x:y'" in error["message"]
+    [alias] = load_folder(folder).of_kind(KIND_ALIAS)
+    assert alias.body["spec"] == held["spec"]
+
+
 def _manifest(reg: dict[str, Any]) -> dict[str, Any]:
     from lorafleet_core.planning.adapter_registration import AdapterRegistration
 
