@@ -353,7 +353,8 @@ def test_concurrent_puts_of_one_alias_see_one_creation(api, folder):
     api.post("/internal/adapters", json=registration("race-v1"), headers=AUTH).raise_for_status()
 
     def put(_: int) -> httpx.Response:
-        return api.put(
+        client: httpx.Client = api
+        return client.put(
             "/internal/aliases/acme/race:prod", json={"adapter_id": "race-v1"}, headers=AUTH
         )
 
