@@ -47,6 +47,7 @@ def set_alias(target: Target, model: str, adapter: str) -> tuple[str, str | None
         found=target.get(names.KIND_ADAPTER, adapter),
         pools=target.list(names.KIND_POOL),
         existing=find_alias(target, model),
+        occupant=target.get(names.KIND_ALIAS, alias_object_name(model)),
         where=target.description,
     )
     target.apply(body)

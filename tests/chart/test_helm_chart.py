@@ -190,6 +190,48 @@ def test_network_policy_peers_take_namespace_selectors():
     assert peer["namespaceSelector"] == {}
 
 
+def test_operator_pod_policy_admits_the_control_api_only_from_its_peers():
+    """The operator's pod (its reconcile loop) is not reachable from any pod: the control API
+    port from the release's namespace and the allowed ServiceAccounts' namespaces, or from
+    networkPolicy.controlPeers; metrics from the monitoring peers; health from anywhere."""
+
+    def operator_ingress(values: dict[str, Any]) -> list[dict[str, Any]]:
+        policies = {p["metadata"]["name"]: p for p in by_kind(render(values), "NetworkPolicy")}
+        spec = policies["lf-lorafleet-operator"]["spec"]
+        assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+        assert spec["policyTypes"] == ["Ingress"]
+        ingress: list[dict[str, Any]] = spec["ingress"]
+        return ingress
+
+    off = operator_ingress({})
+    assert [[p["port"] for p in rule["ports"]] for rule in off] == [[8080], [9090]]
+    assert "from" not in off[0]
+    assert off[1]["from"][0]["namespaceSelector"] == {}
+    accounts = ["pipelines:trainer", "serving:x", "ml:y", "pipelines:z"]
+    on = operator_ingress({"operator": {"control": {"enabled": True, "serviceAccounts": accounts}}})
+    control = on[2]
+    assert [p["port"] for p in control["ports"]] == [8102]
+    assert control["from"] == [
+        {"podSelector": {}},
+        {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/metadata.name",
+                        "operator": "In",
+                        "values": ["pipelines", "ml"],
+                    }
+                ]
+            }
+        },
+    ]
+    peers = [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]
+    chosen = operator_ingress(
+        {"operator": {"control": {"enabled": True}}, "networkPolicy": {"controlPeers": peers}}
+    )
+    assert chosen[2]["from"] == peers
+
+
 def test_placement_env_annotations_and_pull_secrets_are_rendered_not_dropped():
     values = ci_values("gpu-cluster-values.yaml")
     docs = render(values)

@@ -119,6 +119,27 @@ def test_alias_refusals(folder, capsys):
     assert "no previous adapter" in capsys.readouterr().err
 
 
+def test_alias_names_that_used_to_collide_across_tenants_stay_apart(folder, capsys):
+    """`a-b/c:d` and `a/b-c:d` once both became `a-b-c-d`: the second set took the first
+    tenant's alias. Now each has its own object, and a name held by another model is refused."""
+    _adapters(folder, "ab-v1", tenant="a-b")
+    _adapters(folder, "a-v1", tenant="a")
+    m = ["--manifests", str(folder)]
+    assert main(["alias", "set", "a-b/c:d", "ab-v1", *m]) == 0
+    assert main(["alias", "set", "a/b-c:d", "a-v1", *m]) == 0
+    served = {
+        o.body["spec"]["model"]: o.body["spec"]["adapter"]
+        for o in load_folder(folder).of_kind("AdapterAlias")
+    }
+    assert served == {"a-b/c:d": "ab-v1", "a/b-c:d": "a-v1"}
+    assert _served_by_gateway(folder, "a-b/c:d") == "ab-v1"
+    # An object written by hand under the name `a/bc:d` maps to, for another model.
+    (folder / "hand.yaml").write_text(yaml.safe_dump(alias_manifest("a-bc-d", "a/x:y", "a-v1")))
+    assert main(["alias", "set", "a/bc:d", "a-v1", *m]) == 1
+    assert "already serves model 'a/x:y'" in capsys.readouterr().err
+    assert _alias(folder, "a-bc-d").spec.model == "a/x:y"
+
+
 def test_alias_set_to_a_failed_adapter_keeps_the_old_version_serving(folder):
     """Folder mode behaves as a cluster does: the deploy is written, the reconciler refuses to
     serve a Failed target, and says why in the alias's Deployed condition."""

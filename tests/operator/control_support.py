@@ -9,6 +9,7 @@ import httpx
 
 from lorafleet_operator.control.app import build_control_app
 from lorafleet_operator.control.auth import ControlAuth, token_sha256
+from lorafleet_operator.control.edge import control_protocol
 from lorafleet_operator.control.store import ControlStore
 from tests.gateway.servers import ServerThread
 from tests.operator.factories import BASE_HASH, sha
@@ -37,16 +38,22 @@ def registration(adapter_id: str, **over: Any) -> dict[str, Any]:
 
 
 def control_server(
-    store: ControlStore, *, auth: ControlAuth | None = None, replica_token: str | None = None
+    store: ControlStore,
+    *,
+    auth: ControlAuth | None = None,
+    replica_token: str | None = None,
+    timeout_s: float | None = None,
 ) -> ServerThread:
-    """The control app on a real loopback port (not started)."""
+    """The control app on a real loopback port (not started), behind the control API's HTTP
+    protocol (`timeout_s`: its header and body timeouts, when not the shipped ones)."""
     app = build_control_app(
         store,
         auth or ControlAuth(token_sha256(ADMIN_TOKEN), None),
         http=httpx.AsyncClient(timeout=10),
         replica_token=lambda: replica_token,
     )
-    return ServerThread(app)
+    http = control_protocol() if timeout_s is None else control_protocol(timeout_s, timeout_s)
+    return ServerThread(app, first_options={"http": http})
 
 
 def reasons_of(resp: httpx.Response) -> list[str]:

@@ -8,6 +8,7 @@ replicas file as the standalone supervisor writes it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,39 @@ def test_alias_refuses_unknown_foreign_unservable_and_malformed(api, folder):
     assert load_folder(folder).of_kind(KIND_ALIAS) == []
 
 
+def test_aliases_of_two_tenants_that_used_to_share_a_name_stay_apart(api, folder):
+    api.post("/internal/adapters", json=registration("ab-v1", tenant="a-b"), headers=AUTH)
+    api.post("/internal/adapters", json=registration("a-v1", tenant="a"), headers=AUTH)
+    first = api.put("/internal/aliases/a-b/c:d", json={"adapter_id": "ab-v1"}, headers=AUTH)
+    second = api.put("/internal/aliases/a/b-c:d", json={"adapter_id": "a-v1"}, headers=AUTH)
+    assert (first.status_code, second.status_code) == (200, 200), second.text
+    assert second.json()["previous_adapter_id"] is None
+    assert first.json()["object_name"] != second.json()["object_name"]
+    served = {
+        a.body["spec"]["model"]: a.body["spec"]["adapter"]
+        for a in load_folder(folder).of_kind(KIND_ALIAS)
+    }
+    assert served == {"a-b/c:d": "ab-v1", "a/b-c:d": "a-v1"}
+
+
+def test_alias_name_held_by_another_model_is_refused_not_merged(api, folder):
+    api.post("/internal/adapters", json=registration("a-v1", tenant="a"), headers=AUTH)
+    held = {
+        "apiVersion": "lorafleet.dev/v1alpha1",
+        "kind": "AdapterAlias",
+        "metadata": {"name": "a-bc-d"},  # the name `a/bc:d` maps to
+        "spec": {"model": "a/x:y", "tenant": "a", "adapter": "a-v1"},
+    }
+    write_object(folder, held)
+    resp = api.put("/internal/aliases/a/bc:d", json={"adapter_id": "a-v1"}, headers=AUTH)
+    assert resp.status_code == 409, resp.text
+    error = resp.json()["error"]
+    assert (error["code"], error["type"]) == ("alias_name_taken", "conflict_error")
+    assert "already serves model 'a/x:y'" in error["message"]
+    [alias] = load_folder(folder).of_kind(KIND_ALIAS)
+    assert alias.body["spec"] == held["spec"]
+
+
 def _manifest(reg: dict[str, Any]) -> dict[str, Any]:
     from lorafleet_core.planning.adapter_registration import AdapterRegistration
 
@@ -297,3 +331,73 @@ def test_openapi_document_is_valid_and_lists_every_route(api):
     required = set(doc["components"]["schemas"][schema_ref]["required"])
     assert {"adapter_id", "version", "base_model_hash", "rank", "alpha"} <= required
     assert {"target_modules", "weights_uri", "checksum"} <= required
+
+
+def test_huge_target_modules_is_a_short_422_not_a_stall(api, folder):
+    """20,000 modules (the CRD allows 32): refused with a bounded message (validation is linear
+    and runs off the event loop; it took 2.9 s and quoted the whole list before)."""
+    body = registration("huge-v1", target_modules=[f"m{i}" for i in range(20_000)])
+    resp = api.post("/internal/adapters", json=body, headers=AUTH)
+    assert resp.status_code == 422
+    assert any("is too long" in r for r in reasons_of(resp))
+    assert len(resp.content) < 4096
+    assert "huge-v1" not in adapters(folder)
+
+
+@pytest.mark.parametrize(
+    "over",
+    [{"rank": True}, {"rank": "8"}, {"alpha": "16"}, {"size_bytes": "10"}, {"version": 3}],
+    ids=["rank-bool", "rank-string", "alpha-string", "size-string", "version-int"],
+)
+def test_registration_types_are_strict_as_the_crd(api, folder, over):
+    resp = api.post("/internal/adapters", json=registration("typed-v1", **over), headers=AUTH)
+    assert resp.status_code == 422, resp.text
+    assert "typed-v1" not in adapters(folder)
+
+
+def test_load_gpu_flag_is_strict(api):
+    api.post("/internal/adapters", json=registration("gpu-v1"), headers=AUTH).raise_for_status()
+    resp = api.post(
+        "/internal/replicas/pool-0/adapters/gpu-v1/load", json={"gpu": "yes"}, headers=AUTH
+    )
+    assert (resp.status_code, resp.json()["error"]["code"]) == (422, "invalid_request")
+
+
+def test_retry_without_size_or_with_reordered_modules_is_the_same_version(api, folder):
+    first = registration("retry-v1", size_bytes=1234, target_modules=["q_proj", "v_proj"])
+    assert api.post("/internal/adapters", json=first, headers=AUTH).status_code == 201
+    for retry in (
+        registration("retry-v1"),  # size_bytes left out
+        registration("retry-v1", size_bytes=1234, target_modules=["v_proj", "q_proj"]),
+    ):
+        again = api.post("/internal/adapters", json=retry, headers=AUTH)
+        assert (again.status_code, again.json()["created"]) == (200, False), again.text
+    other = registration("retry-v1", size_bytes=999)
+    assert api.post("/internal/adapters", json=other, headers=AUTH).status_code == 409
+    assert adapters(folder)["retry-v1"]["spec"]["sizeBytes"] == 1234
+
+
+def test_concurrent_puts_of_one_alias_see_one_creation(api, folder):
+    api.post("/internal/adapters", json=registration("race-v1"), headers=AUTH).raise_for_status()
+
+    def put(_: int) -> httpx.Response:
+        client: httpx.Client = api
+        return client.put(
+            "/internal/aliases/acme/race:prod", json={"adapter_id": "race-v1"}, headers=AUTH
+        )
+
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(pool.map(put, range(20)))
+    assert [a.status_code for a in answers] == [200] * 20
+    previous = [a.json()["previous_adapter_id"] for a in answers]
+    assert previous.count(None) == 1
+    assert previous.count("race-v1") == 19
+
+
+def test_longest_valid_adapter_id_is_created(api, folder):
+    adapter_id = "a" * 245
+    resp = api.post("/internal/adapters", json=registration(adapter_id), headers=AUTH)
+    assert resp.status_code == 201, resp.text
+    assert adapter_id in adapters(folder)
+    again = api.post("/internal/adapters", json=registration(adapter_id), headers=AUTH)
+    assert again.status_code == 200

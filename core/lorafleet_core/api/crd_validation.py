@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import math
 from typing import Any
 
@@ -92,9 +93,19 @@ def schema_errors(schema: Schema, obj: Any) -> list[str]:
     """OpenAPI v3.0 schema violations, one message per problem, sorted by path."""
     validator = _validator_class()(schema)
     errors = sorted(validator.iter_errors(obj), key=lambda e: (list(map(str, e.path)), e.message))
-    out = [f"{_path(e.path)}: {e.message}" for e in errors]
+    out = [f"{_path(e.path)}: {_bounded(e.message)}" for e in errors]
     _list_type_errors(schema, obj, [], out)
     return out
+
+
+MAX_MESSAGE = 400  # jsonschema quotes the whole value: a 100k-item list is a 1 MB message
+
+
+def _bounded(message: str) -> str:
+    if len(message) <= MAX_MESSAGE:
+        return message
+    half = MAX_MESSAGE // 2
+    return f"{message[:half]} ... ({len(message) - MAX_MESSAGE} characters) ... {message[-half:]}"
 
 
 def _list_type_errors(schema: Schema, value: Any, path: list[Any], out: list[str]) -> None:
@@ -111,11 +122,12 @@ def _list_type_errors(schema: Schema, value: Any, path: list[Any], out: list[str
             keys = list(value)
         elif list_type == "map":
             keys = [_map_key(schema, v) for v in value if isinstance(v, dict)]
-        seen: list[Any] = []
+        seen: set[str] = set()  # canonical JSON: keys may be lists or objects (unhashable)
         for i, key in enumerate(keys):
-            if key in seen:
+            canonical = json.dumps(key, sort_keys=True, default=repr)
+            if canonical in seen:
                 out.append(f"{_path([*path, i])}: Duplicate value: {key!r}")
-            seen.append(key)
+            seen.add(canonical)
         for i, item in enumerate(value):
             _list_type_errors(schema["items"], item, [*path, i], out)
 

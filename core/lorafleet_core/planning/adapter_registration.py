@@ -40,7 +40,8 @@ class AdapterRegistration(BaseModel):
     reported together.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # Strict as the CRD is: `rank: true` or `"8"` is refused, never coerced to 1 or 8.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     adapter_id: str = Field(description="LoRAAdapter name: one immutable adapter version.")
     tenant: str = Field(description="Tenant (customer) owning the adapter; a DNS label.")
@@ -128,4 +129,17 @@ def compare(existing: Mapping[str, Any] | None, body: Mapping[str, Any]) -> Comp
         new = LoRAAdapterSpec.model_validate(body.get("spec") or {})
     except ValidationError:
         return Comparison.CONFLICT
-    return Comparison.IDENTICAL if old.wire() == new.wire() else Comparison.CONFLICT
+    return Comparison.IDENTICAL if _same_version(old, new) else Comparison.CONFLICT
+
+
+def _same_version(old: LoRAAdapterSpec, new: LoRAAdapterSpec) -> bool:
+    """Whether a re-registration states the stored version: targetModules is a set (any
+    order), and sizeBytes, optional, is compared only when both state it (a retry that
+    leaves it out is the same version)."""
+    a, b = old.wire(), new.wire()
+    for spec in (a, b):
+        spec["targetModules"] = sorted(spec.get("targetModules") or [])
+    if "sizeBytes" not in a or "sizeBytes" not in b:
+        a.pop("sizeBytes", None)
+        b.pop("sizeBytes", None)
+    return a == b

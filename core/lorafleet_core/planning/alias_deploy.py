@@ -10,6 +10,7 @@ only once the target is Ready.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -40,9 +41,35 @@ class AdapterNotFound(AliasError):
     """The adapter named does not exist."""
 
 
+class AliasNameTaken(AliasError):
+    """The object name the model maps to holds another model's alias; writing would take it."""
+
+
+# A run of the characters a public model name may hold besides [a-z0-9]: `/`, `:`, `-`, `.`, `_`.
+_SYMBOLS = re.compile(r"[^a-z0-9]+")
+DIGEST_HEX = 16  # 64 bits: finding another name with the same digest is out of reach
+
+
 def alias_object_name(model: str) -> str:
-    """`acme/support:prod` -> `acme-support-prod` (the AdapterAlias's metadata.name)."""
-    return re.sub(r"[^a-z0-9.-]+", "-", model.lower()).strip("-.")[:253]
+    """The AdapterAlias's metadata.name for a public model name; distinct models, distinct names.
+
+    `tenant/name:tag` whose name and tag hold only [a-z0-9] and single dots becomes
+    `tenant-name-tag` (`acme/support:prod` -> `acme-support-prod`, `acme/v1.2:prod` ->
+    `acme-v1.2-prod`): exactly two hyphens, so the model can be read back from it. Any other
+    model (a `-`, `_` or a run of separators in it) would be ambiguous that way (`a/b-c:d` and
+    `a-b/c:d`, `acme/x_y:z` and `acme/x-y:z`), so it becomes its separators as hyphens plus
+    `-` and 16 hex of a hash of the whole model (`acme/x_y:z` -> `acme-x-y-z-<hex>`): at least
+    four hyphens, so never a readable name, and distinct from every other hashed name unless
+    blake2b collides (the writers refuse then; they never take over another model's object).
+    Every result is a DNS-1123 subdomain of at most 208 characters (the model is at most 191).
+    """
+    # In a valid model `/` and `:` are runs of their own (every part starts and ends with
+    # [a-z0-9]); a lone `.` is the only other separator that reads back unambiguously.
+    if all(run in ("/", ":", ".") for run in _SYMBOLS.findall(model)):
+        return model.replace("/", "-").replace(":", "-")
+    readable = _SYMBOLS.sub(lambda m: "." if m.group() == "." else "-", model)
+    digest = hashlib.blake2b(model.encode(), digest_size=DIGEST_HEX // 2).hexdigest()
+    return f"{readable}-{digest}"
 
 
 def pick_alias(model: str, by_name: Obj | None, all_aliases: Iterable[Obj]) -> Obj | None:
@@ -79,13 +106,15 @@ def plan_set(
     found: Obj | None,
     pools: Iterable[Obj],
     existing: Obj | None,
+    occupant: Obj | None,
     where: str,
 ) -> tuple[dict[str, Any], str | None]:
     """The AdapterAlias body pointing `model` at `adapter`, and the adapter it named before.
 
     `found` is the LoRAAdapter named `adapter` (None: absent), `existing` the alias serving
-    `model` (see `pick_alias`), `where` the target's description for messages. Raises
-    AliasError (InvalidAlias, AdapterNotFound) for what the operator would refuse.
+    `model` (see `pick_alias`), `occupant` the alias object named `alias_object_name(model)`
+    (None: absent), `where` the target's description for messages. Raises AliasError
+    (InvalidAlias, AdapterNotFound, AliasNameTaken) for what must not be written.
     """
     tenant = model.split("/", 1)[0]
     try:
@@ -104,6 +133,16 @@ def plan_set(
         raise AliasError(f"LoRAAdapter {adapter!r} was rejected by the operator; see its status")
     _check_servable(adapter, found, pools)
 
+    name = alias_object_name(model)
+    if existing is None and occupant is not None:
+        # Another model's alias (written by hand, or named by an older rule) holds the name:
+        # an apply would rewrite its spec and take its status, so refuse instead.
+        other = (occupant.get("spec") or {}).get("model")
+        raise AliasNameTaken(
+            f"AdapterAlias {name!r} in {where} already serves model {other!r}; {model!r} "
+            "cannot be created under that name (rename or delete that object first)"
+        )
+
     previous = str((existing.get("spec") or {}).get("adapter")) if existing else None
     if existing is not None:
         body = dict(existing)
@@ -115,7 +154,7 @@ def plan_set(
         body["metadata"] = meta
         return body, previous
     body = AdapterAlias(
-        metadata=ObjectMeta(name=alias_object_name(model), labels={names.LABEL_TENANT: tenant}),
+        metadata=ObjectMeta(name=name, labels={names.LABEL_TENANT: tenant}),
         spec=AdapterAliasSpec(model=model, tenant=tenant, adapter=adapter),
     ).wire()
     return body, previous

@@ -18,7 +18,9 @@ The OpenAPI document is at `/internal/openapi.json`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -26,7 +28,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lorafleet_core.api import names
@@ -40,6 +42,7 @@ from lorafleet_core.planning.adapter_registration import (
 from lorafleet_core.planning.alias_deploy import (
     AdapterNotFound,
     AliasError,
+    AliasNameTaken,
     InvalidAlias,
     alias_object_name,
     pick_alias,
@@ -57,6 +60,7 @@ from lorafleet_core.wire.replica_client import (
 )
 from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_operator.control.auth import ControlAuth
+from lorafleet_operator.control.edge import ControlEdge
 from lorafleet_operator.control.store import AlreadyExists, ControlStore, StoreError
 
 OPENAPI_URL = "/internal/openapi.json"
@@ -77,7 +81,30 @@ def _answer(status: int, message: str, code: str | None, **extra: Any) -> JSONRe
     return resp
 
 
+class KeyedLocks:
+    """One asyncio.Lock per key, dropped when nobody holds or awaits it (keys stay bounded)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
 class AliasChange(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     adapter_id: str = Field(description="The LoRAAdapter (adapter version) the alias serves.")
 
 
@@ -89,6 +116,8 @@ class AliasResult(BaseModel):
 
 
 class LoadRequest(BaseModel):
+    model_config = ConfigDict(strict=True)  # `{"gpu": "yes"}` is a 422, not true
+
     gpu: bool = Field(default=False, description="Also warm the adapter into a GPU slot.")
 
 
@@ -122,6 +151,9 @@ def build_control_app(
             raise ControlError(401, "a valid control credential is required", "unauthorized")
 
     guarded: list[Any] = [Depends(authorized)]
+    # The credential is checked again there, before the body is read (control.edge): FastAPI
+    # reads a body before it runs dependencies.
+    app.add_middleware(ControlEdge, allows=auth.allows, open_paths=frozenset({OPENAPI_URL}))
 
     @app.exception_handler(ControlError)
     async def _control_error(_r: Request, exc: ControlError) -> JSONResponse:
@@ -138,6 +170,11 @@ def build_control_app(
         ]
         return _answer(422, "; ".join(reasons), "invalid_request", reasons=reasons)
 
+    @app.exception_handler(Exception)
+    async def _unexpected(_r: Request, exc: Exception) -> JSONResponse:
+        # Still a bug to fix, but answered in the API's shape, never as text/plain.
+        return _answer(500, f"internal error: {type(exc).__name__}", "internal_error")
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _answer(exc.status_code, str(exc.detail), None)
@@ -151,7 +188,9 @@ def build_control_app(
     )
     async def register(reg: AdapterRegistration) -> Any:
         body = reg.manifest()
-        reasons = problems(body, await store.list(names.KIND_POOL))
+        # Off the event loop: on a cluster it is the operator's, and schema and CEL checks
+        # of a large body take a while.
+        reasons = await asyncio.to_thread(problems, body, await store.list(names.KIND_POOL))
         if reasons:
             raise ControlError(
                 422, "; ".join(reasons), "adapter_invalid", param="body", reasons=reasons
@@ -176,28 +215,50 @@ def build_control_app(
             return AdapterResult(adapter_id=reg.adapter_id, created=True, manifest=body)
         raise ControlError(409, f"LoRAAdapter {reg.adapter_id} changed meanwhile", "conflict")
 
-    @app.put("/internal/aliases/{alias:path}", dependencies=guarded, response_model=AliasResult)
-    async def set_alias(alias: str, change: AliasChange) -> AliasResult:
-        by_name = await store.get(names.KIND_ALIAS, alias_object_name(alias))
-        existing = pick_alias(alias, by_name, [])
+    # One deploy of an alias at a time in this process, so concurrent PUTs of one alias are
+    # ordered: each reads what the previous one wrote (exactly one sees no previous adapter).
+    alias_locks = KeyedLocks()
+
+    async def plan_alias(alias: str, adapter_id: str) -> tuple[dict[str, Any], str | None, bool]:
+        occupant = await store.get(names.KIND_ALIAS, alias_object_name(alias))
+        existing = pick_alias(alias, occupant, [])
         if existing is None:
             existing = pick_alias(alias, None, await store.list(names.KIND_ALIAS))
         try:
             body, previous = plan_set(
                 alias,
-                change.adapter_id,
-                found=await store.get(names.KIND_ADAPTER, change.adapter_id),
+                adapter_id,
+                found=await store.get(names.KIND_ADAPTER, adapter_id),
                 pools=await store.list(names.KIND_POOL),
                 existing=existing,
+                occupant=occupant,
                 where=store.description,
             )
         except InvalidAlias as exc:
             raise ControlError(422, str(exc), "invalid_alias", reasons=[str(exc)]) from exc
         except AdapterNotFound as exc:
             raise ControlError(404, str(exc), "adapter_not_found") from exc
+        except AliasNameTaken as exc:
+            raise ControlError(409, str(exc), "alias_name_taken") from exc
         except AliasError as exc:
             raise ControlError(409, str(exc), "alias_refused") from exc
-        await store.apply(body)
+        return body, previous, existing is None
+
+    @app.put("/internal/aliases/{alias:path}", dependencies=guarded, response_model=AliasResult)
+    async def set_alias(alias: str, change: AliasChange) -> AliasResult:
+        async with alias_locks.hold(alias):
+            for _ in range(2):  # a create that loses a race re-reads and plans again
+                body, previous, new = await plan_alias(alias, change.adapter_id)
+                if not new:
+                    await store.apply(body)
+                    break
+                try:
+                    await store.create(body)  # never a merge into an object that appeared
+                    break
+                except AlreadyExists:
+                    continue
+            else:
+                raise ControlError(409, f"AdapterAlias for {alias} changed meanwhile", "conflict")
         return AliasResult(
             alias=alias,
             object_name=str(body["metadata"]["name"]),

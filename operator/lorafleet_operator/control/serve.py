@@ -24,6 +24,7 @@ from kubernetes_asyncio import client
 from lorafleet_core.web.secret_file import bearer_token_reader
 from lorafleet_operator.control.app import build_control_app
 from lorafleet_operator.control.auth import ControlAuth, parse_accounts
+from lorafleet_operator.control.edge import control_protocol
 from lorafleet_operator.control.store import ControlStore, FolderStore, KubeStore
 from lorafleet_operator.settings import OperatorSettings
 
@@ -89,7 +90,9 @@ class ControlServer:
     def __init__(self, app: FastAPI, host: str, port: int, *, guest: bool = True) -> None:
         self.sock = bound_socket(host, port)
         self.port: int = self.sock.getsockname()[1]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", http=control_protocol()
+        )
         self.server = (_GuestServer if guest else uvicorn.Server)(config)
 
     async def serve(self) -> None:
