@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lorafleet_core.api import names
+from lorafleet_core.api import names, reasons
 from lorafleet_core.api.models import AdapterAliasStatus
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.storage.manifests import atomic_write, fingerprint, load_folder
@@ -62,19 +62,44 @@ class Reconciler:
         self._planned_at = 0.0
         self._reported: set[Problem] = set()
         self._served: dict[str, str] = {}
+        # The replicas' last reported states: a pass for a folder change between two polls
+        # plans with them, as the operator plans with its last scrape. Planning without them
+        # would drop the replicas' verdicts (an adapter every owner refused would turn Ready
+        # again until the next poll, and a deploy waiting on it would go through).
+        self.states: dict[str, ReplicaState] = {}
         self.last: Plan | None = None
 
     def tick(self, states: Mapping[str, ReplicaState] | None = None) -> Plan | None:
-        """Reconcile when the folder changed or a re-plan is due; returns the new plan."""
+        """Reconcile when the folder changed or a re-plan is due; returns the new plan.
+
+        `states`: the replicas' states polled just now (None: not polled this time; the last
+        ones stand)."""
         now = fingerprint(self.manifests_dir)
-        due = states is not None and time.monotonic() - self._planned_at >= self.replan_s
+        due = states is not None and (
+            self.awaiting_replicas or time.monotonic() - self._planned_at >= self.replan_s
+        )
         if now == self._seen and not due:
             return None
         self._seen = now
         return self.reconcile(states)
 
+    @property
+    def awaiting_replicas(self) -> bool:
+        """Some deploy waits for a replica to verify its target: the caller polls the
+        replicas at its own pace (not every `replan_s`) and each poll re-plans, so the deploy
+        completes as soon as a replica holds the files."""
+        if self.last is None:
+            return False
+        return any(
+            c.type == reasons.DEPLOYED and c.reason == reasons.AWAITING_REPLICAS
+            for st in self.last.alias_statuses.values()
+            for c in st.conditions
+        )
+
     def reconcile(self, states: Mapping[str, ReplicaState] | None = None) -> Plan:
         self._planned_at = time.monotonic()
+        if states is not None:
+            self.states = dict(states)
         manifests = load_folder(self.manifests_dir)
         stored, rewrite = self._stored_alias_statuses()
         result = plan(
@@ -83,7 +108,7 @@ class Reconciler:
             datetime.now(UTC),
             pool_name=self.pool_name,
             alias_statuses=stored,
-            states=states,
+            states=self.states,
             adapter_statuses=self.last.adapter_statuses if self.last else None,
             params=self.params,
             held_specs=self.last.adapter_specs if self.last is not None else None,
