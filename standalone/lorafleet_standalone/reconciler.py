@@ -6,6 +6,8 @@ operator's planners (see planning) and applies the plan locally:
 
 - each replica's owned adapters go into the downward-API-format file its agent watches (what
   the operator writes as a pod annotation on a cluster);
+- each adapter's phase (Failed: every owner refused its files) goes to `<folder>/.lorafleet/`
+  too, where `lorafleet alias set` and the control API read it to refuse such a target;
 - alias status (adapter, previousAdapter, history, conditions) goes to `<folder>/.lorafleet/`
   (lorafleet_core.storage.standalone_state): this reconciler is its one writer, as the operator is
   on
@@ -30,8 +32,11 @@ from lorafleet_core.api.models import AdapterAliasStatus
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.storage.manifests import atomic_write, fingerprint, load_folder
 from lorafleet_core.storage.standalone_state import (
+    AdapterVerdict,
+    adapter_status_path,
     alias_status_path,
     load_alias_statuses,
+    save_adapter_verdicts,
     save_alias_statuses,
 )
 from lorafleet_core.wire.records import format_downward_annotations
@@ -67,6 +72,7 @@ class Reconciler:
         # would drop the replicas' verdicts (an adapter every owner refused would turn Ready
         # again until the next poll, and a deploy waiting on it would go through).
         self.states: dict[str, ReplicaState] = {}
+        self._verdicts: dict[str, AdapterVerdict] | None = None  # as last saved
         self.last: Plan | None = None
 
     def tick(self, states: Mapping[str, ReplicaState] | None = None) -> Plan | None:
@@ -123,6 +129,14 @@ class Reconciler:
             # Statuses of aliases whose file is gone are kept: the rollback target survives
             # a delete-and-recreate of the file.
             save_alias_statuses(self.manifests_dir, {**stored, **result.alias_statuses})
+        verdicts = {
+            name: AdapterVerdict(phase=st.phase, checksum=str(spec.get("checksum")))
+            for name, st in result.adapter_statuses.items()
+            if isinstance(spec := result.adapter_specs.get(name), dict)
+        }
+        if verdicts != self._verdicts or not adapter_status_path(self.manifests_dir).is_file():
+            save_adapter_verdicts(self.manifests_dir, verdicts)
+            self._verdicts = verdicts
         doc = status_document(result, time.time())
         atomic_write(self.status_file, json.dumps(doc, indent=2) + "\n")
         self._report(result)

@@ -83,7 +83,8 @@ def test_a_deploy_waits_for_a_replica_to_verify_the_target_and_never_stops_servi
     assert (p.status.adapter, p.deployed) == ("v1", None)
     deployed = cond(p.status, R.DEPLOYED)
     assert (deployed.status, deployed.reason) == (ConditionStatus.FALSE, R.AWAITING_REPLICAS)
-    assert "LoRAAdapter v2 " in deployed.message and "still serving v1" in deployed.message
+    assert "LoRAAdapter v2 " in deployed.message
+    assert "still serving v1" in deployed.message
     assert cond(p.status, R.READY).status == ConditionStatus.TRUE
     # Every owner refused the files: the target turns Failed, the deploy is refused, v1 serves.
     a.status = p.status

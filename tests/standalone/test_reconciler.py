@@ -129,7 +129,9 @@ def test_a_deploy_waits_until_a_replica_verified_the_target(folder, tmp_path):
     plan = rec.tick(_holding(rec.last, pulling=("acme-a-v2",)))
     assert plan is not None
     assert plan.models == {"acme/a:prod": "acme-a-v1"}  # still the previous version
-    deployed = next(c for c in plan.alias_statuses["acme-a-prod"].conditions if c.type == "Deployed")
+    deployed = next(
+        c for c in plan.alias_statuses["acme-a-prod"].conditions if c.type == "Deployed"
+    )
     assert (deployed.status, deployed.reason) == ("False", "AwaitingReplicas")
     assert rec.awaiting_replicas  # `up` polls the replicas every second meanwhile
     plan = rec.tick(_holding(rec.last))  # a replica holds v2's verified files now
