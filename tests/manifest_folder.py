@@ -168,11 +168,16 @@ REPLICAS = ("main-0", "main-1")
 def reconcile_once(folder: Path, failed: dict[str, str] | None = None) -> Reconciler:
     """One pass of the standalone reconciler, as a running `lorafleet up` would make.
 
-    `failed`: adapter -> reason every replica reports it refused (what makes it Failed).
+    `failed`: adapter -> reason every replica reports it refused (what makes it Failed); the
+    replicas hold every other adapter's verified files on disk (a deploy needs that proof).
     """
     state = folder.parent / "up-state"
     files = {r: state / r / "annotations" for r in REPLICAS}
     rec = Reconciler(folder, files, state / "reconcile.json", say=lambda _m: None)
-    states = {r: ReplicaState(replica_id=r, failed_adapters=dict(failed or {})) for r in REPLICAS}
+    refused = dict(failed or {})
+    held = [o.name for o in load_folder(folder).of_kind("LoRAAdapter") if o.name not in refused]
+    states = {
+        r: ReplicaState(replica_id=r, failed_adapters=refused, disk_adapters=held) for r in REPLICAS
+    }
     rec.reconcile(states)
     return rec

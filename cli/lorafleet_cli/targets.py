@@ -38,7 +38,7 @@ from lorafleet_core.kube.client import (
     plain,
 )
 from lorafleet_core.storage.manifests import load_folder, write_object
-from lorafleet_core.storage.standalone_state import load_alias_statuses
+from lorafleet_core.storage.standalone_state import load_alias_statuses, with_adapter_verdict
 
 T = TypeVar("T")
 DEFAULT_STATE_DIR = ".lorafleet"
@@ -76,7 +76,11 @@ class FolderTarget:
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         found = load_folder(self.folder).find(kind, name)
-        return found.body if found else None
+        if found is None:
+            return None
+        if kind == names.KIND_ADAPTER:  # the reconciler's verdict stands for its status
+            return with_adapter_verdict(found.body, self.folder)
+        return found.body
 
     def list(self, kind: str) -> list[dict[str, Any]]:
         return [o.body for o in load_folder(self.folder).of_kind(kind)]

@@ -6,6 +6,8 @@ operator's planners (see planning) and applies the plan locally:
 
 - each replica's owned adapters go into the downward-API-format file its agent watches (what
   the operator writes as a pod annotation on a cluster);
+- each adapter's phase (Failed: every owner refused its files) goes to `<folder>/.lorafleet/`
+  too, where `lorafleet alias set` and the control API read it to refuse such a target;
 - alias status (adapter, previousAdapter, history, conditions) goes to `<folder>/.lorafleet/`
   (lorafleet_core.storage.standalone_state): this reconciler is its one writer, as the operator is
   on
@@ -25,13 +27,16 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lorafleet_core.api import names
+from lorafleet_core.api import names, reasons
 from lorafleet_core.api.models import AdapterAliasStatus
 from lorafleet_core.planning.fleet import FleetParams
 from lorafleet_core.storage.manifests import atomic_write, fingerprint, load_folder
 from lorafleet_core.storage.standalone_state import (
+    AdapterVerdict,
+    adapter_status_path,
     alias_status_path,
     load_alias_statuses,
+    save_adapter_verdicts,
     save_alias_statuses,
 )
 from lorafleet_core.wire.records import format_downward_annotations
@@ -62,19 +67,45 @@ class Reconciler:
         self._planned_at = 0.0
         self._reported: set[Problem] = set()
         self._served: dict[str, str] = {}
+        # The replicas' last reported states: a pass for a folder change between two polls
+        # plans with them, as the operator plans with its last scrape. Planning without them
+        # would drop the replicas' verdicts (an adapter every owner refused would turn Ready
+        # again until the next poll, and a deploy waiting on it would go through).
+        self.states: dict[str, ReplicaState] = {}
+        self._verdicts: dict[str, AdapterVerdict] | None = None  # as last saved
         self.last: Plan | None = None
 
     def tick(self, states: Mapping[str, ReplicaState] | None = None) -> Plan | None:
-        """Reconcile when the folder changed or a re-plan is due; returns the new plan."""
+        """Reconcile when the folder changed or a re-plan is due; returns the new plan.
+
+        `states`: the replicas' states polled just now (None: not polled this time; the last
+        ones stand)."""
         now = fingerprint(self.manifests_dir)
-        due = states is not None and time.monotonic() - self._planned_at >= self.replan_s
+        due = states is not None and (
+            self.awaiting_replicas or time.monotonic() - self._planned_at >= self.replan_s
+        )
         if now == self._seen and not due:
             return None
         self._seen = now
         return self.reconcile(states)
 
+    @property
+    def awaiting_replicas(self) -> bool:
+        """Some deploy waits for a replica to verify its target: the caller polls the
+        replicas at its own pace (not every `replan_s`) and each poll re-plans, so the deploy
+        completes as soon as a replica holds the files."""
+        if self.last is None:
+            return False
+        return any(
+            c.type == reasons.DEPLOYED and c.reason == reasons.AWAITING_REPLICAS
+            for st in self.last.alias_statuses.values()
+            for c in st.conditions
+        )
+
     def reconcile(self, states: Mapping[str, ReplicaState] | None = None) -> Plan:
         self._planned_at = time.monotonic()
+        if states is not None:
+            self.states = dict(states)
         manifests = load_folder(self.manifests_dir)
         stored, rewrite = self._stored_alias_statuses()
         result = plan(
@@ -83,7 +114,7 @@ class Reconciler:
             datetime.now(UTC),
             pool_name=self.pool_name,
             alias_statuses=stored,
-            states=states,
+            states=self.states,
             adapter_statuses=self.last.adapter_statuses if self.last else None,
             params=self.params,
             held_specs=self.last.adapter_specs if self.last is not None else None,
@@ -98,6 +129,14 @@ class Reconciler:
             # Statuses of aliases whose file is gone are kept: the rollback target survives
             # a delete-and-recreate of the file.
             save_alias_statuses(self.manifests_dir, {**stored, **result.alias_statuses})
+        verdicts = {
+            name: AdapterVerdict(phase=st.phase, checksum=str(spec.get("checksum")))
+            for name, st in result.adapter_statuses.items()
+            if isinstance(spec := result.adapter_specs.get(name), dict)
+        }
+        if verdicts != self._verdicts or not adapter_status_path(self.manifests_dir).is_file():
+            save_adapter_verdicts(self.manifests_dir, verdicts)
+            self._verdicts = verdicts
         doc = status_document(result, time.time())
         atomic_write(self.status_file, json.dumps(doc, indent=2) + "\n")
         self._report(result)

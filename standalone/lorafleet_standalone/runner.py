@@ -233,7 +233,10 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
             time.sleep(settings.poll_interval_s)
             try:
                 states = None
-                if time.monotonic() - last_states >= settings.replan_s:
+                every_s = (
+                    settings.poll_interval_s if reconciler.awaiting_replicas else settings.replan_s
+                )
+                if time.monotonic() - last_states >= every_s:
                     # Merged replicas too: their traffic is their adapter's (autoMerge).
                     every = replicas + [r for m in merged for r in m.replicas]
                     states, last_states = replica_states(every), time.monotonic()

@@ -76,7 +76,9 @@ def alias_after_refused_deploy() -> dict[str, Any]:
     """v1 deployed and serving; then spec.adapter set to v2, which is Rejected."""
     base = examples_of_kind("AdapterAlias")[0]
     views = {
-        "acme-support-v1": AdapterView(tenant="acme", phase=READY_V1["status"]["phase"]),
+        "acme-support-v1": AdapterView(
+            tenant="acme", phase=READY_V1["status"]["phase"], verified=True
+        ),
         "acme-support-v2": AdapterView(tenant="acme", phase=REJECTED_V2["status"]["phase"]),
     }
     first = AdapterAlias.model_validate(
@@ -128,7 +130,7 @@ def test_refused_deploy_shows_the_adapter_that_still_serves():
 def test_alias_previous_column_names_the_rollback_target():
     base = examples_of_kind("AdapterAlias")[0]
     views = {
-        n: AdapterView(tenant="acme", phase=READY_V1["status"]["phase"])
+        n: AdapterView(tenant="acme", phase=READY_V1["status"]["phase"], verified=True)
         for n in ("acme-support-v1", "acme-support-v2")
     }
     alias = AdapterAlias.model_validate(
@@ -184,7 +186,11 @@ def test_column_paths_parse_and_names_are_unique(resource):
 
 def test_alias_whose_served_adapter_vanished_says_so_in_the_row():
     base = examples_of_kind("AdapterAlias")[0]
-    views = {"acme-support-v1": AdapterView(tenant="acme", phase=READY_V1["status"]["phase"])}
+    views = {
+        "acme-support-v1": AdapterView(
+            tenant="acme", phase=READY_V1["status"]["phase"], verified=True
+        )
+    }
     alias = AdapterAlias.model_validate(
         {**base, "spec": {**base["spec"], "adapter": "acme-support-v1"}}
     )

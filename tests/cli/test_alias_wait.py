@@ -37,8 +37,9 @@ class ReconcilingTarget(ClusterTarget):
         assert body is not None
         alias = AdapterAlias.model_validate(body)
         views = {
-            n: AdapterView(tenant="acme", phase=seq[min(self.polls, len(seq) - 1)])
+            n: AdapterView(tenant="acme", phase=phase, verified=phase == AdapterPhase.READY)
             for n, seq in self.phases.items()
+            for phase in [seq[min(self.polls, len(seq) - 1)]]
         }
         status = plan_alias(alias, views, [], datetime.now(UTC)).status
         self.cluster.patch(

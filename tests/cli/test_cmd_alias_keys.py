@@ -140,9 +140,10 @@ def test_alias_names_that_used_to_collide_across_tenants_stay_apart(folder, caps
     assert _alias(folder, "a-bc-d").spec.model == "a/x:y"
 
 
-def test_alias_set_to_a_failed_adapter_keeps_the_old_version_serving(folder):
-    """Folder mode behaves as a cluster does: the deploy is written, the reconciler refuses to
-    serve a Failed target, and says why in the alias's Deployed condition."""
+def test_alias_set_to_a_failed_adapter_keeps_the_old_version_serving(folder, capsys):
+    """Folder mode behaves as a cluster does: `alias set` refuses a target the replicas
+    refused (Failed); a hand edit that points there anyway is refused by the reconciler, which
+    says why in the alias's Deployed condition."""
     _adapters(folder, "acme-support-v1", "acme-support-v2")
     m = ["--manifests", str(folder)]
     assert main(["alias", "set", "acme/support:prod", "acme-support-v1", *m]) == 0
@@ -152,8 +153,13 @@ def test_alias_set_to_a_failed_adapter_keeps_the_old_version_serving(folder):
     # Every replica refuses v2 (e.g. its checksum does not match): the adapter is Failed.
     failed = {"acme-support-v2": "checksum mismatch"}
     reconcile_once(folder, failed)
-    assert main(["alias", "set", "acme/support:prod", "acme-support-v2", *m]) == 0
-    assert _alias(folder).spec.adapter == "acme-support-v2"
+    capsys.readouterr()
+    assert main(["alias", "set", "acme/support:prod", "acme-support-v2", *m]) != 0
+    assert "acme-support-v2' is Failed" in capsys.readouterr().err
+    assert _alias(folder).spec.adapter == "acme-support-v1"
+    write_object(
+        folder, alias_manifest("acme-support-prod", "acme/support:prod", "acme-support-v2")
+    )
     rec = reconcile_once(folder, failed)
 
     status = _status(folder)

@@ -148,10 +148,11 @@ def invalid_alias() -> dict[str, Any]:
     return body
 
 
-READY = AdapterView(tenant="acme", phase=AdapterPhase.READY)
+READY = AdapterView(tenant="acme", phase=AdapterPhase.READY, verified=True)
 VIEWS = {
     "acme-support-v1": READY,
     "acme-support-v2": READY,
+    "acme-unverified": AdapterView(tenant="acme", phase=AdapterPhase.READY),
     "acme-rejected": AdapterView(tenant="acme", phase=AdapterPhase.REJECTED),
     "acme-pending": AdapterView(tenant="acme", phase=AdapterPhase.PENDING),
     "globex-v1": AdapterView(tenant="globex", phase=AdapterPhase.READY),
@@ -175,6 +176,11 @@ ALIAS_CASES = {
         alias_status(VIEWS, "acme-support-v1", "acme-pending"),
         "Progressing",
         "AdapterNotReady",
+    ),
+    "target ready, no replica verified it yet": (
+        alias_status(VIEWS, "acme-support-v1", "acme-unverified"),
+        "Progressing",
+        "AwaitingReplicas",
     ),
     "target missing, nothing served": (
         alias_status(VIEWS, "acme-nope"),

@@ -18,11 +18,14 @@ import yaml
 from openapi_spec_validator import validate
 
 from lorafleet_core.api.adapter_manifest import build_adapter
+from lorafleet_core.api.models import AdapterPhase
 from lorafleet_core.api.names import KIND_ADAPTER, KIND_ALIAS
 from lorafleet_core.storage.manifests import load_folder, write_object
 from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_loadtest.probe.markers import adapter_markers
 from lorafleet_operator.control.store import FolderStore
+from lorafleet_standalone.reconciler import Reconciler
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.servers import ServerThread
 from tests.operator.control_support import (
@@ -238,6 +241,31 @@ def test_alias_name_held_by_another_model_is_refused_not_merged(api, folder):
     assert "already serves model 'a/x:y'" in error["message"]
     [alias] = load_folder(folder).of_kind(KIND_ALIAS)
     assert alias.body["spec"] == held["spec"]
+
+
+def test_alias_refuses_a_version_the_replicas_refused_and_keeps_serving_the_last(
+    api, folder, tmp_path
+):
+    """`lorafleet up`'s reconciler saw every owner refuse sup-v2's files (Failed): a PUT of
+    it is 409 `alias_refused`, as on a cluster, and the alias file keeps naming sup-v1."""
+    for v in ("sup-v1", "sup-v2"):
+        api.post("/internal/adapters", json=registration(v), headers=AUTH).raise_for_status()
+    put = {"headers": AUTH, "json": {"adapter_id": "sup-v1"}}
+    api.put("/internal/aliases/acme/support:prod", **put).raise_for_status()
+    rec = Reconciler(
+        folder, {"pool-0": tmp_path / "ann"}, tmp_path / "reconcile.json", say=lambda _m: None
+    )
+    refused = {"sup-v2": "ChecksumMismatch: the files are not the ones published"}
+    plan = rec.reconcile({"pool-0": ReplicaState(replica_id="pool-0", failed_adapters=refused)})
+    assert plan.adapter_statuses["sup-v2"].phase == AdapterPhase.FAILED
+
+    resp = api.put(
+        "/internal/aliases/acme/support:prod", json={"adapter_id": "sup-v2"}, headers=AUTH
+    )
+    assert (resp.status_code, resp.json()["error"]["code"]) == (409, "alias_refused"), resp.text
+    assert "Failed" in resp.json()["error"]["message"]
+    aliases = load_folder(folder).of_kind(KIND_ALIAS)
+    assert [a.body["spec"]["adapter"] for a in aliases] == ["sup-v1"]
 
 
 def _manifest(reg: dict[str, Any]) -> dict[str, Any]:

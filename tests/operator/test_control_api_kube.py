@@ -131,10 +131,11 @@ def test_refused_registration_lists_every_reason_and_creates_nothing(api, cluste
     assert cluster.get(cluster.path("loraadapters", "k-bad")) is None
 
 
-def test_alias_deploy_and_rollback_are_carried_out_by_the_operator(api, cluster):
+def test_alias_deploy_and_rollback_are_carried_out_by_the_operator(api, cluster, replica):
     for v in ("kal-v1", "kal-v2"):
         api.post("/internal/adapters", json=registration(v), headers=AUTH).raise_for_status()
         eventually(lambda v=v: status(cluster, "loraadapters", v).get("phase") == "Ready")
+    replica.registered |= {"kal-v1", "kal-v2"}  # its agent verified both versions' files
 
     def put(adapter: str) -> dict[str, Any]:
         resp = api.put(

@@ -129,6 +129,7 @@ def test_pool_deleted_mid_rollout_then_recreated(cluster, operator):
         path = add_alias(cluster, "gone-prod", "acme/gone:prod", "gone-v1")
         eventually(lambda: alias_ready(cluster, "gone-prod").get("status") == "True")
         add_adapter(cluster, "gone-v2", h("4"))
+        servers[0].state["disk_adapters"] = ["gone-v1", "gone-v2"]  # its agent verified both
         cluster.patch(path, {"spec": {"adapter": "gone-v2"}})  # the rollout ...
         cluster.delete(cluster.path("replicapools", "gone"))  # ... and the pool goes
         # Pending with no pool left, Rejected (for now) beside other tests' pools.
@@ -267,6 +268,7 @@ def test_an_alias_flipped_back_and_forth_settles_on_the_last_spec_without_a_stor
         for n in ("flip-v1", "flip-v2"):
             add_adapter(cluster, n, h("9"))
         eventually(lambda: phase(cluster, "flip-v1") == "Ready" == phase(cluster, "flip-v2"))
+        servers[0].state["disk_adapters"] = ["flip-v1", "flip-v2"]  # its agent verified both
         path = add_alias(cluster, "flip-prod", "acme/flip:prod", "flip-v1")
         eventually(lambda: status(cluster, "adapteraliases", "flip-prod").get("adapter"))
         before = cluster.writes_by_name("adapteraliases").get("flip-prod", 0)

@@ -178,6 +178,8 @@ def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
             make_adapter(cluster, n, base_hash=h)
         make_adapter(cluster, "sup-v3-big", base_hash=h, rank=128)
         eventually(lambda: status(cluster, "loraadapters", "sup-v2").get("phase") == "Ready")
+        for s in servers:  # the agents hold both versions' verified files
+            s.state["disk_adapters"] = ["sup-v1", "sup-v2"]
         body = alias_body("support-prod", "acme/support:prod", "sup-v1")
         del body["metadata"]["namespace"], body["metadata"]["creationTimestamp"]
         cluster.create(cluster.path("adapteraliases"), body)

@@ -11,7 +11,7 @@ from lorafleet_core.planning import aliases as L
 from lorafleet_core.planning.conditions import find
 from tests.operator.factories import T0, alias
 
-READY = L.AdapterView("acme", AdapterPhase.READY)
+READY = L.AdapterView("acme", AdapterPhase.READY, verified=True)
 ADAPTERS = {
     "v1": READY,
     "v2": READY,
@@ -72,6 +72,43 @@ def test_unready_missing_or_foreign_target_keeps_serving_previous():
         assert deployed.reason == reason
         assert "still serving v1" in deployed.message
         assert cond(p.status, R.READY).status == ConditionStatus.TRUE
+
+
+def test_a_deploy_waits_for_a_replica_to_verify_the_target_and_never_stops_serving():
+    a = alias("prod", "acme/support:prod", "v1")
+    a.status = plan(a).status
+    a.spec.adapter = "v2"
+    unproven = {**ADAPTERS, "v2": L.AdapterView("acme", AdapterPhase.READY)}
+    p = plan(a, adapters=unproven, at=T0 + timedelta(minutes=1))
+    assert (p.status.adapter, p.deployed) == ("v1", None)
+    deployed = cond(p.status, R.DEPLOYED)
+    assert (deployed.status, deployed.reason) == (ConditionStatus.FALSE, R.AWAITING_REPLICAS)
+    assert "LoRAAdapter v2 " in deployed.message
+    assert "still serving v1" in deployed.message
+    assert cond(p.status, R.READY).status == ConditionStatus.TRUE
+    # Every owner refused the files: the target turns Failed, the deploy is refused, v1 serves.
+    a.status = p.status
+    refused = {**ADAPTERS, "v2": L.AdapterView("acme", AdapterPhase.FAILED)}
+    p = plan(a, adapters=refused, at=T0 + timedelta(minutes=2))
+    assert p.status.adapter == "v1"
+    deployed = cond(p.status, R.DEPLOYED)
+    assert (deployed.reason, "is Failed" in deployed.message) == (R.ADAPTER_NOT_READY, True)
+    assert cond(p.status, R.READY).status == ConditionStatus.TRUE
+    # A replica holds its verified files: the deploy goes through.
+    a.status = p.status
+    p = plan(a, at=T0 + timedelta(minutes=3))
+    assert (p.status.adapter, p.status.previous_adapter, p.deployed) == ("v2", "v1", "v2")
+
+
+def test_nothing_servable_to_keep_deploys_a_ready_target_at_once():
+    unproven = {**ADAPTERS, "v2": L.AdapterView("acme", AdapterPhase.READY)}
+    first = plan(alias("prod", "acme/support:prod", "v2"), adapters=unproven)
+    assert first.status.adapter == "v2"  # a first deploy: nothing to keep serving
+    a = alias("prod", "acme/support:prod", "v1")
+    a.status = plan(a).status
+    a.spec.adapter = "v2"
+    broken = {**unproven, "v1": L.AdapterView("acme", AdapterPhase.FAILED)}
+    assert plan(a, adapters=broken).status.adapter == "v2"  # what it served no longer serves
 
 
 def test_alias_is_not_ready_when_its_served_adapter_vanished_or_stopped_being_ready():

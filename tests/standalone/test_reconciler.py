@@ -10,6 +10,8 @@ from lorafleet_core.planning.placement import owners
 from lorafleet_core.storage.manifests import write_object
 from lorafleet_core.storage.standalone_state import load_alias_statuses
 from lorafleet_core.wire.records import decode_owned, parse_downward_annotations
+from lorafleet_core.wire.replica_state import ReplicaState
+from lorafleet_standalone.planning import Plan
 from lorafleet_standalone.reconciler import Reconciler
 from tests.manifest_folder import adapter_manifest, alias_manifest, pool_hash
 
@@ -27,6 +29,24 @@ def _setup(folder: Path, tmp_path: Path) -> tuple[str, dict[str, Path], Reconcil
         folder, files, tmp_path / "reconcile.json", pool_name=None, say=messages.append
     )
     return h, files, rec, messages
+
+
+def _holding(
+    plan: Plan | None, failing: tuple[str, ...] = (), pulling: tuple[str, ...] = ()
+) -> dict[str, ReplicaState]:
+    """What the replicas would report as agents: each holds the verified files of what it
+    owns on disk, except the adapters in `failing` (it refused their files) and in `pulling`
+    (not fetched yet)."""
+    assert plan is not None
+    states = {}
+    for r in REPLICAS:
+        owned = [a for a, o in plan.owners.items() if r in o]
+        states[r] = ReplicaState(
+            replica_id=r,
+            disk_adapters=[a for a in owned if a not in failing + pulling],
+            failed_adapters={a: "ChecksumMismatch: files differ" for a in owned if a in failing},
+        )
+    return states
 
 
 def _owned(path: Path) -> list[str]:
@@ -88,7 +108,7 @@ def test_alias_edit_records_history_and_a_bad_target_keeps_serving(folder, tmp_p
     _, _, rec, _ = _setup(folder, tmp_path)
     rec.tick()
     write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))
-    plan = rec.tick()
+    plan = rec.tick(_holding(rec.last))
     assert plan is not None
     assert plan.models == {"acme/a:prod": "acme-a-v2"}
     st = load_alias_statuses(folder)["acme-a-prod"]
@@ -100,6 +120,45 @@ def test_alias_edit_records_history_and_a_bad_target_keeps_serving(folder, tmp_p
     assert plan is not None
     assert plan.models == {"acme/a:prod": "acme-a-v2"}
     assert any("AdapterNotFound" in str(p) for p in plan.problems)
+
+
+def test_a_deploy_waits_until_a_replica_verified_the_target(folder, tmp_path):
+    _, _, rec, _ = _setup(folder, tmp_path)
+    rec.tick()
+    write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))
+    plan = rec.tick(_holding(rec.last, pulling=("acme-a-v2",)))
+    assert plan is not None
+    assert plan.models == {"acme/a:prod": "acme-a-v1"}  # still the previous version
+    deployed = next(
+        c for c in plan.alias_statuses["acme-a-prod"].conditions if c.type == "Deployed"
+    )
+    assert (deployed.status, deployed.reason) == ("False", "AwaitingReplicas")
+    assert rec.awaiting_replicas  # `up` polls the replicas every second meanwhile
+    plan = rec.tick(_holding(rec.last))  # a replica holds v2's verified files now
+    assert plan is not None
+    assert plan.models == {"acme/a:prod": "acme-a-v2"}
+    assert not rec.awaiting_replicas
+
+
+def test_the_replicas_verdicts_outlive_a_folder_change_and_the_bad_version_never_serves(
+    folder, tmp_path
+):
+    """Every owner refuses v2's files (a checksum mismatch); a manifest change between two
+    polls of the replicas plans with their last verdicts, not with none."""
+    h, _, rec, _ = _setup(folder, tmp_path)
+    rec.tick()
+    write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))
+    plan = rec.tick(_holding(rec.last, failing=("acme-a-v2",)))
+    assert plan is not None
+    assert plan.adapter_statuses["acme-a-v2"].phase == "Failed"
+    assert plan.models == {"acme/a:prod": "acme-a-v1"}
+    write_object(folder, adapter_manifest("acme-c-v1", "acme", h))  # an unrelated change
+    plan = rec.tick()  # no poll of the replicas this time
+    assert plan is not None
+    assert plan.adapter_statuses["acme-a-v2"].phase == "Failed"
+    assert plan.models == {"acme/a:prod": "acme-a-v1"}
+    texts = [str(p) for p in plan.problems]
+    assert any("acme-a-prod" in t and "is Failed" in t for t in texts), texts
 
 
 def test_no_pool_is_a_problem_not_a_crash(tmp_path):
@@ -136,7 +195,7 @@ def test_corrupt_alias_status_file_is_moved_aside_reported_once_and_rewritten(fo
     _, _, rec, messages = _setup(folder, tmp_path)
     rec.tick()
     write_object(folder, alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2"))
-    rec.tick()
+    rec.tick(_holding(rec.last))
     path = folder / ".lorafleet" / "alias-status.json"
     path.write_text('{"acme-a-prod": {"adapter": ')  # cut off mid-write
     # A fresh reconciler (a restarted `lorafleet up`) and a running one both recover.

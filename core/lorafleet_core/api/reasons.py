@@ -65,6 +65,9 @@ INTERNAL_SECRET_MISSING = "InternalSecretMissing"  # noqa: S105 (a reason, not a
 ADAPTER_NOT_FOUND = "AdapterNotFound"
 TENANT_MISMATCH = "TenantMismatch"
 ADAPTER_NOT_READY = "AdapterNotReady"
+# The target is Ready but no replica has verified its files yet: the deploy waits, serving
+# the previous adapter (planning.aliases).
+AWAITING_REPLICAS = "AwaitingReplicas"
 ADAPTER_DELETING = "AdapterDeleting"
 MODEL_CLAIMED = "ModelClaimed"
 NO_CONFLICT = "NoConflict"

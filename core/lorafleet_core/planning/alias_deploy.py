@@ -129,8 +129,16 @@ def plan_set(
             f"LoRAAdapter {adapter!r} belongs to tenant {owner!r}; {model!r} can only serve "
             f"adapters of tenant {tenant!r}"
         )
-    if (found.get("status") or {}).get("phase") == "Rejected":
+    phase = (found.get("status") or {}).get("phase")
+    if phase == "Rejected":
         raise AliasError(f"LoRAAdapter {adapter!r} was rejected by the operator; see its status")
+    if phase == "Failed":
+        # The replicas refused its files (checksum, base model, shapes): the operator would
+        # never serve it, and the deploy must not look accepted.
+        raise AliasError(
+            f"LoRAAdapter {adapter!r} is Failed: every replica that owns it refused its files; "
+            "see its status (publish the fix as a new version)"
+        )
     _check_servable(adapter, found, pools)
 
     name = alias_object_name(model)

@@ -4,6 +4,14 @@ Only `status.adapter` is served (the gateway resolves `spec.model` through it). 
 a change of `spec.adapter`; the operator copies it to `status.adapter` only once the target
 exists, belongs to the alias's tenant and is Ready. Until then the condition `Deployed` says
 why, and the previous adapter keeps serving. Rollback is the same path: set spec.adapter back.
+
+Ready (owners assigned) is a promise, not a proof: only a replica can tell that the files in
+the store match the checksum, the base model and the shapes. So while the alias serves an
+adapter that is still servable, a deploy also waits until some replica holds the target's
+verified files (`AdapterView.verified`, from the replicas' reported tiers); a target every
+owner refuses turns Failed and is refused, and the previous adapter never stops serving. A
+first deploy, or one replacing an adapter that is no longer servable, has nothing better to
+keep and goes ahead on Ready.
 Two aliases claiming one model: the older (creationTimestamp, then name) keeps it; the newer
 gets `Conflict=True` and must not be served.
 """
@@ -27,6 +35,7 @@ from lorafleet_core.api.reasons import (
     ADAPTER_DELETING,
     ADAPTER_NOT_FOUND,
     ADAPTER_NOT_READY,
+    AWAITING_REPLICAS,
     CONFLICT,
     DEPLOYED,
     INVALID_SPEC,
@@ -49,6 +58,8 @@ class AdapterView:
     tenant: str
     phase: AdapterPhase | None
     deleting: bool = False
+    # Some replica reports the adapter's files verified (in its gpu, ram or disk tier).
+    verified: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,6 +178,18 @@ def plan_alias(
             f"LoRAAdapter {spec.adapter} is {target.phase or 'Pending'}, not Ready",
         )
 
+    waiting = (
+        problem is None
+        and target is not None
+        and adapter != spec.adapter
+        and not target.verified
+        and _servable(adapter, spec.tenant, adapters)
+    )
+    if waiting:
+        problem = (
+            AWAITING_REPLICAS,
+            f"LoRAAdapter {spec.adapter} is Ready but no replica has verified its files yet",
+        )
     if problem is None and adapter != spec.adapter:
         previous, adapter, updated_at = adapter, spec.adapter, now
         history = [AliasHistoryEntry(adapter=spec.adapter, at=now), *history][:HISTORY_MAX]
@@ -207,6 +230,12 @@ def plan_invalid_alias(
         deep=True,
         update={"conditions": merge_conditions(old.conditions, conds), "observed_generation": gen},
     )
+
+
+def _servable(adapter: str | None, tenant: str, adapters: Mapping[str, AdapterView]) -> bool:
+    """The alias's served adapter still serves: it exists, is the tenant's and is Ready."""
+    served = adapters.get(adapter) if adapter else None
+    return served is not None and served.tenant == tenant and served.phase == AdapterPhase.READY
 
 
 def _ready(

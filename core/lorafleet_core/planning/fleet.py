@@ -138,6 +138,16 @@ def merged_pools_serving(pools: Iterable[ReplicaPool], adapter: str) -> list[str
     )
 
 
+def verified_adapters(states: Mapping[str, ReplicaState]) -> set[str]:
+    """Adapters some replica holds in a tier: their files passed the agent's checks there
+    (checksum, base model, shapes), so the replicas take them. A merged replica lists its
+    adapter in gpu_adapters."""
+    out: set[str] = set()
+    for state in states.values():
+        out.update(state.gpu_adapters, state.ram_adapters, state.disk_adapters)
+    return out
+
+
 def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = None) -> FleetPlan:
     params = params or FleetParams()
     plan = FleetPlan()
@@ -284,12 +294,14 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
         deleting=frozenset(deleting),
     )
 
-    # 4. aliases, against the adapters' *planned* phases.
+    # 4. aliases, against the adapters' *planned* phases and what the replicas verified.
+    verified = verified_adapters(snap.states)
     views = {
         e.name: AdapterView(
             tenant=_tenant(e),
             phase=plan.adapter_status[e.name].phase if e.name in plan.adapter_status else None,
             deleting=e.deleting,
+            verified=e.name in verified,
         )
         for e in snap.adapters
         if e.adapter is not None
@@ -326,11 +338,16 @@ def _alias_warnings(
     old: AdapterAliasStatus | None, new: AdapterAliasStatus, target_pending: bool
 ) -> list[tuple[str, str]]:
     """A refused deploy (not one that waits for a Pending target: that is the normal order of
-    `kubectl apply -f DIR`), and what it serves turning unservable; one Event per cause."""
+    `kubectl apply -f DIR`; nor one waiting for the replicas to verify a Ready target), and
+    what it serves turning unservable; one Event per cause."""
     conds = old.conditions if old else []
     out = []
     deployed = _turned_false(conds, new, reasons.DEPLOYED)
-    if deployed is not None and not (target_pending and deployed[0] == reasons.ADAPTER_NOT_READY):
+    waiting = deployed is not None and (
+        deployed[0] == reasons.AWAITING_REPLICAS
+        or (target_pending and deployed[0] == reasons.ADAPTER_NOT_READY)
+    )
+    if deployed is not None and not waiting:
         out.append(deployed)
     ready = _turned_false(conds, new, reasons.READY)
     if ready is not None and new.adapter and (deployed is None or deployed[0] != ready[0]):

@@ -9,6 +9,11 @@ saves the alias statuses its planner (`lorafleet_core.planning.aliases.plan_alia
 Readers: the gateway's folder catalog (serves each alias's `status.adapter`) and
 `lorafleet alias rollback` (reads `status.previousAdapter`). The CLI never writes it.
 
+The adapters' verdicts (phase, and the checksum they are about) likewise, from the same
+reconciler: the folder's writers (`lorafleet alias set`, the control API's folder store) read
+them as the LoRAAdapter's `status.phase`, so a deploy of a version the replicas refused
+(Failed) is refused up front, as on a cluster.
+
 Merged pools' `status.merge` likewise: `lorafleet up`'s merge step
 (`lorafleet_standalone.runner`, after `merged.merge_locally`) is its one writer, once per
 run (the whole file, so a pool whose merge did not run this time is not Ready); the gateway's
@@ -20,11 +25,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
-from lorafleet_core.api.models import AdapterAliasStatus, MergeStatus
+from lorafleet_core.api.models import AdapterAliasStatus, AdapterPhase, MergeStatus
 from lorafleet_core.storage.manifests import atomic_write
 
 M = TypeVar("M", bound=BaseModel)
@@ -32,8 +37,49 @@ M = TypeVar("M", bound=BaseModel)
 STATUS_DIR = ".lorafleet"
 # JSON object: alias name -> AdapterAliasStatus in its wire form (camelCase).
 ALIAS_STATUS_FILE = "alias-status.json"
+# JSON object: adapter name -> AdapterVerdict.
+ADAPTER_STATUS_FILE = "adapter-status.json"
 # JSON object: merged pool name -> MergeStatus in its wire form.
 MERGE_STATUS_FILE = "merge-status.json"
+
+
+class AdapterVerdict(BaseModel):
+    """An adapter's phase as the reconciler last planned it, for the spec with `checksum`
+    (a manifest removed and written again with other weights is not judged by the old one)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    phase: AdapterPhase | None = None
+    checksum: str
+
+
+def adapter_status_path(folder: Path) -> Path:
+    return folder / STATUS_DIR / ADAPTER_STATUS_FILE
+
+
+def load_adapter_verdicts(folder: Path) -> dict[str, AdapterVerdict]:
+    """Adapter name -> its last verdict; {} when none. Raises ValueError for an unreadable file."""
+    return _load(adapter_status_path(folder), AdapterVerdict)
+
+
+def save_adapter_verdicts(folder: Path, verdicts: Mapping[str, AdapterVerdict]) -> None:
+    """Replace the stored verdicts (the reconciler's write; atomic)."""
+    body = {name: v.model_dump(mode="json") for name, v in sorted(verdicts.items())}
+    atomic_write(adapter_status_path(folder), json.dumps(body, indent=2) + "\n")
+
+
+def with_adapter_verdict(body: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A LoRAAdapter manifest with its stored verdict as `status.phase` when the verdict is
+    about this spec (same checksum); the manifest unchanged otherwise, or when the file is
+    unreadable (the reconciler rewrites it on its next pass)."""
+    name = str((body.get("metadata") or {}).get("name", ""))
+    try:
+        verdict = load_adapter_verdicts(folder).get(name)
+    except ValueError:
+        return body
+    if verdict is None or verdict.checksum != (body.get("spec") or {}).get("checksum"):
+        return body
+    return {**body, "status": {"phase": verdict.model_dump(mode="json")["phase"]}}
 
 
 def alias_status_path(folder: Path) -> Path:

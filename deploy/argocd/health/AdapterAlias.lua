@@ -76,6 +76,9 @@ if deployed.reason == "AdapterNotFound" and (serving == nil or serving == "") th
 elseif deployed.reason == "AdapterNotReady" and string.find(deployed.message or "", " is Pending", 1, true) then
   -- The operator is still validating or placing the target: the deploy will complete.
   hs.status = "Progressing"
+elseif deployed.reason == "AwaitingReplicas" then
+  -- Ready, waiting for a replica to verify its files; the previous version serves.
+  hs.status = "Progressing"
 else
   hs.status = "Degraded"
 end

@@ -25,6 +25,7 @@ from lorafleet_core.kube.client import MERGE_PATCH, is_conflict, is_not_found, p
 from lorafleet_core.planning.pods import pod_ip, replica_pool
 from lorafleet_core.storage.manifests import load_folder, write_object
 from lorafleet_core.storage.replica_endpoints import read_replicas, replicas_file
+from lorafleet_core.storage.standalone_state import with_adapter_verdict
 from lorafleet_operator.fleet_index import internal_port
 
 Obj = dict[str, Any]
@@ -73,7 +74,11 @@ class FolderStore:
 
     async def get(self, kind: str, name: str) -> Obj | None:
         found = await asyncio.to_thread(lambda: load_folder(self.folder).find(kind, name))
-        return found.body if found else None
+        if found is None:
+            return None
+        if kind == names.KIND_ADAPTER:  # the reconciler's verdict stands for its status
+            return await asyncio.to_thread(with_adapter_verdict, found.body, self.folder)
+        return found.body
 
     async def list(self, kind: str) -> list[Obj]:
         found = await asyncio.to_thread(lambda: load_folder(self.folder).of_kind(kind))
