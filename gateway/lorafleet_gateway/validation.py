@@ -53,6 +53,7 @@ class CompletionRequest:
     prompt_tokens_estimate: int
     n: int = 1  # choices asked for; each may generate max_tokens
     max_tokens_param: str | None = None  # which parameter set max_tokens, if one did
+    continuous_usage: bool = False  # usage on every chunk (stream_options, with include_usage)
 
     @property
     def tokens_estimate(self) -> int:
@@ -259,13 +260,19 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
     if not isinstance(stream, bool):
         raise _bad("'stream' must be a boolean.", "stream")
     options = body.get("stream_options")
-    include_usage = False
+    include_usage = continuous_usage = False
     if options is not None:
         if not isinstance(options, dict):
             raise _bad("'stream_options' must be an object.", "stream_options")
         if not stream:
             raise _bad("'stream_options' is only allowed when 'stream' is true.", "stream_options")
+        for flag in ("include_usage", "continuous_usage_stats"):
+            # The engine would coerce `1` or `"true"`; the relay must read the client's choice
+            # as the engine would (relay.UsageFilter), so only booleans are taken.
+            if options.get(flag) is not None and not isinstance(options.get(flag), bool):
+                raise _bad(f"'stream_options.{flag}' must be a boolean.", "stream_options")
         include_usage = options.get("include_usage") is True
+        continuous_usage = include_usage and options.get("continuous_usage_stats") is True
 
     max_tokens = bounds.default_max_tokens
     max_tokens_param = None
@@ -330,6 +337,7 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         model=model,
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous_usage,
         max_tokens=max_tokens,
         prompt_tokens_estimate=prompt_tokens(chars),
         n=n,
