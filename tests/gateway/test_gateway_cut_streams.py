@@ -206,7 +206,8 @@ def test_a_stream_cut_halfway_bills_the_engines_count_of_what_was_handed_over(
     eventually(lambda: fleet.billed()[0] == before[0] + 1, what="the cut stream metered")
     after = fleet.billed()
     assert after[1] - before[1] == read["prompt_tokens"]
-    assert read["completion_tokens"] <= after[2] - before[2] < 200
+    # At most all 200: on a loaded machine the engine may finish before the hang-up is seen.
+    assert read["completion_tokens"] <= after[2] - before[2] <= 200
 
     # The whole stream, uncut, reports every chunk's count: the bill is one of them.
     counts = {
