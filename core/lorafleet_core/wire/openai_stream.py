@@ -98,6 +98,42 @@ def event_usage(event: bytes) -> dict[str, Any] | None:
     return usage_of(obj) if obj is not None else None
 
 
+# vLLM writes a chunk's usage after its choices, compactly (pydantic's `model_dump_json`), and
+# nothing after it holds an object under that key: the last one is the chunk's own.
+_CHUNK_USAGE: Final = b',"usage":{'
+
+
+def chunk_usage(event: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """A chat/completions chunk's own `usage` (continuous usage stats or the final chunk's)
+    and the chunk without it, byte for byte as the engine writes a chunk that has none
+    (`,"usage":{...}` cut out). None when it carries no usage object. Only the usage object is
+    decoded, never the chunk: generated text cannot hold the key (its quotes are escaped)."""
+    at = event.rfind(_CHUNK_USAGE)
+    if at < 0:
+        return None
+    start = at + len(_CHUNK_USAGE) - 1
+    head = event[start : start + _USAGE_VALUE_BYTES].decode("utf-8", "replace")
+    try:
+        found, end = _DECODER.raw_decode(head)
+    except ValueError:
+        return None
+    if not isinstance(found, dict) or "prompt_tokens" not in found:
+        return None
+    return found, event[:at] + event[start + len(head[:end].encode()) :]
+
+
+def choice_index(event: bytes) -> int:
+    """The index of a chat/completions chunk's choice (vLLM streams one choice per chunk)."""
+    at = event.find(b'"choices":[{"index":')
+    if at < 0:
+        return 0
+    digits = event[at + 20 : at + 32]
+    end = 0
+    while end < len(digits) and digits[end : end + 1].isdigit():
+        end += 1
+    return int(digits[:end]) if end else 0
+
+
 # A non-stream answer larger than this is not parsed whole for its usage (answer_usage).
 WHOLE_PARSE_BYTES: Final = 256 * 1024
 _USAGE_KEY: Final = b'"usage":'
