@@ -74,7 +74,8 @@ priorityClassName: {{ . }}
 {{/*
 The agents' internal credential as a caller (gateway, operator) sends it. tokenReview: a
 projected ServiceAccount token for the agents' audience, in a file the kubelet rewrites before
-it expires (the callers re-read it when it changes); secret: the pool Secret's shared token.
+it expires (the callers re-read it when it changes); secret: the pool Secret's shared token,
+also a mounted file.
 `prefix` is the component's env prefix.
 */}}
 {{- define "lorafleet.agentTokenDir" -}}/var/run/secrets/lorafleet/agent-token{{- end -}}
@@ -83,9 +84,7 @@ it expires (the callers re-read it when it changes); secret: the pool Secret's s
 {{- if eq .root.Values.internalAuth.mode "tokenReview" }}
 - {name: {{ .prefix }}REPLICA_TOKEN_FILE, value: {{ include "lorafleet.agentTokenDir" .root }}/token}
 {{- else }}
-- name: {{ .prefix }}REPLICA_TOKEN
-  valueFrom:
-    secretKeyRef: {name: {{ printf "%s-internal" .root.Values.gateway.pool | quote }}, key: agent-token}
+- {name: {{ .prefix }}REPLICA_TOKEN_FILE, value: {{ include "lorafleet.internalSecretDir" .root }}/agent-token}
 {{- end }}
 {{- end -}}
 
@@ -96,9 +95,32 @@ it with each completion; the operator holds it only to copy it into the Secrets 
 pools it creates.
 */}}
 {{- define "lorafleet.dataTokenEnv" -}}
-- name: {{ .prefix }}REPLICA_DATA_TOKEN
-  valueFrom:
-    secretKeyRef: {name: {{ printf "%s-internal" .root.Values.gateway.pool | quote }}, key: data-token}
+- {name: {{ .prefix }}REPLICA_DATA_TOKEN_FILE, value: {{ include "lorafleet.internalSecretDir" .root }}/data-token}
+{{- end -}}
+
+{{/*
+The gateway pool's inside Secret, `<gateway.pool>-internal`. The chart never renders it: a
+render holds no token, so two renders are identical (Argo CD, `helm template`). The operator
+creates it when it is missing (LORAFLEET_OPERATOR_INTERNAL_SECRET), unless
+internalSecret.existingSecret says you create it. The gateway and the operator mount it as
+files (optional: they start before it exists) and re-read a file when the kubelet rewrites it,
+so a created or rotated Secret reaches them without a restart.
+*/}}
+{{- define "lorafleet.internalSecretName" -}}{{ printf "%s-internal" .Values.gateway.pool }}{{- end -}}
+{{- define "lorafleet.internalSecretDir" -}}/var/run/secrets/lorafleet/internal{{- end -}}
+
+{{- define "lorafleet.internalSecretMount" -}}
+- {name: pool-secret, mountPath: {{ include "lorafleet.internalSecretDir" . }}, readOnly: true}
+{{- end -}}
+
+{{- define "lorafleet.internalSecretVolume" -}}
+- name: pool-secret
+  secret:
+    secretName: {{ include "lorafleet.internalSecretName" . | quote }}
+    optional: true
+    items:
+      - {key: agent-token, path: agent-token}
+      - {key: data-token, path: data-token}
 {{- end -}}
 
 {{- define "lorafleet.agentTokenMount" -}}

@@ -1,0 +1,84 @@
+"""The chart on the platforms users run it on: Argo CD (renders with `helm template`, no
+cluster: two renders must be identical or the application never syncs) and umbrella charts
+(the chart as a dependency, with `global` set by the parent)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import helm_python
+import pytest
+import yaml
+
+from tests.chart.chart_render import ALL_ON, CHART, CI_VALUES, by_kind, ci_values, deployment
+
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "all-on": ALL_ON,
+    "secret-mode": {**ALL_ON, "internalAuth": {"mode": "secret"}},
+    "existing-secret": {"internalSecret": {"existingSecret": True}},
+    **{path.name: ci_values(path.name) for path in CI_VALUES},
+}
+
+
+def _render_text(values: dict[str, Any]) -> dict[str, str]:
+    rendered: dict[str, str] = helm_python.Chart.load(CHART).render(
+        values, name="lf", namespace="serving"
+    )
+    return rendered
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_two_renders_of_every_values_set_are_byte_identical(name: str) -> None:
+    first, second = _render_text(VALUE_SETS[name]), _render_text(VALUE_SETS[name])
+    assert first.keys() == second.keys()
+    for path in first:
+        assert first[path] == second[path], f"{name}: {path} differs between two renders"
+    assert any("kind: Deployment" in text for text in first.values())  # it rendered objects
+
+
+def test_the_chart_renders_as_a_dependency_of_an_umbrella_chart_that_sets_global(
+    tmp_path: Path,
+) -> None:
+    shutil.copytree(CHART, tmp_path / "lorafleet")
+    umbrella = tmp_path / "platform"
+    umbrella.mkdir()
+    (umbrella / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "platform",
+                "version": "0.1.0",
+                "dependencies": [
+                    {
+                        "name": "lorafleet",
+                        "version": ">=0.0.0-0",
+                        "repository": f"file://{tmp_path / 'lorafleet'}",
+                    }
+                ],
+            }
+        )
+    )
+    (umbrella / "values.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "global": {"imageRegistry": "registry.internal", "clusterDomain": "c.local"},
+                "lorafleet": {"gateway": {"replicas": 3}},
+            }
+        )
+    )
+    helm_python.dependency_update(umbrella)
+    assert list((umbrella / "charts").glob("lorafleet-*.tgz"))
+    rendered = helm_python.Chart.load(umbrella).render({}, name="platform", namespace="serving")
+    docs = [
+        d
+        for path, text in rendered.items()
+        if not path.endswith("NOTES.txt")
+        for d in yaml.safe_load_all(text)
+        if d
+    ]
+    gateway = deployment(docs, "-gateway")
+    assert gateway["spec"]["replicas"] == 3  # the parent's values reach the subchart
+    assert by_kind(docs, "Deployment")
