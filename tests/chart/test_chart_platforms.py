@@ -12,7 +12,15 @@ import helm_python
 import pytest
 import yaml
 
-from tests.chart.chart_render import ALL_ON, CHART, CI_VALUES, by_kind, ci_values, deployment
+from tests.chart.chart_render import (
+    ALL_ON,
+    CHART,
+    CI_VALUES,
+    by_kind,
+    ci_values,
+    deployment,
+    render,
+)
 
 VALUE_SETS: dict[str, dict[str, Any]] = {
     "defaults": {},
@@ -82,3 +90,45 @@ def test_the_chart_renders_as_a_dependency_of_an_umbrella_chart_that_sets_global
     gateway = deployment(docs, "-gateway")
     assert gateway["spec"]["replicas"] == 3  # the parent's values reach the subchart
     assert by_kind(docs, "Deployment")
+
+
+def _pod_specs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    specs = [d["spec"]["template"]["spec"] for d in by_kind(docs, "Deployment")]
+    specs += [
+        d["spec"]["jobTemplate"]["spec"]["template"]["spec"] for d in by_kind(docs, "CronJob")
+    ]
+    return specs
+
+
+def test_openshift_values_render_pods_without_fixed_ids_that_restricted_v2_admits() -> None:
+    docs = render(ci_values("openshift-values.yaml"))
+    specs = _pod_specs(docs)
+    assert len(specs) == 3  # operator, gateway, canary
+    for spec in specs:
+        pod = spec.get("securityContext", {})
+        # restricted-v2 assigns these from the namespace's range and refuses other values
+        assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(pod)
+        for container in spec["containers"]:
+            sc = container["securityContext"]
+            assert not {"runAsUser", "runAsGroup"} & set(sc)
+            assert sc.get("runAsNonRoot", pod.get("runAsNonRoot")) is True
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert not sc["capabilities"].get("add")
+            seccomp = sc.get("seccompProfile", pod.get("seccompProfile"))
+            assert seccomp == {"type": "RuntimeDefault"}
+    # the defaults still pin the image's user (plain Kubernetes' restricted profile)
+    for spec in _pod_specs(render(ALL_ON)):
+        assert spec["securityContext"]["runAsUser"] == 10001
+
+
+def test_conventional_keys_name_override_and_image_digest() -> None:
+    digest = "sha256:" + "b" * 64
+    docs = render({"fullnameOverride": "serve", "image": {"digest": digest}})
+    gateway = deployment(docs, "serve-gateway")
+    assert gateway["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        f"ghcr.io/lorafleet/lorafleet@{digest}"
+    )
+    docs = render({"nameOverride": "lf2"})
+    operator = deployment(docs, "lf-lf2-operator")
+    assert operator["metadata"]["labels"]["app.kubernetes.io/name"] == "lf2"

@@ -1,14 +1,23 @@
-{{/* Common names and labels. */}}
+{{/* Common names and labels (nameOverride, fullnameOverride: the conventional keys). */}}
+{{- define "lorafleet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "lorafleet.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "lorafleet.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "lorafleet.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "lorafleet.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -19,12 +28,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "lorafleet.selector" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "lorafleet.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* image.digest, when set, pins the image (the tag is then only for people reading it). */}}
 {{- define "lorafleet.image" -}}
+{{- if .Values.image.digest -}}
+{{ printf "%s@%s" .Values.image.repository .Values.image.digest | quote }}
+{{- else -}}
 {{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels of a monitoring object: the shared monitoring.labels plus its own extras. */}}
@@ -38,21 +52,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end -}}
 
-{{/* Pod security shared by the control-plane pods (the image's non-root user, "restricted"). */}}
+{{/*
+Pod and container security of the control-plane pods (operator, gateway, canary): the values
+podSecurityContext and securityContext. The defaults are the image's non-root user and
+Kubernetes' "restricted" profile; on OpenShift leave runAsUser, runAsGroup and fsGroup out
+(ci/openshift-values.yaml) so restricted-v2 assigns them from the namespace's range.
+*/}}
 {{- define "lorafleet.podSecurity" -}}
-securityContext:
-  runAsNonRoot: true
-  runAsUser: 10001
-  runAsGroup: 10001
-  seccompProfile: {type: RuntimeDefault}
+securityContext: {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end -}}
 
 {{- define "lorafleet.containerSecurity" -}}
-securityContext:
-  allowPrivilegeEscalation: false
-  readOnlyRootFilesystem: true
-  runAsNonRoot: true
-  capabilities: {drop: [ALL]}
+securityContext: {{- toYaml .Values.securityContext | nindent 2 }}
 {{- end -}}
 
 {{/* Scheduling and pull secrets of a component's pods; `.c` is its values (operator/gateway). */}}
