@@ -132,3 +132,32 @@ def test_conventional_keys_name_override_and_image_digest() -> None:
     docs = render({"nameOverride": "lf2"})
     operator = deployment(docs, "lf-lf2-operator")
     assert operator["metadata"]["labels"]["app.kubernetes.io/name"] == "lf2"
+
+
+def test_agent_service_account_values_and_pool_accounts_get_the_agents_rbac() -> None:
+    role_arn = "arn:aws:iam::123456789012:role/lorafleet-replica"
+    docs = render(
+        {
+            "serviceAccount": {
+                "agent": {
+                    "annotations": {"eks.amazonaws.com/role-arn": role_arn},
+                    "extraAccounts": ["lorafleet-replica"],
+                }
+            }
+        }
+    )
+    (account,) = [
+        a for a in by_kind(docs, "ServiceAccount") if a["metadata"]["name"].endswith("-agent")
+    ]
+    assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": role_arn}
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        (binding,) = [b for b in by_kind(docs, kind) if "-agent" in b["metadata"]["name"]]
+        names = {s["name"] for s in binding["subjects"]}
+        assert names == {"lf-lorafleet-agent", "lorafleet-replica"}, kind
+    # an account made elsewhere: not created, but bound and given to the operator's pods
+    docs = render({"serviceAccount": {"agent": {"create": False, "name": "irsa-agent"}}})
+    assert not [a for a in by_kind(docs, "ServiceAccount") if "agent" in a["metadata"]["name"]]
+    env = deployment(docs, "-operator")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "LORAFLEET_OPERATOR_REPLICA_SERVICE_ACCOUNT", "value": "irsa-agent"} in env
+    with pytest.raises(helm_python.HelmError, match="serviceAccount.agent.name"):
+        render({"serviceAccount": {"agent": {"create": False}}})

@@ -181,3 +181,20 @@ extraEnv is for settings the chart does not set (docs/guides/deploy.md#extra-env
 {{ toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/* The replica agents' ServiceAccount: serviceAccount.agent.name, else <fullname>-agent. */}}
+{{- define "lorafleet.agentServiceAccount" -}}
+{{- .Values.serviceAccount.agent.name | default (printf "%s-agent" (include "lorafleet.fullname" .)) -}}
+{{- end -}}
+
+{{/*
+The accounts that get the agents' permissions (TokenReview of callers, Events): the agents'
+own and each pool's own account (serviceAccount.agent.extraAccounts, e.g. one with a cloud
+identity for the object store). Without them an agent in tokenReview mode refuses every load.
+*/}}
+{{- define "lorafleet.agentSubjects" -}}
+- {kind: ServiceAccount, name: {{ include "lorafleet.agentServiceAccount" . | quote }}, namespace: {{ .Release.Namespace | quote }}}
+{{- range .Values.serviceAccount.agent.extraAccounts }}
+- {kind: ServiceAccount, name: {{ . | quote }}, namespace: {{ $.Release.Namespace | quote }}}
+{{- end }}
+{{- end -}}
