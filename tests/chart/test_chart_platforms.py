@@ -161,3 +161,17 @@ def test_agent_service_account_values_and_pool_accounts_get_the_agents_rbac() ->
     assert {"name": "LORAFLEET_OPERATOR_REPLICA_SERVICE_ACCOUNT", "value": "irsa-agent"} in env
     with pytest.raises(helm_python.HelmError, match="serviceAccount.agent.name"):
         render({"serviceAccount": {"agent": {"create": False}}})
+
+
+def test_the_http_route_has_stream_safe_timeouts_and_takes_others() -> None:
+    route = {"enabled": True, "parentRefs": [{"name": "public"}]}
+    (doc,) = by_kind(render({"gateway": {"httpRoute": route}}), "HTTPRoute")
+    # Envoy Gateway's default (15 s) would cut a stream: the default outlasts a long one
+    assert doc["spec"]["rules"][0]["timeouts"] == {"request": "900s"}
+    timeouts = {"request": "0s", "backendRequest": "0s"}
+    (doc,) = by_kind(
+        render({"gateway": {"httpRoute": {**route, "timeouts": timeouts}}}), "HTTPRoute"
+    )
+    assert doc["spec"]["rules"][0]["timeouts"] == timeouts
+    with pytest.raises(helm_python.HelmError, match="timeouts"):
+        render({"gateway": {"httpRoute": {**route, "timeouts": {"request": "15 minutes"}}}})
