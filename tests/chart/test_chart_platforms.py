@@ -159,7 +159,7 @@ def test_agent_service_account_values_and_pool_accounts_get_the_agents_rbac() ->
     assert not [a for a in by_kind(docs, "ServiceAccount") if "agent" in a["metadata"]["name"]]
     env = deployment(docs, "-operator")["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "LORAFLEET_OPERATOR_REPLICA_SERVICE_ACCOUNT", "value": "irsa-agent"} in env
-    with pytest.raises(helm_python.HelmError, match="serviceAccount.agent.name"):
+    with pytest.raises(helm_python.HelmError, match=r"serviceAccount\.agent\.name"):
         render({"serviceAccount": {"agent": {"create": False}}})
 
 

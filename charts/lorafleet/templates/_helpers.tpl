@@ -198,3 +198,13 @@ identity for the object store). Without them an agent in tokenReview mode refuse
 - {kind: ServiceAccount, name: {{ . | quote }}, namespace: {{ $.Release.Namespace | quote }}}
 {{- end }}
 {{- end -}}
+
+{{/* scrapeTimeout and metricRelabelings shared by the chart's ServiceMonitor and PodMonitor endpoints. */}}
+{{- define "lorafleet.scrapeExtras" -}}
+{{- with .Values.monitoring.scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- with .Values.monitoring.metricRelabelings }}
+metricRelabelings: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
