@@ -117,6 +117,9 @@ def test_openshift_values_render_pods_without_fixed_ids_that_restricted_v2_admit
             assert not sc["capabilities"].get("add")
             seccomp = sc.get("seccompProfile", pod.get("seccompProfile"))
             assert seccomp == {"type": "RuntimeDefault"}
+    # the operator's replica pods follow the pool's securityMode
+    (pool,) = by_kind(docs, "ReplicaPool")
+    assert pool["spec"]["template"]["securityMode"] == "platform"
     # the defaults still pin the image's user (plain Kubernetes' restricted profile)
     for spec in _pod_specs(render(ALL_ON)):
         assert spec["securityContext"]["runAsUser"] == 10001

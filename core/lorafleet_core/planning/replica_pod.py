@@ -87,16 +87,19 @@ def container_security(*, read_only_root: bool) -> dict[str, Any]:
     }
 
 
-def pod_security() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": REPLICA_UID,
-        "runAsGroup": REPLICA_UID,
-        # Volumes the pods write (cache, extra volumes such as a model cache) get the group.
-        "fsGroup": REPLICA_UID,
-        "fsGroupChangePolicy": "OnRootMismatch",
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+def pod_security(pool: ReplicaPool) -> dict[str, Any]:
+    """The pod's security context; spec.template.securityMode `platform` leaves the UID, GID
+    and fsGroup to a platform that assigns them and refuses fixed ones (OpenShift)."""
+    out: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if pool.spec.template.security_mode == "image":
+        out |= {
+            "runAsUser": REPLICA_UID,
+            "runAsGroup": REPLICA_UID,
+            # Volumes the pods write (cache, extra volumes such as a model cache) get the group.
+            "fsGroup": REPLICA_UID,
+            "fsGroupChangePolicy": "OnRootMismatch",
+        }
+    return out
 
 
 def engine_resources(pool: ReplicaPool) -> dict[str, Any]:
