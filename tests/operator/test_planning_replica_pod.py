@@ -124,6 +124,28 @@ def test_platform_security_mode_leaves_ids_to_the_platform_and_passes_restricted
     assert validate(POOL_SCHEMA, bad) != []
 
 
+def test_replicas_spread_over_nodes_unless_the_template_says_how():
+    # an adapter's two owners on one node would be lost together
+    (spread,) = pod_spec(pool("spread"))["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"  # more replicas than nodes still run
+    assert spread["labelSelector"]["matchLabels"]["lorafleet.dev/pool"] == "spread"
+    zones = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"lorafleet.dev/pool": "z"}},
+        }
+    ]
+    assert (
+        pod_spec(pool("z", template={"topologySpreadConstraints": zones}))[
+            "topologySpreadConstraints"
+        ]
+        == zones
+    )
+
+
 def test_startup_probe_covers_the_model_load_and_liveness_checks_vllm_itself():
     slow = pool("p", engine={"startupSeconds": 1800})
     vllm = containers(slow)["vllm"]

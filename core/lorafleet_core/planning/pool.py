@@ -268,6 +268,7 @@ def plan_pool_objects(
                     else None,
                     "containers": [vllm, agent],
                     **replica_pod.template_pod_fields(pool, inside.service_account),
+                    "topologySpreadConstraints": replica_pod.topology_spread(pool, labels),
                     "securityContext": replica_pod.pod_security(pool),
                     "terminationGracePeriodSeconds": replica_pod.grace_period_seconds(pool),
                     "volumes": [

@@ -102,6 +102,22 @@ def pod_security(pool: ReplicaPool) -> dict[str, Any]:
     return out
 
 
+def topology_spread(pool: ReplicaPool, selector: dict[str, str]) -> list[dict[str, Any]]:
+    """The template's spread constraints, else one soft spread over nodes: an adapter's owners
+    are two replicas, and two on one node are lost together. Soft (ScheduleAnyway), so a pool
+    with more replicas than GPU nodes still schedules."""
+    if pool.spec.template.topology_spread_constraints:
+        return list(pool.spec.template.topology_spread_constraints)
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": dict(selector)},
+        }
+    ]
+
+
 def engine_resources(pool: ReplicaPool) -> dict[str, Any]:
     """The pool's vLLM resources plus its GPUs (limits[gpuResource] = gpus) unless named."""
     engine = pool.spec.engine
