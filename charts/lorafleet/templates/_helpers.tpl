@@ -169,7 +169,12 @@ extraEnv is for settings the chart does not set (docs/guides/deploy.md#extra-env
 {{- define "lorafleet.env" }}
 {{- $own := list }}
 {{- range regexFindAll "(?m)^- (\\{name: |name: )[A-Za-z_][A-Za-z0-9_.-]*" .own -1 }}
-{{- $own = append $own (regexReplaceAll "^- (\\{name: |name: )" . "") }}
+{{- $name := regexReplaceAll "^- (\\{name: |name: )" . "" }}
+{{- $own = append $own $name }}
+{{- /* X beside the chart's X_FILE: the settings take a set value before the file. */}}
+{{- if hasSuffix "_FILE" $name }}
+{{- $own = append $own (trimSuffix "_FILE" $name) }}
+{{- end }}
 {{- end }}
 {{- range .extra }}
 {{- if has .name $own }}
