@@ -19,8 +19,9 @@ Serve many per-customer LoRA adapters on one shared base model.
 Run it on this machine with `lorafleet up` (no Kubernetes needed), or manage a cluster where
 the lorafleet operator runs: publish adapter versions, point public model names at them
 (deploy, roll back), issue tenants' API keys and look at the fleet. Commands act on a
-standalone manifests folder when one exists (.lorafleet/manifests, or --manifests DIR), else
-on the cluster and namespace of your kubeconfig.
+standalone manifests folder when one exists (.lorafleet/manifests, or --manifests DIR) and no
+cluster flag (--cluster, --kubeconfig, --context, -n) is given, else on the cluster and
+namespace of your kubeconfig.
 """
 
 EPILOG = """\

@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from lorafleet_cli.exit_codes import UsageError
 from lorafleet_core.api import names
 from lorafleet_core.api.models import AdapterAliasStatus
 from lorafleet_core.kube.client import (
@@ -286,10 +287,28 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def target_from_args(args: argparse.Namespace) -> Target:
+    """The folder named (--manifests, LORAFLEET_MANIFESTS), else the cluster when a cluster
+    flag is given (--cluster, --kubeconfig, --context, -n), else the state folder's manifests
+    when they exist, else the cluster. A cluster flag beside a named folder is refused: which
+    one a write should go to cannot be guessed."""
+    cluster_flags = [
+        flag
+        for flag, value in (
+            ("--kubeconfig", args.kubeconfig),
+            ("--context", args.context),
+            ("--namespace", args.namespace),
+        )
+        if value
+    ]
     if not args.cluster:
         env_folder = os.environ.get("LORAFLEET_MANIFESTS")
         folder = args.manifests or (Path(env_folder) if env_folder else None)
-        if folder is None and (args.state_dir / "manifests").is_dir():
+        if folder is not None and cluster_flags:
+            raise UsageError(
+                f"{', '.join(cluster_flags)} names a cluster but the manifests folder {folder} "
+                "is named too (--manifests or LORAFLEET_MANIFESTS): drop one, or add --cluster"
+            )
+        if folder is None and not cluster_flags and (args.state_dir / "manifests").is_dir():
             folder = args.state_dir / "manifests"
         if folder is not None:
             return FolderTarget(Path(folder))

@@ -138,6 +138,12 @@ class OperatorSettings(BaseSettings):
     replica_data_token_file: Path | None = Field(
         default=None, description="File holding the agents' data-port token."
     )
+    internal_secret: str | None = Field(
+        default=None,
+        description="Name of the gateway pool's inside Secret (vllm-api-key, agent-token, "
+        "data-token), created with new tokens when it is missing; unset: someone else creates "
+        "it.",
+    )
 
     # How the replica pods this operator renders authenticate their callers (chart value
     # `internalAuth`; planning.replica_config.InsideAuth).

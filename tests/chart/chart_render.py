@@ -57,7 +57,14 @@ def validate_builtin(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     others = []
     for doc in docs:
         group = doc["apiVersion"].split("/")[0] if "/" in doc["apiVersion"] else ""
-        if group in ("", "apps", "rbac.authorization.k8s.io", "networking.k8s.io", "policy"):
+        if group in (
+            "",
+            "apps",
+            "batch",
+            "rbac.authorization.k8s.io",
+            "networking.k8s.io",
+            "policy",
+        ):
             kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
         else:
             others.append(doc)

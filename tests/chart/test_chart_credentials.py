@@ -18,38 +18,71 @@ def _secret_refs(pod: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-DATA_TOKEN_REF = {"name": "default-internal", "key": "data-token"}
+INTERNAL_DIR = "/var/run/secrets/lorafleet/internal"
 
 
-def test_the_pools_inside_secrets_are_generated_and_the_gateway_reads_only_the_tokens():
-    (secret,) = [
-        s for s in by_kind(render(), "Secret") if s["metadata"]["name"] == "default-internal"
-    ]
-    assert set(secret["data"]) == {"vllm-api-key", "agent-token", "data-token"}
-    assert len(set(secret["data"].values())) == 3  # three different values
+def _token_files(pod: dict[str, Any], prefix: str) -> dict[str, str]:
+    """The pool-Secret files a component reads its tokens from (env name -> path), after
+    checking the Secret is mounted, optionally, at the directory those paths name."""
+    spec = pod["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "pool-secret"]
+    assert volume["secret"]["secretName"] == "default-internal"
+    assert volume["secret"]["optional"] is True  # the pods start before the operator creates it
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "pool-secret"]
+    assert mount["mountPath"] == INTERNAL_DIR
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    return {
+        k.removeprefix(prefix): v
+        for k, v in env.items()
+        if k.startswith(prefix) and isinstance(v, str) and v.startswith(INTERNAL_DIR)
+    }
+
+
+def test_the_chart_renders_no_inside_secret_and_the_operator_creates_it():
+    # A render with random tokens differs on every `helm template` (Argo CD): none is rendered.
+    docs = render()
+    assert [s for s in by_kind(docs, "Secret") if s["metadata"]["name"] == "default-internal"] == []
+    operator_env = {
+        e["name"]: e.get("value")
+        for e in deployment(docs, "-operator")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert operator_env["LORAFLEET_OPERATOR_INTERNAL_SECRET"] == "default-internal"
+    # existingSecret: someone else creates it; the operator does not.
+    mine = render({"internalSecret": {"existingSecret": True}})
+    env = deployment(mine, "-operator")["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "LORAFLEET_OPERATOR_INTERNAL_SECRET" not in {e["name"] for e in env}
+
+
+def test_the_gateway_reads_only_the_tokens_from_files_it_re_reads():
     # tokenReview (the default): the gateway reads only the data-port token (a shared secret
     # in every mode: the data path does not wait on the API server).
-    assert _secret_refs(deployment(render(), "-gateway")) == [DATA_TOKEN_REF]
-    secret_mode = render({"internalAuth": {"mode": "secret"}})
-    gateway = deployment(secret_mode, "-gateway")
-    assert _secret_refs(gateway) == [
-        {"name": "default-internal", "key": "agent-token"},
-        DATA_TOKEN_REF,
+    gateway = deployment(render(), "-gateway")
+    assert _secret_refs(gateway) == []
+    assert _token_files(gateway, "LORAFLEET_GATEWAY_") == {
+        "REPLICA_DATA_TOKEN_FILE": f"{INTERNAL_DIR}/data-token"
+    }
+    gateway = deployment(render({"internalAuth": {"mode": "secret"}}), "-gateway")
+    assert _token_files(gateway, "LORAFLEET_GATEWAY_") == {
+        "REPLICA_TOKEN_FILE": f"{INTERNAL_DIR}/agent-token",
+        "REPLICA_DATA_TOKEN_FILE": f"{INTERNAL_DIR}/data-token",
+    }
+    # vLLM's API key is not among the files the gateway can read
+    (volume,) = [
+        v for v in gateway["spec"]["template"]["spec"]["volumes"] if v["name"] == "pool-secret"
     ]
-    env = {e["name"] for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert "LORAFLEET_GATEWAY_REPLICA_DATA_TOKEN" in env
-    assert "volumes" not in gateway["spec"]["template"]["spec"]  # no projected token either
+    assert {i["key"] for i in volume["secret"]["items"]} == {"agent-token", "data-token"}
 
 
 def test_operator_may_create_but_never_read_secrets_and_holds_the_token_merged_pools_copy():
     # autoMerge: a merged pool's <pool>-internal Secret gets the agents' token the callers hold
-    # (secret mode); the operator creates it and cannot read any Secret.
+    # (secret mode); the operator creates it and cannot read any Secret through the API.
     docs = render({"internalAuth": {"mode": "secret"}})
     operator = deployment(docs, "-operator")
-    assert _secret_refs(operator) == [
-        {"name": "default-internal", "key": "agent-token"},
-        DATA_TOKEN_REF,  # copied into a merged pool's Secret, in every mode
-    ]
+    assert _token_files(operator, "LORAFLEET_OPERATOR_") == {
+        "REPLICA_TOKEN_FILE": f"{INTERNAL_DIR}/agent-token",
+        # copied into a merged pool's Secret, in every mode
+        "REPLICA_DATA_TOKEN_FILE": f"{INTERNAL_DIR}/data-token",
+    }
     rules = [
         r for d in by_kind(docs, "Role") if "-operator" in d["metadata"]["name"] for r in d["rules"]
     ]
@@ -58,7 +91,9 @@ def test_operator_may_create_but_never_read_secrets_and_holds_the_token_merged_p
     pool_verbs = {v for r in rules if "replicapools" in r["resources"] for v in r["verbs"]}
     assert {"create", "patch", "delete"} <= pool_verbs
     # tokenReview (the default) with no control API: the operator holds no agents' token
-    assert _secret_refs(deployment(render(), "-operator")) == [DATA_TOKEN_REF]
+    assert _token_files(deployment(render(), "-operator"), "LORAFLEET_OPERATOR_") == {
+        "REPLICA_DATA_TOKEN_FILE": f"{INTERNAL_DIR}/data-token"
+    }
 
 
 def _projected_token(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str | None]]:
@@ -176,14 +211,11 @@ def test_control_api_is_off_by_default_and_rendered_whole_when_enabled():
     assert (
         env["LORAFLEET_OPERATOR_CONTROL_TOKEN_SHA256_FILE"] == "/etc/lorafleet/control/token-sha256"
     )
-    assert pod["volumes"][0]["secret"]["secretName"] == "ctl"
-    (replica_token,) = [
-        e for e in pod["containers"][0]["env"] if e["name"] == "LORAFLEET_OPERATOR_REPLICA_TOKEN"
-    ]
-    assert replica_token["valueFrom"]["secretKeyRef"] == {
-        "name": "default-internal",
-        "key": "agent-token",
-    }
+    (control_volume,) = [v for v in pod["volumes"] if v["name"] == "control-token"]
+    assert control_volume["secret"]["secretName"] == "ctl"
+    assert _token_files(deploy, "LORAFLEET_OPERATOR_")["REPLICA_TOKEN_FILE"] == (
+        f"{INTERNAL_DIR}/agent-token"
+    )
     (svc,) = [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-control")]
     assert svc["spec"]["type"] == "ClusterIP"
     roles = by_kind(docs, "Role") + by_kind(docs, "ClusterRole")

@@ -73,6 +73,30 @@ def test_monitoring_labels_reach_every_monitoring_object():
     (rule,) = by_kind(docs, "PrometheusRule")
     assert rule["metadata"]["labels"]["role"] == "alert-rules"
     (dashboard,) = by_kind(docs, "ConfigMap")
-    assert dashboard["metadata"]["labels"]["grafana_folder"] == "lorafleet"
+    # the Grafana sidecar reads the folder from an annotation
+    assert dashboard["metadata"]["annotations"]["grafana_folder"] == "lorafleet"
+    assert "grafana_folder" not in dashboard["metadata"]["labels"]
     monitors = {m["metadata"]["name"]: m for m in by_kind(docs, "ServiceMonitor")}
-    assert monitors["lf-lorafleet-gateway"]["spec"]["endpoints"][0]["interval"] == "30s"
+    (endpoint,) = monitors["lf-lorafleet-gateway"]["spec"]["endpoints"]
+    assert endpoint["interval"] == "30s"
+    cluster_label = {"targetLabel": "cluster", "replacement": "gpu-east-1"}
+    assert (endpoint["scrapeTimeout"], endpoint["relabelings"]) == ("20s", [cluster_label])
+    (pods,) = by_kind(docs, "PodMonitor")
+    (replicas,) = pods["spec"]["podMetricsEndpoints"]
+    assert replicas["scrapeTimeout"] == "20s"
+    # the pool label the dashboard and alerts group by stays first
+    assert [r.get("targetLabel") for r in replicas["relabelings"]] == ["pool", "cluster"]
+
+
+def test_runbook_links_point_at_the_configured_base():
+    base = "https://wiki.example.com/lorafleet/runbook"
+    values = {"monitoring": {"prometheusRule": True, "runbookUrl": base}}
+    (rule,) = by_kind(render(values), "PrometheusRule")
+    urls = [
+        r["annotations"]["runbook_url"]
+        for g in rule["spec"]["groups"]
+        for r in g["rules"]
+        if "alert" in r
+    ]
+    assert urls
+    assert all(u.startswith(base + "#") for u in urls)

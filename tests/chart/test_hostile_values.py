@@ -111,6 +111,10 @@ def test_extra_env_cannot_replace_a_variable_the_chart_sets(component):
     ]
     names = [e["name"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]]
     assert len(names) > 8, names
+    # a credential the chart gives as a file (X_FILE): a value X would win over the file
+    prefix = f"LORAFLEET_{component.upper()}_"
+    assert f"{prefix}REPLICA_DATA_TOKEN_FILE" in names
+    names.append(f"{prefix}REPLICA_DATA_TOKEN")
     for name in names:
         values = {**ALL_ENV, component: {**ALL_ENV[component], "extraEnv": [{"name": name}]}}
         with pytest.raises(helm_python.HelmError, match=f"{component}.extraEnv sets {name},"):

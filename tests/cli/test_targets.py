@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from lorafleet_cli.main import main
 from lorafleet_cli.targets import TargetError, apply_request
 from lorafleet_core.storage.manifests import fingerprint, load_folder, write_object
 from tests.manifest_folder import alias_manifest
@@ -63,3 +64,34 @@ def test_apply_request_refuses_other_kinds():
         apply_request(
             {"apiVersion": "x/v1", "kind": "AdapterAlias", "metadata": {"name": "d"}}, "n"
         )
+
+
+def test_cluster_flags_in_a_folder_with_manifests_go_to_the_cluster_or_are_refused(
+    tmp_path, monkeypatch, capsys
+):
+    # a folder where `make demo` ran: .lorafleet/manifests with an alias in it
+    folder = tmp_path / ".lorafleet" / "manifests"
+    folder.mkdir(parents=True)
+    write_object(folder, alias_manifest("a", "acme/a:prod", "x"))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LORAFLEET_MANIFESTS", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    # without cluster flags: the folder
+    assert main(["alias", "list"]) == 0
+    assert "acme/a:prod" in capsys.readouterr().out
+    # --context: the cluster (here a kubeconfig without that context), never the folder
+    assert main(["alias", "list", "--context", "prod", "-n", "lorafleet"]) == 1
+    out, err = capsys.readouterr()
+    assert "acme/a:prod" not in out
+    assert "prod" in err
+    # alias set with those flags does not write the folder
+    before = sorted(p.read_text() for p in folder.iterdir())
+    code = main(["alias", "set", "acme/b:prod", "b", "--context", "prod", "-n", "lorafleet"])
+    assert code == 1
+    assert sorted(p.read_text() for p in folder.iterdir()) == before
+    # a named folder and a cluster flag: refused, saying why
+    assert main(["alias", "list", "--manifests", str(folder), "--context", "prod"]) == 2
+    assert "--context names a cluster" in capsys.readouterr().err

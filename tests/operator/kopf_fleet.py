@@ -22,6 +22,9 @@ ENV = {
     "LORAFLEET_OPERATOR_REPLICA_TOKEN": "tok-shared",
     # ... and the agents' data-port token, copied the same way (in every mode).
     "LORAFLEET_OPERATOR_REPLICA_DATA_TOKEN": "data-tok-shared",
+    # The gateway pool whose inside Secret the operator creates when it is missing (the chart's
+    # `<gateway.pool>-internal`).
+    "LORAFLEET_OPERATOR_INTERNAL_SECRET": "gwpool-internal",
 }
 
 

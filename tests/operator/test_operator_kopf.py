@@ -291,6 +291,35 @@ def test_autoscaler_follows_scraped_state(cluster, operator):
             s.close()
 
 
+def test_the_gateway_pools_missing_inside_secret_is_created_with_new_tokens(cluster, operator):
+    # The chart renders no Secret (deterministic renders for Argo CD): the operator creates it.
+    servers = make_pool(cluster, "gwpool", 0, base_hash="sha256:" + "6" * 64)
+    try:
+        path = cluster.path("secrets", "gwpool-internal", group="v1")
+        secret = eventually(lambda: cluster.get(path), what="the gateway pool's Secret")
+        data = secret["stringData"]
+        assert set(data) == {"vllm-api-key", "agent-token", "data-token"}
+        assert len(set(data.values())) == 3
+        assert all(len(v) >= 32 for v in data.values())
+        # not the operator's copies, and not owned by the pool: re-creating the pool keeps them
+        assert data["agent-token"] != ENV["LORAFLEET_OPERATOR_REPLICA_TOKEN"]
+        assert "ownerReferences" not in secret["metadata"]
+
+        def reasons() -> set[str]:
+            return {
+                e.get("reason")
+                for e in cluster.items(cluster.path("events", group="v1"))
+                if e.get("involvedObject", {}).get("name") == "gwpool"
+            }
+
+        eventually(lambda: "InternalSecretCreated" in reasons(), what="the creation event")
+        # another pool a person created brings its own Secret
+        assert cluster.get(cluster.path("secrets", "flags-internal", group="v1")) is None
+    finally:
+        for s in servers:
+            s.close()
+
+
 def test_scraped_adapter_stats_reach_the_status_and_raise_a_hot_adapters_owners(cluster, operator):
     h = "sha256:" + "5" * 64  # its own base model: no other test's pool can take the adapter
     servers = make_pool(

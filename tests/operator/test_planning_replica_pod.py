@@ -100,6 +100,52 @@ def test_every_container_has_resources_and_a_restricted_security_context():
     assert by_name["vllm"]["securityContext"]["readOnlyRootFilesystem"] is False
 
 
+def test_platform_security_mode_leaves_ids_to_the_platform_and_passes_restricted_v2():
+    # OpenShift's restricted-v2 assigns UID, GID and fsGroup from the namespace's range and
+    # refuses pods that fix them; the rest of its rules still hold.
+    doc = copy.deepcopy(GPU_DOC)
+    doc["spec"]["template"]["securityMode"] = "platform"
+    assert validate(POOL_SCHEMA, doc) == []
+    p = ReplicaPool.model_validate(doc)
+    sts = plan_pool_objects(p, "lorafleet", 2).statefulset
+    kubernetes_validate.validate(sts, "1.30", strict=True)
+    spec = sts["spec"]["template"]["spec"]
+    pod = spec["securityContext"]
+    assert not {"runAsUser", "runAsGroup", "fsGroup", "fsGroupChangePolicy"} & set(pod)
+    assert pod["runAsNonRoot"] is True
+    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+    for c in spec["containers"]:
+        sc = c["securityContext"]
+        assert not {"runAsUser", "runAsGroup"} & set(sc)
+        assert sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+    bad = copy.deepcopy(GPU_DOC)
+    bad["spec"]["template"]["securityMode"] = "root"
+    assert validate(POOL_SCHEMA, bad) != []
+
+
+def test_replicas_spread_over_nodes_unless_the_template_says_how():
+    # an adapter's two owners on one node would be lost together
+    (spread,) = pod_spec(pool("spread"))["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"  # more replicas than nodes still run
+    assert spread["labelSelector"]["matchLabels"]["lorafleet.dev/pool"] == "spread"
+    zones = [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"lorafleet.dev/pool": "z"}},
+        }
+    ]
+    assert (
+        pod_spec(pool("z", template={"topologySpreadConstraints": zones}))[
+            "topologySpreadConstraints"
+        ]
+        == zones
+    )
+
+
 def test_startup_probe_covers_the_model_load_and_liveness_checks_vllm_itself():
     slow = pool("p", engine={"startupSeconds": 1800})
     vllm = containers(slow)["vllm"]

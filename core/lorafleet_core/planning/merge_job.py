@@ -225,7 +225,7 @@ def plan_merge_job(
                     "restartPolicy": "Never",
                     "containers": [container],
                     **pod_fields,
-                    "securityContext": replica_pod.pod_security(),
+                    "securityContext": replica_pod.pod_security(pool),
                     "volumes": [
                         {"name": "work", "emptyDir": {}},
                         {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},

@@ -268,7 +268,8 @@ def plan_pool_objects(
                     else None,
                     "containers": [vllm, agent],
                     **replica_pod.template_pod_fields(pool, inside.service_account),
-                    "securityContext": replica_pod.pod_security(),
+                    "topologySpreadConstraints": replica_pod.topology_spread(pool, labels),
+                    "securityContext": replica_pod.pod_security(pool),
                     "terminationGracePeriodSeconds": replica_pod.grace_period_seconds(pool),
                     "volumes": [
                         {

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lorafleet_core.api.models import ReplicaPoolSpec
+from lorafleet_core.api.names import LABEL_MANAGED_BY, MANAGED_BY_OPERATOR
 from lorafleet_core.wire.agent_api import INTERNAL_AUDIENCE
 
 AGENT_ENV_PREFIX = "LORAFLEET_AGENT_"
 
-# The pool's inside secrets, in the Secret `<pool>-internal` (the chart creates it for its pool):
+# The pool's inside secrets, in the Secret `<pool>-internal` (the operator creates the gateway
+# pool's when it is missing, `plan_shared_internal_secret`; the chart renders none):
 # vLLM's API key (only vLLM and the agent read it), the agents' internal token (the agent and
 # the gateway read it) and the agents' data-port token (the agent and the gateway read it; in
 # every mode: lorafleet_agent.data_auth says why it is its own shared secret).
@@ -29,6 +31,28 @@ DATA_TOKEN_SECRET_KEY = "data-token"  # noqa: S105 (a key name, not a secret)
 
 def internal_secret_name(pool_name: str) -> str:
     return f"{pool_name}-internal"
+
+
+def plan_shared_internal_secret(
+    name: str, vllm_api_key: str, agent_token: str, data_token: str
+) -> dict[str, Any]:
+    """The gateway pool's inside Secret with new tokens, created when it is missing.
+
+    Not owned by the pool: deleting and re-creating the pool must not rotate the tokens the
+    gateway and every other pool's agents hold. The tokens come from the caller (randomness is
+    I/O).
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "labels": {LABEL_MANAGED_BY: MANAGED_BY_OPERATOR}},
+        "type": "Opaque",
+        "stringData": {
+            VLLM_API_KEY_SECRET_KEY: vllm_api_key,
+            AGENT_TOKEN_SECRET_KEY: agent_token,
+            DATA_TOKEN_SECRET_KEY: data_token,
+        },
+    }
 
 
 def _from_secret(env_name: str, secret: str, key: str) -> dict[str, Any]:

@@ -87,16 +87,35 @@ def container_security(*, read_only_root: bool) -> dict[str, Any]:
     }
 
 
-def pod_security() -> dict[str, Any]:
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": REPLICA_UID,
-        "runAsGroup": REPLICA_UID,
-        # Volumes the pods write (cache, extra volumes such as a model cache) get the group.
-        "fsGroup": REPLICA_UID,
-        "fsGroupChangePolicy": "OnRootMismatch",
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
+def pod_security(pool: ReplicaPool) -> dict[str, Any]:
+    """The pod's security context; spec.template.securityMode `platform` leaves the UID, GID
+    and fsGroup to a platform that assigns them and refuses fixed ones (OpenShift)."""
+    out: dict[str, Any] = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if pool.spec.template.security_mode == "image":
+        out |= {
+            "runAsUser": REPLICA_UID,
+            "runAsGroup": REPLICA_UID,
+            # Volumes the pods write (cache, extra volumes such as a model cache) get the group.
+            "fsGroup": REPLICA_UID,
+            "fsGroupChangePolicy": "OnRootMismatch",
+        }
+    return out
+
+
+def topology_spread(pool: ReplicaPool, selector: dict[str, str]) -> list[dict[str, Any]]:
+    """The template's spread constraints, else one soft spread over nodes: an adapter's owners
+    are two replicas, and two on one node are lost together. Soft (ScheduleAnyway), so a pool
+    with more replicas than GPU nodes still schedules."""
+    if pool.spec.template.topology_spread_constraints:
+        return list(pool.spec.template.topology_spread_constraints)
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": dict(selector)},
+        }
+    ]
 
 
 def engine_resources(pool: ReplicaPool) -> dict[str, Any]:

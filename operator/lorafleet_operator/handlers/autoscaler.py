@@ -122,9 +122,10 @@ async def _tick(
     fleet.set_states(name, states)
 
     merge = None
+    # Once per pool object and process (a Secret deleted later comes back on a restart).
+    await merged.ensure_internal_secret(pool, body, namespace)
     if pool.spec.merged is not None:
         old = ReplicaPoolStatus.model_validate(body.get("status") or {}).merge
-        await merged.ensure_internal_secret(pool, body, namespace)
         merge = await merged.merge_tick(pool, body, fleet, old)
     sts = await kube.read_owned("StatefulSet", namespace, name)
     if merge is not None:

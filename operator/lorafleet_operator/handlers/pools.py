@@ -60,10 +60,11 @@ async def pool_reconcile(
     except ValidationError as exc:
         raise InvalidSpecError(describe(exc)) from exc  # the status loop reports it
     runtime().fleet(namespace).upsert_pool(pool)
+    # Before the replicas that read it exist (they wait for it otherwise).
+    await ensure_internal_secret(pool, body, namespace)
     if pool.spec.merged is not None:
         # The replicas need the merged weights: applied once the merge is Ready (here on a
         # spec change, else by the per-pool loop when the merge Job finishes).
-        await ensure_internal_secret(pool, body, namespace)
         old = ReplicaPoolStatus.model_validate(body.get("status") or {}).merge
         sts = await kube.read_owned("StatefulSet", namespace, name)
         count = None if sts is None else sts.get("spec", {}).get("replicas")

@@ -3,7 +3,7 @@ credentials and extra volumes, with the names and paths lorafleet keeps for itse
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -86,6 +86,13 @@ class ReplicaPodTemplate(SpecModel):
     )
     runtime_class_name: str | None = Field(
         default=None, max_length=253, description="RuntimeClass (e.g. nvidia)."
+    )
+    security_mode: Literal["image", "platform"] = Field(
+        default="image",
+        description="image: the pods run as the replica image's user (UID, GID and fsGroup "
+        "10001); platform: the pods set none of them and the platform assigns them (OpenShift "
+        "restricted-v2). Both keep runAsNonRoot, no privilege escalation, all capabilities "
+        "dropped and the RuntimeDefault seccomp profile.",
     )
     image_pull_secrets: list[dict[str, Any]] = _items(
         16, "Secrets for pulling the engine image.", "PodSpec", "imagePullSecrets"
