@@ -17,8 +17,7 @@ SCRAPES = {
         ".observe(0.1); r = m.registry"
     ),
     "gateway": (
-        "from lorafleet_gateway.metrics import GatewayMetrics\n"
-        "m = GatewayMetrics(); r = m.registry"
+        "from lorafleet_gateway.metrics import GatewayMetrics\nm = GatewayMetrics(); r = m.registry"
     ),
     "operator": (
         "from lorafleet_operator.metrics import OperatorMetrics\n"
