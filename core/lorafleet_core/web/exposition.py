@@ -12,4 +12,4 @@ from prometheus_client import disable_created_metrics
 
 
 def configure() -> None:
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
