@@ -12,9 +12,9 @@ from lorafleet_loadtest.probe.canary import AliasTally, prometheus_textfile
 from lorafleet_operator.metrics import OperatorMetrics
 
 SAMPLE_SUFFIXES = {
-    "counter": ("_total", "_created"),
-    "histogram": ("_bucket", "_sum", "_count", "_created"),
-    "summary": ("_sum", "_count", "_created"),
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count"),
 }
 
 
@@ -37,7 +37,7 @@ def exported_families() -> dict[str, str]:
 
 def series_names(families: dict[str, str]) -> set[str]:
     """What a query can select: a gauge's name, a counter's `_total`, a histogram's `_bucket`,
-    `_sum` and `_count` (and `_created`)."""
+    `_sum` and `_count` (no `_created`: lorafleet_core.web.exposition)."""
     names: set[str] = set()
     for name, kind in families.items():
         suffixes = SAMPLE_SUFFIXES.get(kind)

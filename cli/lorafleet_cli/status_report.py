@@ -21,6 +21,7 @@ import httpx
 from lorafleet_cli.targets import Target
 from lorafleet_core.api import names
 from lorafleet_core.wire import metric_names
+from lorafleet_core.wire.agent_api import AGENT_ONLY_METRICS
 from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state_sync
 from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_core.wire.tiers import TIER_NAMES
@@ -151,7 +152,9 @@ def _replica(client: httpx.Client, replica: Mapping[str, Any]) -> Report:
     except StateUnavailable as exc:
         return {"id": rid, "reachable": False, "error": str(exc)}
     try:
-        hits = tier_hits(_get(client, f"{base}/metrics").text)
+        hits = tier_hits(
+            _get(client, base.rstrip("/") + AGENT_ONLY_METRICS).text
+        )  # no engine scrape
     except (httpx.HTTPError, ValueError):
         hits = {}
     return replica_report(state, hits)

@@ -288,7 +288,12 @@ class CompletionEndpoint:
         self.gw.metrics.child(self.gw.metrics.requests, out.log["endpoint"], str(status)).inc()
         self.gw.metrics.in_flight.dec()
         out.log["status"] = status
-        out.log["duration_ms"] = round((time.perf_counter() - out.t0) * 1000, 2)
+        duration = time.perf_counter() - out.t0
+        tier = self.gw.metrics.duration_tier(out.log.get("tier"))
+        self.gw.metrics.child(self.gw.metrics.request_duration, out.log["endpoint"], tier).observe(
+            duration
+        )
+        out.log["duration_ms"] = round(duration * 1000, 2)
         if out.error:
             out.log["error"] = out.error
         log_request(**out.log)

@@ -28,10 +28,17 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from lorafleet_core.web import exposition
 from lorafleet_core.wire import metric_names
+from lorafleet_core.wire.tiers import MERGED_TIER, TIER_NAMES
 from lorafleet_gateway.usage import UsageMeter
 
+exposition.configure()  # no `_created` series (lorafleet_core.web.exposition)
+
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+DURATION_TIERS = frozenset((*TIER_NAMES, MERGED_TIER))
+# A whole request, refusals (milliseconds) to long streams (minutes).
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 
 
@@ -108,6 +115,14 @@ class GatewayMetrics:
             buckets=TTFT_BUCKETS,
             registry=r,
         )
+        self.request_duration = Histogram(
+            "lorafleet_gateway_request_duration_seconds",
+            "Completion requests from arrival to the last byte sent, by endpoint and the tier the "
+            "replica found the adapter in (none: refused or failed before a replica answered)",
+            ["endpoint", "tier"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
         self.tpot = Histogram(
             "lorafleet_gateway_time_per_output_token_seconds",
             "Time per output token after the first",
@@ -170,6 +185,12 @@ class GatewayMetrics:
         r.register(self.tenants)
         self.usage = UsageMeter(r)
         self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+    def duration_tier(self, tier: object) -> str:
+        """A bounded `tier` label: the tiers a replica reports, `none` or `unknown`."""
+        if tier is None:
+            return "none"
+        return tier if tier in DURATION_TIERS else "unknown"
 
     def child(self, metric: PromCounter | Histogram, *labels: str) -> Any:
         """`metric.labels(*labels)`, cached: label lookup costs more than the increment."""

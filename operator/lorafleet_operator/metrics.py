@@ -20,7 +20,10 @@ from prometheus_client.registry import Collector
 from lorafleet_core.api.models import AdapterPhase
 from lorafleet_core.api.reasons import DEPLOYED
 from lorafleet_core.version import version
+from lorafleet_core.web import exposition
 from lorafleet_operator.sync import FleetSync, Writer
+
+exposition.configure()  # no `_created` series (lorafleet_core.web.exposition)
 
 # A pass plans the namespace in a thread and writes the diff: ~10 ms idle, ~1 s for 5,000
 # adapters on a slow core, longer while the API server throttles writes.

@@ -1,5 +1,6 @@
 """The internal port: replica state, explicit load/unload, metrics and health probes.
 
+Its /metrics carries vLLM's `vllm:` families too (lorafleet_agent.engine_metrics).
 Load and unload require the internal credential (lorafleet_agent.internal_auth says why and
 why the read-only endpoints do not).
 """
@@ -16,6 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from lorafleet_agent.engine_metrics import engine_families
 from lorafleet_agent.held_records import RecordConflict
 from lorafleet_agent.http_edge import (
     APP_OPTIONS,
@@ -30,7 +32,7 @@ from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_core.wire.agent_api import LOAD_ROUTE, STATE_ROUTE, UNLOAD_ROUTE
+from lorafleet_core.wire.agent_api import LOAD_ROUTE, METRICS_ROUTE, STATE_ROUTE, UNLOAD_ROUTE
 from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
@@ -175,9 +177,17 @@ def build_internal_app(
             )
         return JSONResponse({"adapter_id": adapter_id, "tier": manager.tier_of(adapter_id).value})
 
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(manager.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    @app.get(METRICS_ROUTE)
+    async def metrics(engine: bool = True) -> Response:
+        # The engine's families follow the agent's in one exposition: one scrape target per pod
+        # for the PodMonitor and for schedulers that read vLLM's names from a model server.
+        # `engine=false` (AGENT_ONLY_METRICS): the agent's alone, never waiting on vLLM.
+        own = generate_latest(manager.metrics.registry)
+        if not engine:
+            return Response(own, media_type=CONTENT_TYPE_LATEST)
+        engine_text = await manager.vllm.engine_metrics()
+        body = own + engine_families(engine_text) if engine_text is not None else own
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

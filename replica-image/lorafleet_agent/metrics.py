@@ -7,7 +7,10 @@ from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from lorafleet_core.web import exposition
 from lorafleet_core.wire import metric_names
+
+exposition.configure()  # no `_created` series (lorafleet_core.web.exposition)
 
 
 class AgentMetrics:

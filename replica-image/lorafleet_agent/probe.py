@@ -23,7 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 
-from lorafleet_core.wire import metric_names
+from lorafleet_core.wire import agent_api, metric_names
 
 BUSY_GAUGES = (metric_names.AGENT_RUNNING_REQUESTS, metric_names.AGENT_QUEUE_DEPTH)
 
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     eng.add_argument("--url", default="http://127.0.0.1:8000")
     eng.add_argument("--timeout", type=float, default=4.0)
     dr = sub.add_parser("drain", help="wait until the agent serves no request")
-    dr.add_argument("--metrics", default="http://127.0.0.1:8101/metrics")
+    dr.add_argument("--metrics", default="http://127.0.0.1:8101" + agent_api.AGENT_ONLY_METRICS)
     dr.add_argument("--timeout", type=float, default=120.0)
     dr.add_argument("--settle", type=float, default=5.0)
     args = parser.parse_args(argv)

@@ -88,6 +88,15 @@ class VllmClient:
             return False
         return r.status_code == 200
 
+    async def engine_metrics(self) -> bytes | None:
+        """vLLM's /metrics (Prometheus text); None when the engine does not answer in time, so
+        a scrape during a restart still returns the agent's own series."""
+        try:
+            r = await self.http.get("/metrics", timeout=2.0)
+        except httpx.HTTPError:
+            return None
+        return r.content if r.status_code == 200 else None
+
     async def send_completion(self, path: str, body: dict[str, Any]) -> httpx.Response:
         """Open a completion (streamed read); the caller closes the response.
 

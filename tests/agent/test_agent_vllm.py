@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from lorafleet_core.wire.agent_api import AGENT_ONLY_METRICS
 from lorafleet_core.wire.headers import HEADER_TOKENS_ESTIMATE
 from tests.agent.conftest import load, metric, state, unload
 from tests.agent.vllm_requests import (
@@ -20,8 +21,10 @@ from tests.agent.vllm_requests import (
     slow_stream,
     stream_choices,
 )
+from tests.chart.chart_render import engine_series_queried
 from tests.conftest import DATA_HEADERS, INTERNAL_HEADERS, copy_adapter, unique_id
 from tests.fault_proxy import FaultProxy
+from tests.scrape import Scrape
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -365,3 +368,33 @@ def test_the_request_id_reaches_vllm_and_comes_back(run_agent, make_record, capl
             getattr(r, "request_id", None) == "rid-4711" and r.name == "lorafleet.agent.requests"
             for r in caplog.records
         )
+
+
+def test_the_engines_metrics_come_through_the_agents_metrics_port(
+    run_agent, make_record, vllm_server
+):
+    """What an external scheduler (the inference extension's model-server protocol) and the
+    PodMonitor read from a replica: vLLM's `vllm:` families on the agent's /metrics, and
+    nothing else of the engine's (its process series would collide with a process exporter's)."""
+    rec = make_record("zebra", unique_id("zebra"))
+    with run_agent() as agent:
+        assert gateway_style_load(agent, rec)["from"] == "remote"
+        complete(agent, rec.id, loaded_from="remote")
+        through_agent = Scrape.of(f"{agent.internal_url}/metrics")
+        agent_only = Scrape.of(agent.internal_url + AGENT_ONLY_METRICS)  # the drain hook's
+        direct = Scrape.of(f"{vllm_server.url}/metrics")
+    assert through_agent.value("vllm:num_requests_waiting") >= 0
+    assert 0 <= through_agent.value("vllm:kv_cache_usage_perc") <= 1
+    lora_info = through_agent.families["vllm:lora_requests_info"]
+    (newest,) = lora_info  # the newest of vLLM's samples (lorafleet_agent.engine_metrics)
+    assert "max_lora" in newest.labels
+    assert not [s for f in through_agent.families.values() for s in f if "_created" in s.name]
+    assert through_agent.value("lorafleet_agent_requests_total") >= 1  # the agent's own too
+    engine = {f for f in direct.families if f.startswith("vllm:")}
+    assert engine <= set(through_agent.families)
+    for name in engine_series_queried():  # the chart's dashboard and alerts read these
+        assert through_agent.declares(name), name
+    foreign = {f for f in through_agent.families if not f.startswith(("vllm:", "lorafleet_"))}
+    assert foreign == set()
+    assert agent_only.families
+    assert all(f.startswith("lorafleet_") for f in agent_only.families)

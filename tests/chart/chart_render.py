@@ -3,6 +3,8 @@ values files, validation of built-in kinds, and picking objects by kind."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -78,3 +80,18 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 def deployment(docs: list[dict[str, Any]], part: str) -> dict[str, Any]:
     (found,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith(part)]
     return found
+
+
+def monitoring_exprs() -> list[str]:
+    """Every PromQL expression the chart ships: the dashboard's panels and the rules."""
+    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
+    (rule,) = by_kind(render(ALL_ON), "PrometheusRule")
+    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])] + [
+        r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]
+    ]
+
+
+def engine_series_queried() -> set[str]:
+    """The vLLM series (`vllm:` names) the dashboard and alerts read; a test against real vLLM
+    checks each comes through the agent (tests/agent/test_agent_vllm.py)."""
+    return set(re.findall(r"vllm:[a-z_]+", " ".join(monitoring_exprs())))

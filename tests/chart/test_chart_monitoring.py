@@ -49,7 +49,42 @@ def test_dashboard_filters_by_namespace_and_pool_over_rate_interval():
     agent = [e for e in exprs if "lorafleet_agent_" in e]
     assert agent
     assert all('pool=~"$pool"' in e for e in agent)
+    engine = [e for e in exprs if "vllm:" in e]
+    assert engine
+    for expr in engine:
+        for selector in re.findall(r"vllm:[a-z_]+(\{[^}]*\})?", expr):
+            assert 'namespace=~"$namespace",pool=~"$pool"' in selector, expr
     assert any("stream_error" in e for e in exprs)
+
+
+def test_dashboard_has_a_tenant_variable_the_tenant_panels_filter_by():
+    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
+    (tenant,) = [v for v in dashboard["templating"]["list"] if v["name"] == "tenant"]
+    assert "tenant)" in tenant["query"]["query"]
+    assert tenant["includeAll"]
+    by_tenant = [
+        t["expr"]
+        for p in dashboard["panels"]
+        for t in p.get("targets", [])
+        if "by (tenant)" in t["expr"]
+    ]
+    assert by_tenant
+    assert all('tenant=~"$tenant"' in e for e in by_tenant)
+
+
+def test_dashboard_units_are_not_unitless_for_rates_and_money():
+    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
+    units = {
+        p["title"]: p["fieldConfig"]["defaults"]["unit"]
+        for p in dashboard["panels"]
+        if p["type"] == "timeseries"
+    }
+    assert units["Cost per million tokens"] == "currencyUSD"
+    assert units["Adapter loads/min by source tier"] == "opm"
+    assert units["KV-cache use per replica"] == "percentunit"
+    per_minute = [t for t in units if "/min" in t]
+    assert per_minute
+    assert all(units[t] == "opm" for t in per_minute)
 
 
 def test_dashboard_and_alerts_only_query_metrics_that_exist():

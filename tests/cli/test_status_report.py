@@ -24,6 +24,7 @@ from lorafleet_cli.status_report import (
     replica_report,
     worst_tenants,
 )
+from lorafleet_core.wire.agent_api import AGENT_ONLY_METRICS
 from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
 from lorafleet_gateway.metrics import GatewayMetrics
 
@@ -68,7 +69,7 @@ class Handler(BaseHTTPRequestHandler):
             "application/json",
             MERGED_STATE.model_dump_json(),
         ),
-        "/metrics": ("text/plain", agent_metrics_text()),
+        AGENT_ONLY_METRICS: ("text/plain", agent_metrics_text()),
         "/gateway/metrics": ("text/plain", gateway_metrics_text()),
     }
 

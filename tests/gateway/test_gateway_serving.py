@@ -248,6 +248,14 @@ def test_metrics_health_and_readiness(env: GatewayEnv):
         assert f'lorafleet_gateway_ttft_seconds_bucket{{le="{le}",tier="disk"}} 1.0' in text
     assert 'lorafleet_gateway_tenant_requests_total{tenant="acme"} 1.0' in text
     assert "lorafleet_gateway_time_per_output_token_seconds_count 1.0" in text
+    duration = 'lorafleet_gateway_request_duration_seconds_count{endpoint="chat",tier="disk"} 1.0'
+    assert duration in text
+    assert "_created" not in text  # lorafleet_core.web.exposition
+    with pytest.raises(openai.NotFoundError):  # no replica answers it: tier "none"
+        env.client().chat.completions.create(model="acme/nothing:prod", messages=MSG)
+    eventually(
+        lambda: _metric(env, "lorafleet_gateway_request_duration_seconds_count", tier="none") == 1
+    )
     assert _metric(env, "lorafleet_gateway_healthy_replicas") == 3
     assert httpx.get(f"{env.internal_url}/healthz").status_code == 200
     assert httpx.get(f"{env.internal_url}/readyz").status_code == 200

@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 from lorafleet_core.api.models import ReplicaPool
+from lorafleet_core.wire.agent_api import AGENT_ONLY_METRICS
 
 REPLICA_UID = 10001  # the `lorafleet` user of replica-image/Dockerfile
 PYTHON = "python3"
@@ -69,7 +70,11 @@ def drain_hook(pool: ReplicaPool, internal_port: int) -> dict[str, Any]:
     """preStop of both containers: wait for the agent's running streams (see probe.drain)."""
     timeout = pool.spec.engine.drain_seconds
     command = probe_command(
-        "drain", "--metrics", f"http://127.0.0.1:{internal_port}/metrics", "--timeout", str(timeout)
+        "drain",
+        "--metrics",
+        f"http://127.0.0.1:{internal_port}{AGENT_ONLY_METRICS}",
+        "--timeout",
+        str(timeout),
     )
     return {"preStop": {"exec": {"command": command}}}
 

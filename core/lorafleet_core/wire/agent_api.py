@@ -15,6 +15,11 @@ STATE_ROUTE: Final = "/internal/replicas/{replica_id}/state"
 LOAD_ROUTE: Final = "/internal/replicas/{replica_id}/adapters/{adapter_id}/load"
 # Drop the adapter from the replica's GPU and RAM slots (refused while requests run on it).
 UNLOAD_ROUTE: Final = "/internal/replicas/{replica_id}/adapters/{adapter_id}/unload"
+# The agent's metrics and vLLM's `vllm:` families (lorafleet_agent.engine_metrics), read-only.
+METRICS_ROUTE: Final = "/metrics"
+# The agent's own metrics without asking vLLM: the preStop drain hook polls its busy gauges
+# while the engine may be too busy to answer a scrape in time.
+AGENT_ONLY_METRICS: Final = METRICS_ROUTE + "?engine=false"
 
 # The audience of the projected ServiceAccount tokens the gateway and the operator present to
 # the agents under `internalAuth: tokenReview`; an agent accepts no token issued for another
