@@ -51,6 +51,7 @@ class VllmBatching:
     run_start: float
     run_steps: int
     run_step_s: float
+    step_end: float
     busy_seq_s: float
     gpu_swaps: int
     queue_depth: int
@@ -67,6 +68,7 @@ class VllmBatching:
         if waiting and self.running < self.p.max_seqs:
             use = self.cache.use
             names, adapter_of, prompt = eng.names, eng.adapter_of, eng.prompt
+            admitted = eng.admitted
             # vLLM's scheduler: at most --max-loras distinct adapters among running sequences;
             # a waiting request of another adapter is skipped (keeps its place), later ones
             # of running adapters go ahead. Only checked where it can bind.
@@ -85,6 +87,7 @@ class VllmBatching:
                 if not merged and use(name) is not None:
                     self.gpu_swaps += 1
                 self.prefill.append([req, prompt[req]])
+                admitted[req] = now
                 self.running += 1
             if skipped:
                 waiting.extendleft(reversed(skipped))
@@ -108,7 +111,8 @@ class VllmBatching:
                 self.busy_seq_s += self.running * k * step_s
                 self.stepping = True
                 self.wake += 1
-                eng.schedule(now + k * step_s, self._run_end, self.wake)
+                self.step_end = now + k * step_s
+                eng.schedule(self.step_end, self._run_end, self.wake)
                 return
         budget = self.p.step_token_budget - n_dec
         taken = 0
@@ -134,7 +138,8 @@ class VllmBatching:
         self.busy_seq_s += self.running * duration
         self.stepping = True
         self.wake += 1
-        eng.schedule(now + duration, self._step_end, self.wake)
+        self.step_end = now + duration
+        eng.schedule(self.step_end, self._step_end, self.wake)
 
     def _decode_step_s(self) -> float:
         """One decode step of the running batch (per-sequence cost 0 on the design's GPU)."""
@@ -155,7 +160,8 @@ class VllmBatching:
         self.step += done
         self.run_steps = 0
         self.wake += 1
-        self.eng.schedule(self.run_start + (done + 1) * decode_s, self._step_end, self.wake)
+        self.step_end = self.run_start + (done + 1) * decode_s
+        self.eng.schedule(self.step_end, self._step_end, self.wake)
 
     def _step_end(self, now: float, wake: int) -> None:
         if wake != self.wake:
