@@ -501,13 +501,34 @@ def write_json(path: Path, meta: dict[str, Any], summaries: list[Summary]) -> No
     path.write_text(json.dumps(doc, indent=1, default=str, allow_nan=True))
 
 
+def _plot_excess(ax: Any, s: Summary) -> None:
+    """Per prompt bucket: the slowest 5%'s mean floor and excess parts, stacked."""
+    f = s.figures
+    labels = [f"{lo}-{hi}" if hi < 10**9 else f"{lo}+" for lo, hi in PROMPT_BUCKETS]
+    if not f.get("stable", True) or "worst_excess_adapter" not in f:
+        ax.set_title("TTFT floor + excess: unstable run, no result")
+        return
+    bottom = np.zeros(len(labels))
+    floor = np.array([f[f"floor_p95_prompt_{b}_ms"] for b in labels])
+    ax.bar(labels, floor, label="floor (p95)")
+    bottom += floor
+    for part in EXCESS_PARTS:
+        vals = np.nan_to_num([f[f"tail_{part}_prompt_{b}_ms"] for b in labels])
+        ax.bar(labels, vals, bottom=bottom, label=_PART_TEXT[part])
+        bottom += vals
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("ms")
+    ax.set_title(f"{s.name}: slowest 5%'s excess over the floor")
+    ax.legend(fontsize=7)
+
+
 def plot(path: Path, summaries: list[Summary], title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.5))
     ax = axes[0]
     for s in summaries[:4]:
         for t, vals in s.ttft_by_tier.items():
@@ -540,6 +561,8 @@ def plot(path: Path, summaries: list[Summary], title: str) -> None:
     ax.set_ylabel("replicas")
     ax.set_title("Replicas over time")
     ax.legend(fontsize=7)
+    ax = axes[3]
+    _plot_excess(ax, summaries[0])
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from lorafleet_sim import capacity, merged, merged_overflow, params, report
@@ -48,7 +48,8 @@ def run_scenario(
     if scenario == merged_overflow.SCENARIO:
         md += [merged_overflow.table(summaries), ""]
     md += [report.detail(s) for s in summaries]
-    md.append(burst(runs[0].workload, runs[0].measure_from).line(runs[0].replica.prefill_tps))
+    bursts = burst(runs[0].workload, runs[0].measure_from)
+    md.append(bursts.line(runs[0].replica.prefill_tps))
     md.append("")
     md.append(f"model parameters: {json.dumps(params.describe(runs[0].replica, runs[0].fleet))}")
     md.append(f"\nsimulated in {elapsed:.1f} s wall; command: {command}")
@@ -60,6 +61,7 @@ def run_scenario(
         "seed": inputs.seed,
         "params": params.describe(runs[0].replica, runs[0].fleet),
         "wall_s": elapsed,
+        "burst": asdict(bursts),
     }
     report.write_json(stem.with_suffix(".json"), meta, summaries)
     stem.with_suffix(".md").write_text(text + "\n")
