@@ -2,12 +2,13 @@
 
 vLLM is modelled step by step (continuous batching with chunked prefill): a step carries one
 token for every decoding sequence plus prompt chunks, first come first served, up to
-`step_token_budget` tokens; it lasts `decode_s` (+ `decode_s_per_seq` per running sequence, 0
-on a GPU), or `prefill_step_s` (0 on a GPU) + `batched tokens / prefill_tps` when that is
-longer (prefill is compute bound, decode memory bound). At most `max_seqs` sequences are in
-the batch, of at most `gpu_slots` distinct adapters (vLLM's --max-loras check); more wait in
-vLLM's queue. The first token comes at the end of the step that finishes the prompt, so
-TTFT = queueing + adapter load + prefill (chunked, sharing steps with decodes) + `path_s`
+`step_token_budget` tokens (at most `long_prefill_token_threshold` of one prompt, when set);
+it lasts `decode_s` (+ `decode_s_per_seq` per running sequence, 0 on a GPU), or
+`prefill_step_s` (0 on a GPU) + `batched tokens / prefill_tps` when that is longer (prefill
+is compute bound, decode memory bound). At most `max_seqs` sequences are in the batch, of at
+most `gpu_slots` distinct adapters (vLLM's --max-loras check); more wait in vLLM's queue.
+The first token comes at the end of the step that finishes the prompt, so TTFT = queueing +
+adapter load + prefill (chunked, sharing steps with decodes) + `path_s`
 (the hops outside vLLM, 0 by default).
 
 With `host_cores` > 0 each streamed token and each first token's way back also cost the
@@ -118,16 +119,21 @@ class VllmBatching:
         taken = 0
         done: list[int] = []
         prefill = self.prefill
+        cap = self.p.long_prefill_token_threshold or budget
         for entry in prefill:
             if taken >= budget:
                 break
-            take = min(entry[1], budget - taken)
+            take = min(entry[1], budget - taken, cap)
             entry[1] -= take
             taken += take
             if entry[1] == 0:
                 done.append(entry[0])
-        for _ in done:
-            prefill.popleft()
+        if cap < budget and done:
+            # A capped long prompt keeps its place while shorter ones behind it finish.
+            self.prefill = prefill = deque(entry for entry in prefill if entry[1])
+        else:
+            for _ in done:  # uncapped, the finished prompts are the first ones
+                prefill.popleft()
         self.done_prefill = done
         duration = (n_dec + taken) / self.p.prefill_tps
         if taken:

@@ -183,7 +183,7 @@ def _stability(
 def idle_ttft(rp: ReplicaParams, prompt: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """Each prompt's TTFT on an idle replica with its adapter in a GPU slot: its own prefill
     chunks alone in their steps, and the path outside vLLM at an idle host."""
-    budget = rp.step_token_budget
+    budget = min(rp.step_token_budget, rp.long_prefill_token_threshold or rp.step_token_budget)
     step = rp.decode_s + rp.decode_s_per_seq  # one sequence running: this one
     full, rest = np.divmod(prompt.astype(float), budget)
     t_full = max(budget / rp.prefill_tps + rp.prefill_step_s, step)

@@ -96,3 +96,23 @@ def test_burst_reads_the_prompt_tokens_of_each_second():
     assert b.replicas(b.max_tps, 3000) == 2
     assert "95th percentile second" in b.line(8000)
     assert burst(w, measure_from=2.0).max_tps == 500
+
+
+def test_long_prefill_threshold_lets_a_short_prompt_past_a_long_ones_chunks():
+    # Adapter resident (a first request), then a 6,000-token prompt and, while its first
+    # chunk is in progress, a 100-token one.
+    w = requests((0.0, 1, 1, 0), (10.0, 6000, 2, 0), (10.01, 100, 2, 0))
+    capped_rp = replace(RP, long_prefill_token_threshold=512)
+    uncapped = Engine(w, RP, ONE).run()
+    capped = Engine(w, capped_rp, ONE).run()
+
+    def short_ttft(eng: Engine) -> float:
+        return eng.first_token[2] - eng.arrival[2]
+
+    # Uncapped: behind the long prompt's 2,048-token steps until its last one has room.
+    assert short_ttft(uncapped) > 2 * 2048 / RP.prefill_tps
+    # Capped at 512: it joins the step after the one in progress, 512 + 100 tokens.
+    assert short_ttft(capped) == pytest.approx((512 + 612) / RP.prefill_tps - 0.01)
+    # The long prompt's own floor: 11 steps of 512 tokens and one decode-length step.
+    floor = idle_ttft(capped_rp, np.array([6000]))[0]
+    assert floor == pytest.approx(11 * 512 / RP.prefill_tps + RP.decode_s)
