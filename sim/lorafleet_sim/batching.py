@@ -2,12 +2,13 @@
 
 vLLM is modelled step by step (continuous batching with chunked prefill): a step carries one
 token for every decoding sequence plus prompt chunks, first come first served, up to
-`step_token_budget` tokens; it lasts `decode_s` (+ `decode_s_per_seq` per running sequence, 0
-on a GPU), or `prefill_step_s` (0 on a GPU) + `batched tokens / prefill_tps` when that is
-longer (prefill is compute bound, decode memory bound). At most `max_seqs` sequences are in
-the batch, of at most `gpu_slots` distinct adapters (vLLM's --max-loras check); more wait in
-vLLM's queue. The first token comes at the end of the step that finishes the prompt, so
-TTFT = queueing + adapter load + prefill (chunked, sharing steps with decodes) + `path_s`
+`step_token_budget` tokens (at most `long_prefill_token_threshold` of one prompt, when set);
+it lasts `decode_s` (+ `decode_s_per_seq` per running sequence, 0 on a GPU), or
+`prefill_step_s` (0 on a GPU) + `batched tokens / prefill_tps` when that is longer (prefill
+is compute bound, decode memory bound). At most `max_seqs` sequences are in the batch, of at
+most `gpu_slots` distinct adapters (vLLM's --max-loras check); more wait in vLLM's queue.
+The first token comes at the end of the step that finishes the prompt, so TTFT = queueing +
+adapter load + prefill (chunked, sharing steps with decodes) + `path_s`
 (the hops outside vLLM, 0 by default).
 
 With `host_cores` > 0 each streamed token and each first token's way back also cost the
@@ -51,6 +52,7 @@ class VllmBatching:
     run_start: float
     run_steps: int
     run_step_s: float
+    step_end: float
     busy_seq_s: float
     gpu_swaps: int
     queue_depth: int
@@ -67,6 +69,7 @@ class VllmBatching:
         if waiting and self.running < self.p.max_seqs:
             use = self.cache.use
             names, adapter_of, prompt = eng.names, eng.adapter_of, eng.prompt
+            admitted = eng.admitted
             # vLLM's scheduler: at most --max-loras distinct adapters among running sequences;
             # a waiting request of another adapter is skipped (keeps its place), later ones
             # of running adapters go ahead. Only checked where it can bind.
@@ -85,6 +88,7 @@ class VllmBatching:
                 if not merged and use(name) is not None:
                     self.gpu_swaps += 1
                 self.prefill.append([req, prompt[req]])
+                admitted[req] = now
                 self.running += 1
             if skipped:
                 waiting.extendleft(reversed(skipped))
@@ -108,22 +112,28 @@ class VllmBatching:
                 self.busy_seq_s += self.running * k * step_s
                 self.stepping = True
                 self.wake += 1
-                eng.schedule(now + k * step_s, self._run_end, self.wake)
+                self.step_end = now + k * step_s
+                eng.schedule(self.step_end, self._run_end, self.wake)
                 return
         budget = self.p.step_token_budget - n_dec
         taken = 0
         done: list[int] = []
         prefill = self.prefill
+        cap = self.p.long_prefill_token_threshold or budget
         for entry in prefill:
             if taken >= budget:
                 break
-            take = min(entry[1], budget - taken)
+            take = min(entry[1], budget - taken, cap)
             entry[1] -= take
             taken += take
             if entry[1] == 0:
                 done.append(entry[0])
-        for _ in done:
-            prefill.popleft()
+        if cap < budget and done:
+            # A capped long prompt keeps its place while shorter ones behind it finish.
+            self.prefill = prefill = deque(entry for entry in prefill if entry[1])
+        else:
+            for _ in done:  # uncapped, the finished prompts are the first ones
+                prefill.popleft()
         self.done_prefill = done
         duration = (n_dec + taken) / self.p.prefill_tps
         if taken:
@@ -134,7 +144,8 @@ class VllmBatching:
         self.busy_seq_s += self.running * duration
         self.stepping = True
         self.wake += 1
-        eng.schedule(now + duration, self._step_end, self.wake)
+        self.step_end = now + duration
+        eng.schedule(self.step_end, self._step_end, self.wake)
 
     def _decode_step_s(self) -> float:
         """One decode step of the running batch (per-sequence cost 0 on the design's GPU)."""
@@ -155,7 +166,8 @@ class VllmBatching:
         self.step += done
         self.run_steps = 0
         self.wake += 1
-        self.eng.schedule(self.run_start + (done + 1) * decode_s, self._step_end, self.wake)
+        self.step_end = self.run_start + (done + 1) * decode_s
+        self.eng.schedule(self.step_end, self._step_end, self.wake)
 
     def _step_end(self, now: float, wake: int) -> None:
         if wake != self.wake:

@@ -111,6 +111,8 @@ def sim_params(
         ReplicaParams(),
         max_seqs=int(fleet["max_seqs"]),
         step_token_budget=int(fleet["step_token_budget"]),
+        # the engine's --long-prefill-token-threshold (unset on the calibrated layout)
+        long_prefill_token_threshold=int(fleet.get("long_prefill_token_threshold", 0)),
         gpu_slots=int(fleet["gpu_slots"]),
         ram_slots=int(fleet["ram_slots"]),
         disk_bytes=int(fleet["disk_bytes"]),

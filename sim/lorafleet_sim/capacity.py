@@ -1,11 +1,12 @@
 """Capacity search: the fewest replicas that meet the SLO on a workload.
 
-Meets = worst-adapter p95 TTFT (adapters with >= 20 requests) under the SLO and GPU hits at
-or above 95%. Fewer replicas load each one more and shrink the fleet's slot count, so in
-expectation a count that fails makes every smaller one fail too, and a binary search over
-[low, high] is used. Draw by draw that is not so: the worst adapter's p95 moves by ±150 ms
-between neighbouring counts (`search.fewest_stable` explains why and is the sound search the
-hot-tenant comparison uses); treat a count found here as ±a few replicas.
+Meets = a stable run (completions kept up with arrivals) with worst-adapter p95 TTFT
+(adapters with >= 20 requests) under the SLO and GPU hits at or above 95%. Fewer replicas
+load each one more and shrink the fleet's slot count, so in expectation a count that fails
+makes every smaller one fail too, and a binary search over [low, high] is used. Draw by draw
+that is not so: the worst adapter's p95 moves by ±150 ms between neighbouring counts
+(`search.fewest_stable` explains why and is the sound search the hot-tenant comparison
+uses); treat a count found here as ±a few replicas.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ MIN_GPU_HIT_PCT = 95.0
 
 
 def meets(s: Summary, slo_ms: float) -> bool:
-    return bool(s["worst_adapter_p95_ms"] < slo_ms and s["gpu_hit_pct"] >= MIN_GPU_HIT_PCT)
+    """An unstable run (report._stability) never meets, whatever its figures say."""
+    return bool(
+        s["stable"] and s["worst_adapter_p95_ms"] < slo_ms and s["gpu_hit_pct"] >= MIN_GPU_HIT_PCT
+    )
 
 
 def search(

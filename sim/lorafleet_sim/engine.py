@@ -80,6 +80,12 @@ class Engine(ControlPlane):
         self.first_token = [math.nan] * n  # the client's first token
         self.engine_in = [math.nan] * n  # handed to vLLM (after the path in and the load)
         self.engine_first = [math.nan] * n  # vLLM's (first_token - path outside the engine)
+        # Where the first token's time goes (report.ttft_excess): the agent has the request
+        # (after the path in), vLLM's next step boundary after `engine_in` (the step then in
+        # progress ends), and the boundary where the request got a sequence.
+        self.agent_in = [math.nan] * n
+        self.boundary = [math.nan] * n
+        self.admitted = [math.nan] * n
         self.finish_time = [math.nan] * n
         self.outcome = [0] * n
         self.replica_of = [-1] * n

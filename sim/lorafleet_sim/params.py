@@ -42,6 +42,10 @@ class ReplicaParams:
     # vLLM --max-num-batched-tokens: the per-step token budget shared by decodes (one token
     # each) and prefill chunks (chunked prefill; vLLM v1 default for online serving is 2,048).
     step_token_budget: int = 2048
+    # vLLM --long-prefill-token-threshold: the most prompt tokens one request may put in a
+    # step (0: no cap, vLLM's default with one partial prefill). A cap lets short prompts past
+    # a long one's chunks. Not calibrated against the real engine yet: an experiment's knob.
+    long_prefill_token_threshold: int = 0
     # --max-loras (GPU slots, design 250) and --max-cpu-loras (host RAM, design ~385). vLLM
     # also caps the distinct adapters among running sequences at --max-loras: a waiting request
     # of another adapter is skipped until one of them has no sequence left (binds only when

@@ -99,6 +99,7 @@ class Replica(VllmBatching):
         self.run_start = 0.0
         self.run_steps = 0
         self.run_step_s = p.decode_s
+        self.step_end = 0.0  # when the step in progress ends (vLLM's next scheduling point)
         self.tokens_in_flight = 0  # prompt + output of admitted, unfinished requests
         self.queue_depth = 0  # admitted, not yet streaming (agent's definition)
         self.inflight: set[int] = set()
@@ -161,6 +162,7 @@ class Replica(VllmBatching):
 
     def _admit(self, req: int, now: float) -> None:
         eng = self.eng
+        eng.agent_in[req] = now
         name = eng.names[eng.adapter_of[req]]
         if self.merged is not None:  # the weights are the adapter: nothing to load
             eng.tier[req] = 0
@@ -189,12 +191,16 @@ class Replica(VllmBatching):
             self._enqueue(arg[1], now)
 
     def _enqueue(self, req: int, now: float) -> None:
-        self.eng.engine_in[req] = now
+        eng = self.eng
+        eng.engine_in[req] = now
         self.waiting.append(req)
         if not self.stepping:
+            eng.boundary[req] = now
             self._next_step(now)
-        elif self.run_steps:
+            return
+        if self.run_steps:
             self._interrupt_run(now)
+        eng.boundary[req] = self.step_end
 
     # ------------------------------------------------------------------ loading
 

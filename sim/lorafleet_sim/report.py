@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import numpy as np
 
 from lorafleet_core.wire.tiers import TIER_NAMES
 from lorafleet_sim.engine import OUTCOMES, Engine
+from lorafleet_sim.params import ReplicaParams
 
 PROMPT_BUCKETS = ((0, 512), (512, 2048), (2048, 4096), (4096, 10**9))
 
@@ -57,6 +58,7 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0, hot: str | None
     f: dict[str, Any] = {"requests": n, "completed": int((sel & ~np.isnan(finish)).sum())}
     failed = int((sel & (outcome == OUTCOMES.index("failed"))).sum())
     f["failed"] = failed
+    f.update(_stability(eng, sel, arrival, finish, outcome))
     for i, t in enumerate(TIER_NAMES):
         f[f"{t}_hit_pct"] = 100.0 * int((routed & (tier == i)).sum()) / n_routed
     all_ttft = ttft[done]
@@ -72,6 +74,7 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0, hot: str | None
         label = f"{lo}-{hi}" if hi < 10**9 else f"{lo}+"
         vals = ttft[done & (prompt >= lo) & (prompt < hi)]
         f[f"ttft_p95_prompt_{label}_ms"] = 1000 * _pct(vals, 95)
+    f.update(ttft_excess(eng, done, ttft))
     multi = done & ~np.isnan(finish) & (output > 1)
     tpot = (finish[multi] - first[multi]) / (output[multi] - 1)
     f["tpot_mean_ms"] = 1000 * float(tpot.mean()) if tpot.size else math.nan
@@ -142,6 +145,128 @@ def summarize(name: str, eng: Engine, measure_from: float = 0.0, hot: str | None
     s = Summary(name, f, ttft_by_tier=by_tier)
     s.series = _series(eng, arrival, tier)
     return s
+
+
+def _stability(
+    eng: Engine,
+    sel: np.ndarray[Any, Any],
+    arrival: np.ndarray[Any, Any],
+    finish: np.ndarray[Any, Any],
+    outcome: np.ndarray[Any, Any],
+) -> dict[str, Any]:
+    """Did completions keep up with arrivals? A run that fell behind is not a result.
+
+    At the last arrival a stable fleet holds about what it runs at once: the requests in its
+    sequences (max_seqs per serving replica) and a few waiting a step or a load. A fleet
+    whose completions fall behind its arrivals holds a backlog that grows with the run, and
+    the figures of such a run depend on its length (its TTFTs grow without bound), so they
+    are no answer. Unstable: more unfinished measured requests at the last arrival than the
+    serving replicas' sequences, or any request left unfinished (not failed) once the
+    simulation drained.
+    """
+    end = eng.duration
+    failed = outcome == OUTCOMES.index("failed")
+    arrived = sel & (arrival <= end) & ~failed
+    backlog = int((arrived & ~(finish <= end)).sum())
+    unfinished = int((sel & ~failed & np.isnan(finish)).sum())
+    # serving replicas at the last 10 s sample before the end
+    serving = eng.timeline[-1]["serving"] if eng.timeline else eng.fp.replicas
+    slots = int(serving) * eng.rp.max_seqs
+    return {
+        "stable": bool(backlog <= slots and unfinished == 0),
+        "backlog_at_end": backlog,
+        "sequence_slots_at_end": slots,
+        "unfinished": unfinished,
+    }
+
+
+def idle_ttft(rp: ReplicaParams, prompt: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Each prompt's TTFT on an idle replica with its adapter in a GPU slot: its own prefill
+    chunks alone in their steps, and the path outside vLLM at an idle host."""
+    budget = min(rp.step_token_budget, rp.long_prefill_token_threshold or rp.step_token_budget)
+    step = rp.decode_s + rp.decode_s_per_seq  # one sequence running: this one
+    full, rest = np.divmod(prompt.astype(float), budget)
+    t_full = max(budget / rp.prefill_tps + rp.prefill_step_s, step)
+    t_rest = np.where(rest > 0, np.maximum(rest / rp.prefill_tps + rp.prefill_step_s, step), 0.0)
+    host = rp.host_ttft_cpu_s if rp.host_cores > 0 else 0.0
+    return np.asarray(full * t_full + t_rest + rp.path_s + host)
+
+
+# Where the excess over the floor goes, in the order a request meets them.
+EXCESS_PARTS = ("load", "sequence", "prefill", "path")
+_PART_TEXT = {
+    "load": "adapter load",
+    "sequence": "queue for a sequence",
+    "prefill": "behind other prefill",
+    "path": "path",
+}
+
+
+def ttft_excess(
+    eng: Engine, done: np.ndarray[Any, Any], ttft: np.ndarray[Any, Any]
+) -> dict[str, Any]:
+    """TTFT split into the floor (`idle_ttft`) and the excess, per prompt bucket and adapter.
+
+    The excess, per request: `load` (the agent has it until vLLM does: a load, or a wait on
+    another request's load or on a RAM slot), `sequence` (from vLLM's next step boundary until
+    it gets a sequence), `prefill` (the step in progress when it reached vLLM, and its prompt's
+    steps beyond its idle time: other prompts' chunks and decodes share them) and `path`
+    (the hops outside vLLM beyond their idle time). The parts add up to TTFT minus the floor.
+    """
+    arrival = np.asarray(eng.arrival)
+    prompt = np.asarray(eng.prompt)
+    adapter = np.asarray(eng.adapter_of)
+    rp = eng.rp
+    floor = idle_ttft(rp, prompt)
+    engine_prefill = idle_ttft(replace(rp, path_s=0.0, host_cores=0.0), prompt)
+    agent_in = np.asarray(eng.agent_in)
+    engine_in = np.asarray(eng.engine_in)
+    boundary = np.asarray(eng.boundary)
+    admitted = np.asarray(eng.admitted)
+    engine_first = np.asarray(eng.engine_first)
+    first = np.asarray(eng.first_token)
+    parts = {
+        "load": engine_in - agent_in,
+        "sequence": admitted - boundary,
+        "prefill": (boundary - engine_in) + (engine_first - admitted - engine_prefill),
+        "path": (agent_in - arrival) + (first - engine_first) - (floor - engine_prefill),
+    }
+    excess = ttft - floor
+    f: dict[str, Any] = {}
+    for lo, hi in PROMPT_BUCKETS:
+        label = f"{lo}-{hi}" if hi < 10**9 else f"{lo}+"
+        m = done & (prompt >= lo) & (prompt < hi)
+        f[f"floor_p95_prompt_{label}_ms"] = 1000 * _pct(floor[m], 95)
+        f[f"excess_p50_prompt_{label}_ms"] = 1000 * _pct(excess[m], 50)
+        f[f"excess_p95_prompt_{label}_ms"] = 1000 * _pct(excess[m], 95)
+        # What the slowest 5% waited on: the p95's own story.
+        cut = _pct(ttft[m], 95)
+        tail = m & (ttft >= cut) if m.any() else m
+        for part in EXCESS_PARTS:
+            vals = parts[part][tail]
+            f[f"tail_{part}_prompt_{label}_ms"] = (
+                1000 * float(vals.mean()) if vals.size else math.nan
+            )
+    # Per adapter (those with enough requests for a p95): p95 of the excess.
+    per: dict[str, dict[str, float]] = {}
+    idx = np.flatnonzero(done)
+    order = idx[np.argsort(adapter[idx], kind="stable")]
+    bounds = np.flatnonzero(np.diff(adapter[order])) + 1
+    for chunk in np.split(order, bounds):
+        if chunk.size < eng.fp.min_requests_per_adapter:
+            continue
+        per[eng.names[int(adapter[chunk[0]])]] = {
+            "requests": int(chunk.size),
+            "ttft_p95_ms": 1000 * float(np.percentile(ttft[chunk], 95)),
+            "floor_p95_ms": 1000 * float(np.percentile(floor[chunk], 95)),
+            "excess_p95_ms": 1000 * float(np.percentile(excess[chunk], 95)),
+        }
+    worst = max(per, key=lambda a: per[a]["excess_p95_ms"], default="")
+    f["worst_excess_adapter"] = worst
+    f["worst_adapter_excess_p95_ms"] = per[worst]["excess_p95_ms"] if worst else math.nan
+    f["worst_excess_adapter_floor_p95_ms"] = per[worst]["floor_p95_ms"] if worst else math.nan
+    f["excess_by_adapter"] = per
+    return f
 
 
 # A replica's long-tail p95 counts only with this many requests (~1 per second of a 15-minute
@@ -238,13 +363,36 @@ COLUMNS = (
 )
 
 
+# What an unstable run's row leaves out: its latencies grow with the run's length.
+_UNSTABLE_HIDES = frozenset(
+    ("ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "worst_adapter_p95_ms",
+     "adapters_meeting_slo_pct", "tpot_mean_ms")
+)  # fmt: skip
+
+
+def unstable_text(f: dict[str, Any]) -> str:
+    """Why a run is no result, in one sentence (empty when it is stable)."""
+    if f.get("stable", True):
+        return ""
+    return (
+        f"UNSTABLE, not a result: completions fell behind arrivals, {f['backlog_at_end']} "
+        f"requests unfinished at the last arrival where the fleet runs "
+        f"{f['sequence_slots_at_end']} at once"
+        + (f", {f['unfinished']} never finished" if f["unfinished"] else "")
+    )
+
+
 def table(summaries: list[Summary]) -> str:
     head = "| run | " + " | ".join(c[0] for c in COLUMNS) + " |"
     rule = "|" + "---|" * (len(COLUMNS) + 1)
     rows = [head, rule]
     for s in summaries:
         cells = []
+        stable = s.figures.get("stable", True)
         for _, key, fmt in COLUMNS:
+            if not stable and key in _UNSTABLE_HIDES:
+                cells.append("unstable")
+                continue
             value = s.figures.get(key, math.nan)
             cells.append(
                 "n/a" if isinstance(value, float) and math.isnan(value) else fmt.format(value)
@@ -253,9 +401,47 @@ def table(summaries: list[Summary]) -> str:
     return "\n".join(rows)
 
 
+def excess_lines(f: dict[str, Any]) -> list[str]:
+    """TTFT's floor and excess per prompt bucket (markdown table) and the worst adapter's."""
+    rows = [
+        "| prompt tokens | TTFT p95 | floor p95 | excess p50 | excess p95 | slowest 5% waited: "
+        + " / ".join(_PART_TEXT[p] for p in EXCESS_PARTS)
+        + " (mean) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for lo, hi in PROMPT_BUCKETS:
+        label = f"{lo}-{hi}" if hi < 10**9 else f"{lo}+"
+        tail = " / ".join(f"{f[f'tail_{p}_prompt_{label}_ms']:.0f}" for p in EXCESS_PARTS)
+        rows.append(
+            f"| {label} | {f[f'ttft_p95_prompt_{label}_ms']:.0f} ms "
+            f"| {f[f'floor_p95_prompt_{label}_ms']:.0f} ms "
+            f"| {f[f'excess_p50_prompt_{label}_ms']:.0f} ms "
+            f"| {f[f'excess_p95_prompt_{label}_ms']:.0f} ms | {tail} ms |"
+        )
+    worst = f["worst_excess_adapter"]
+    per = f["excess_by_adapter"]
+    rows.append("")
+    if worst:
+        w = per[worst]
+        rows.append(
+            f"worst adapter by excess: {worst} excess p95 {w['excess_p95_ms']:.0f} ms over a "
+            f"floor p95 of {w['floor_p95_ms']:.0f} ms (TTFT p95 {w['ttft_p95_ms']:.0f} ms, "
+            f"{w['requests']} requests)"
+            + (
+                f"; worst by TTFT {f['worst_adapter']}: excess p95 "
+                f"{per[f['worst_adapter']]['excess_p95_ms']:.0f} ms"
+                if f["worst_adapter"] in per
+                else ""
+            )
+        )
+    return rows
+
+
 def detail(s: Summary) -> str:
     f = s.figures
     lines = [f"### {s.name}", ""]
+    if not f.get("stable", True):
+        lines += [f"**{unstable_text(f)}**", ""]
     lines.append(
         f"requests {f['requests']}, completed {f['completed']}, failed {f['failed']}; "
         f"TTFT p50/p95/p99 by tier: "
@@ -292,6 +478,17 @@ def detail(s: Summary) -> str:
         f"({f['busiest_adapter_requests']} requests) p95 {f['busiest_adapter_p95_ms']:.0f} ms; "
         f"replicas provisioned at most {f['replicas_max']}"
     )
+    lines.append(
+        f"backlog at the last arrival {f['backlog_at_end']} requests "
+        f"(sequences {f['sequence_slots_at_end']}): {'stable' if f['stable'] else 'UNSTABLE'}"
+    )
+    if "worst_excess_adapter" in f:
+        lines += [
+            "",
+            "TTFT = floor (the prompt alone on an idle replica, adapter resident) + excess:",
+            "",
+        ]
+        lines += excess_lines(f)
     return "\n".join(lines) + "\n"
 
 
@@ -304,13 +501,34 @@ def write_json(path: Path, meta: dict[str, Any], summaries: list[Summary]) -> No
     path.write_text(json.dumps(doc, indent=1, default=str, allow_nan=True))
 
 
+def _plot_excess(ax: Any, s: Summary) -> None:
+    """Per prompt bucket: the slowest 5%'s mean floor and excess parts, stacked."""
+    f = s.figures
+    labels = [f"{lo}-{hi}" if hi < 10**9 else f"{lo}+" for lo, hi in PROMPT_BUCKETS]
+    if not f.get("stable", True) or "worst_excess_adapter" not in f:
+        ax.set_title("TTFT floor + excess: unstable run, no result")
+        return
+    bottom = np.zeros(len(labels))
+    floor = np.array([f[f"floor_p95_prompt_{b}_ms"] for b in labels])
+    ax.bar(labels, floor, label="floor (p95)")
+    bottom += floor
+    for part in EXCESS_PARTS:
+        vals = np.nan_to_num([f[f"tail_{part}_prompt_{b}_ms"] for b in labels])
+        ax.bar(labels, vals, bottom=bottom, label=_PART_TEXT[part])
+        bottom += vals
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("ms")
+    ax.set_title(f"{s.name}: slowest 5%'s excess over the floor")
+    ax.legend(fontsize=7)
+
+
 def plot(path: Path, summaries: list[Summary], title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    fig, axes = plt.subplots(1, 4, figsize=(21, 4.5))
     ax = axes[0]
     for s in summaries[:4]:
         for t, vals in s.ttft_by_tier.items():
@@ -343,6 +561,8 @@ def plot(path: Path, summaries: list[Summary], title: str) -> None:
     ax.set_ylabel("replicas")
     ax.set_title("Replicas over time")
     ax.legend(fontsize=7)
+    ax = axes[3]
+    _plot_excess(ax, summaries[0])
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

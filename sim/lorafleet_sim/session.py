@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from lorafleet_sim import capacity, merged, merged_overflow, params, report
+from lorafleet_sim.burst import burst
 from lorafleet_sim.engine import Engine
 from lorafleet_sim.scenarios import SCENARIOS, Inputs, Run, engine_for
 
@@ -47,6 +48,9 @@ def run_scenario(
     if scenario == merged_overflow.SCENARIO:
         md += [merged_overflow.table(summaries), ""]
     md += [report.detail(s) for s in summaries]
+    bursts = burst(runs[0].workload, runs[0].measure_from)
+    md.append(bursts.line(runs[0].replica.prefill_tps))
+    md.append("")
     md.append(f"model parameters: {json.dumps(params.describe(runs[0].replica, runs[0].fleet))}")
     md.append(f"\nsimulated in {elapsed:.1f} s wall; command: {command}")
     text = "\n".join(md)
@@ -57,6 +61,7 @@ def run_scenario(
         "seed": inputs.seed,
         "params": params.describe(runs[0].replica, runs[0].fleet),
         "wall_s": elapsed,
+        "burst": asdict(bursts),
     }
     report.write_json(stem.with_suffix(".json"), meta, summaries)
     stem.with_suffix(".md").write_text(text + "\n")
@@ -78,6 +83,7 @@ def search_capacity(
     `out/sim-capacity.md`); `on_line` hears of every fleet size tried."""
     started = time.perf_counter()
     workload = inputs.workload()
+    bursts = burst(workload, inputs.warmup_s)
     rows: list[str] = []
     summaries: list[report.Summary] = []
     for prefill in sorted(set(prefill_rates)):
@@ -102,10 +108,17 @@ def search_capacity(
             on_run=show,
         )
         pure = capacity.pure_work_replicas(workload, rp)
+        unstable = [n for n, s in sorted(tried.items()) if not s["stable"]]
         rows.append(
             f"| {prefill:g} | {best if best is not None else f'> {high}'} | {pure:.1f} | "
+            f"{bursts.replicas(bursts.p95_tps, prefill)} / "
+            f"{bursts.replicas(bursts.p99_tps, prefill)} | "
+            + (", ".join(map(str, unstable)) or "none")
+            + " | "
             + ", ".join(
                 f"{n}: {s['worst_adapter_p95_ms']:.0f} ms / {s['gpu_hit_pct']:.1f}%"
+                if s["stable"]
+                else f"{n}: unstable"
                 for n, s in sorted(tried.items())
             )
             + " |"
@@ -118,13 +131,17 @@ def search_capacity(
         [
             f"## Capacity search: {workload.label}, router {inputs.router}",
             "",
-            "meets = worst-adapter p95 TTFT < 1 s and GPU hits >= 95% "
-            "(design: 26 replicas; pure work below)",
+            "meets = stable (completions keep up with arrivals) with worst-adapter p95 TTFT "
+            "< 1 s and GPU hits >= 95% (design: 26 replicas; pure work below); an unstable "
+            "run is no result and never meets. Burst: replicas whose prefill takes the 95th / "
+            "99th percentile second's prompt tokens within that second",
             "",
             "| prefill tokens/s | fewest replicas meeting | pure work (replicas) "
-            "| tried: worst p95 / GPU hits |",
-            "|---|---|---|---|",
+            "| burst p95 / p99 (replicas) | unstable at | tried: worst p95 / GPU hits |",
+            "|---|---|---|---|---|---|",
             *rows,
+            "",
+            bursts.line(sorted(set(prefill_rates))[0]),
             "",
             report.table(summaries),
             "",

@@ -96,12 +96,14 @@ def test_long_tail_worst_p95_is_per_replica_and_leaves_the_hot_adapter_out():
 
 
 def test_meets_needs_the_hot_and_the_long_tail_p95_under_the_slo_on_every_seed():
-    def run(hot: float, tail: float) -> Summary:
-        return Summary("x", {"hot_adapter_p95_ms": hot, "tail_worst_replica_p95_ms": tail})
+    def run(hot: float, tail: float, stable: bool = True) -> Summary:
+        figures = {"hot_adapter_p95_ms": hot, "tail_worst_replica_p95_ms": tail, "stable": stable}
+        return Summary("x", figures)
 
     assert meets([run(900, 950), run(990, 800)], 1000)
     assert not meets([run(900, 950), run(1010, 800)], 1000)  # one seed's hot tenant misses
     assert not meets([run(900, 1000)], 1000)  # the long tail at the SLO is not under it
+    assert not meets([run(900, 950), run(900, 950, stable=False)], 1000)  # one seed fell behind
 
 
 TINY = Inputs(rate=3.0, duration_s=120.0, warmup_s=30.0, adapters=100)
