@@ -7,6 +7,8 @@ replicas file as the standalone supervisor writes it.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -162,6 +164,28 @@ def test_register_missing_field_names_it(api):
     resp = api.post("/internal/adapters", json=body, headers=AUTH)
     assert resp.status_code == 422
     assert any("checksum" in r for r in reasons_of(resp))
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "says"),
+    [
+        (b"[1, 2]", 422, "body: Input should be a valid dictionary"),
+        (b'{"adapter_id": "\xff\xfe"}', 400, "error parsing the body"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "error parsing the body"),
+        (json.dumps(registration("x-v1") | {"alpha": math.nan}).encode(), 422, "alpha: nan"),
+    ],
+    ids=["not-an-object", "bad-utf8", "nested-deep", "nan"],
+)
+def test_a_body_that_is_not_a_registration_is_refused_with_a_code(
+    api, folder, content, status, says
+):
+    headers = {**AUTH, "content-type": "application/json"}
+    resp = api.post("/internal/adapters", content=content, headers=headers)
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert error["code"] in {"invalid_request", "adapter_invalid"}
+    assert says in error["message"]
+    assert adapters(folder) == {}
 
 
 def test_alias_deploy_then_rollback_by_pointing_back(api, folder):

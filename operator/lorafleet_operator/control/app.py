@@ -166,7 +166,8 @@ def build_control_app(
     @app.exception_handler(RequestValidationError)
     async def _invalid(_r: Request, exc: RequestValidationError) -> JSONResponse:
         reasons = [
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}"
+            for e in exc.errors()
         ]
         return _answer(422, "; ".join(reasons), "invalid_request", reasons=reasons)
 
@@ -177,7 +178,9 @@ def build_control_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_r: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _answer(exc.status_code, str(exc.detail), None)
+        # 400 is FastAPI's answer to a body it cannot decode (bad UTF-8, nesting too deep).
+        code = "invalid_request" if exc.status_code == 400 else None
+        return _answer(exc.status_code, str(exc.detail), code)
 
     @app.post(
         "/internal/adapters",
