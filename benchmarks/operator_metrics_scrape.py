@@ -48,7 +48,7 @@ def main() -> None:
     now = datetime.now(UTC)
     for i in range(args.adapters):
         name = f"t{i}-a-v1"
-        fleet.adapters[name] = AdapterEntry(
+        fleet.index.adapters[name] = AdapterEntry(
             name=name,
             adapter=adapter(name),
             invalid=None,
@@ -60,7 +60,7 @@ def main() -> None:
     for i in range(args.aliases):
         a = alias(f"al-{i}", f"acme/m{i}:prod", "acme-a-v1" if i % 10 else "missing")
         a.status = plan_alias(a, views, [], now).status
-        fleet.aliases[a.metadata.name] = a
+        fleet.index.aliases[a.metadata.name] = a
     metrics = OperatorMetrics(lambda: {"prod": fleet})
     times = []
     for _ in range(args.rounds):

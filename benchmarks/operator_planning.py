@@ -185,9 +185,9 @@ async def bench_writes(
         concurrency=settings.write_concurrency,
     )
     task = asyncio.create_task(fleet.run())
-    fleet.upsert_pool(the_pool())
+    fleet.index.upsert_pool(the_pool())
     for i in range(r):
-        fleet.upsert_pod(
+        fleet.index.upsert_pod(
             {
                 "metadata": {
                     "name": f"gpu-{i}",
@@ -207,7 +207,7 @@ async def bench_writes(
     chunk = max(1, int(rate / 20))
     for start in range(0, n, chunk):
         for i in range(start, min(n, start + chunk)):
-            fleet.upsert_adapter(adapter_body(i))
+            fleet.index.upsert_adapter(adapter_body(i))
         await asyncio.sleep(chunk / rate)
     arrived = time.perf_counter() - t0
     # Settle: wait until a pass writes nothing (the deferred pod patches are done).
@@ -235,7 +235,7 @@ async def bench_writes(
         f"{settings.pod_patch_interval_seconds} s"
     )
     t0 = time.perf_counter()
-    plan_fleet(fleet.snapshot(), datetime.now(UTC), fleet.params)
+    plan_fleet(fleet.index.snapshot(), datetime.now(UTC), fleet.params)
     final = time.perf_counter() - t0
     result.add(measure="one planning pass over the final state", value=f"{final:.2f} s")
 

@@ -1,8 +1,8 @@
 """What the sync loop has observed of one namespace: the index kopf's watch events update.
 
 Handlers call the upsert/remove methods with the objects they are told about; each real
-change marks the index dirty, which is what wakes the loop (sync.FleetSync, a FleetIndex that
-also plans and writes). Nothing here does I/O: `snapshot()` copies the index into the plain
+change marks the index dirty, which is what wakes the loop (sync.FleetSync owns the index, plans
+over it and writes). Nothing here does I/O: `snapshot()` copies the index into the plain
 FleetSnapshot the pure planner takes, so planning can run in a thread while events keep
 arriving.
 """
@@ -89,15 +89,15 @@ class FleetIndex:
         self.states: dict[str, ReplicaState] = {}
         self._missed: dict[str, int] = {}  # replica -> scrapes missed in a row (set_states)
         self.measured_pools: set[str] = set()  # pools some replica has answered a scrape of
-        self._dirty = asyncio.Event()
+        self.dirty = asyncio.Event()
         # Set once everything there is has been observed (kopf's initial lists): the loop
         # plans nothing before (sync.FleetSync.run).
         self.listed = asyncio.Event()
-        self._last_change = 0.0
+        self.last_change = 0.0
 
-    def _touch(self) -> None:
-        self._last_change = time.monotonic()
-        self._dirty.set()
+    def touch(self) -> None:
+        self.last_change = time.monotonic()
+        self.dirty.set()
 
     def upsert_adapter(self, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
@@ -115,11 +115,11 @@ class FleetIndex:
         self.uids[("LoRAAdapter", name)] = str(meta.get("uid") or "")
         if self.adapters.get(name) != entry:
             self.adapters[name] = entry
-            self._touch()
+            self.touch()
 
     def remove_adapter(self, name: str) -> None:
         if self.adapters.pop(name, None) is not None:
-            self._touch()
+            self.touch()
 
     def upsert_alias(self, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
@@ -137,29 +137,29 @@ class FleetIndex:
             self.aliases.pop(name, None)
             if self.invalid_aliases.get(name) != bad:
                 self.invalid_aliases[name] = bad
-                self._touch()
+                self.touch()
             return
         self.invalid_aliases.pop(alias.metadata.name, None)
         alias.status = _parse_status(AdapterAliasStatus, body.get("status"))
         name = alias.metadata.name
         if self.aliases.get(name) != alias:
             self.aliases[name] = alias
-            self._touch()
+            self.touch()
 
     def remove_alias(self, name: str) -> None:
         self.invalid_aliases.pop(name, None)
         if self.aliases.pop(name, None) is not None:
-            self._touch()
+            self.touch()
 
     def upsert_pool(self, pool: ReplicaPool) -> None:
         pool = pool.model_copy(update={"status": None})
         if self.pools.get(pool.metadata.name) != pool:
             self.pools[pool.metadata.name] = pool
-            self._touch()
+            self.touch()
 
     def remove_pool(self, name: str) -> None:
         if self.pools.pop(name, None) is not None:
-            self._touch()
+            self.touch()
 
     def upsert_pod(self, body: Mapping[str, Any]) -> None:
         meta = body.get("metadata") or {}
@@ -177,7 +177,7 @@ class FleetIndex:
         )
         if self.pods.get(name) != view:
             self.pods[name] = view
-            self._touch()
+            self.touch()
 
     def set_pod_value(self, name: str, value: str | None) -> None:
         """The pod's owned-adapters annotation as last observed or written, and the ids it
@@ -193,7 +193,7 @@ class FleetIndex:
         self.states.pop(name, None)
         self._missed.pop(name, None)
         if self.pods.pop(name, None) is not None:
-            self._touch()
+            self.touch()
 
     def set_states(self, pool: str, states: Mapping[str, ReplicaState]) -> None:
         """Replica states scraped by the autoscaler (traffic sizes owner counts).
@@ -221,7 +221,7 @@ class FleetIndex:
         self.states.update(states)
         if states:
             self.measured_pools.add(pool)
-        self._touch()
+        self.touch()
 
     def aliases_referencing(self, adapter: str) -> list[str]:
         """Aliases whose spec or served status names `adapter` (they block its deletion)."""

@@ -54,8 +54,8 @@ class FleetCollector(Collector):
         # The scrape runs in the metrics server's thread while the event loop updates the
         # index: list() copies a dict in one step under the GIL, iterating it live could fail.
         for ns, fleet in sorted(self.fleets().items(), key=lambda kv: kv[0]):
-            adapter_entries = list(fleet.adapters.values())
-            alias_objects = list(fleet.aliases.values())
+            adapter_entries = list(fleet.index.adapters.values())
+            alias_objects = list(fleet.index.aliases.values())
             phases = Tally(
                 (e.status.phase if e.status and e.status.phase else AdapterPhase.PENDING).value
                 for e in adapter_entries

@@ -112,7 +112,7 @@ class Runtime:
         """
         fleet = self._fleet(namespace)
         if not indexing:
-            fleet.listed.set()
+            fleet.index.listed.set()
         return fleet
 
     def _fleet(self, namespace: str) -> FleetSync:

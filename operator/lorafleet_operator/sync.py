@@ -70,8 +70,9 @@ def status_patch(status: Any) -> dict[str, Any]:
     return body
 
 
-class FleetSync(FleetIndex):
-    """The index (fleet_index) plus the loop that plans over it and writes the difference."""
+class FleetSync:
+    """The loop that plans over a namespace's index (fleet_index, `self.index`: what the
+    handlers update) and writes the difference."""
 
     def __init__(
         self,
@@ -87,9 +88,10 @@ class FleetSync(FleetIndex):
         on_pass: Callable[[float, bool], None] | None = None,
         wait_for_lists: bool = False,
     ) -> None:
-        super().__init__(namespace, default_port)
+        self.namespace = namespace
+        self.index = FleetIndex(namespace, default_port)
         if not wait_for_lists:  # the caller fills the index before it runs the loop
-            self.listed.set()
+            self.index.listed.set()
         self.on_pass = on_pass  # (seconds, ok) after each pass: the operator's metrics
         self.writer = writer
         self.params = params or FleetParams()
@@ -102,24 +104,24 @@ class FleetSync(FleetIndex):
         self.clock = clock or (lambda: datetime.now(UTC))
         self.last_plan: FleetPlan | None = None
         self.created_pools: set[str] = set()  # merged pools this loop created (autoMerge)
-        self._sem = asyncio.Semaphore(concurrency)
+        self.write_slots = asyncio.Semaphore(concurrency)  # writes in flight at once
         self._started = 0
         self._done = 0
         self._progress = asyncio.Condition()
 
     async def run(self) -> None:
-        await self.listed.wait()
+        await self.index.listed.wait()
         while True:
-            await self._dirty.wait()
+            await self.index.dirty.wait()
             first = time.monotonic()
             while True:  # wait for a quiet moment, but not longer than max_delay
                 now = time.monotonic()
-                quiet_left = self._last_change + self.debounce - now
+                quiet_left = self.index.last_change + self.debounce - now
                 budget_left = first + self.max_delay - now
                 if quiet_left <= 0 or budget_left <= 0:
                     break
                 await asyncio.sleep(min(quiet_left, budget_left))
-            self._dirty.clear()
+            self.index.dirty.clear()
             self._started += 1
             t0, ok = time.perf_counter(), False
             try:
@@ -127,7 +129,7 @@ class FleetSync(FleetIndex):
                 ok = True
             except Exception:
                 log.exception("sync pass failed in %s; retrying", self.namespace)
-                self._dirty.set()
+                self.index.dirty.set()
                 await asyncio.sleep(self.max_delay)
             finally:
                 if self.on_pass is not None:
@@ -140,42 +142,42 @@ class FleetSync(FleetIndex):
         """Return once a pass that began after this call has finished (its writes done)."""
         want = self._started + 1
         self._force_pods = True
-        self._touch()
+        self.index.touch()
         async with self._progress:
             await self._progress.wait_for(lambda: self._done >= want)
 
     async def sync_once(self) -> FleetPlan:
-        snap = self.snapshot()
+        snap = self.index.snapshot()
         # In a thread: planning 5,000 adapters takes ~1 s on a slow core, and kopf's watch
         # streams must keep flowing meanwhile. The snapshot is a copy, so nothing races.
         plan = await asyncio.to_thread(plan_fleet, snap, self.clock(), self.params)
         self.last_plan = plan
         ns = self.namespace
 
-        await self._run_all(self._pod_jobs(plan))
+        await self.run_all(self._pod_jobs(plan))
 
         adapter_jobs = []
         for name, status in plan.adapter_status.items():
-            entry = self.adapters.get(name)
+            entry = self.index.adapters.get(name)
             if entry is not None and entry.status != status:
                 adapter_jobs.append(self._write_adapter(entry, status))
-        await self._run_all(adapter_jobs)
+        await self.run_all(adapter_jobs)
         await write_merged(self, plan)
 
         alias_jobs = []
         for name, astatus in plan.alias_status.items():
-            alias = self.aliases.get(name)
+            alias = self.index.aliases.get(name)
             if alias is not None and alias.status != astatus:
                 alias_jobs.append(self._write_alias(alias, astatus, plan.alias_deploys.get(name)))
-        for name, bad in sorted(self.invalid_aliases.items()):
+        for name, bad in sorted(self.index.invalid_aliases.items()):
             invalid = plan_invalid_alias(bad.status, bad.message, self.clock(), bad.generation)
             if invalid != bad.status:
                 alias_jobs.append(self._write_invalid_alias(name, invalid))
             was = bad.status.conditions if bad.status else []
             if all(c.reason != reasons.INVALID_SPEC for c in was):  # newly invalid
                 plan.warnings.append(("AdapterAlias", name, reasons.INVALID_SPEC, bad.message))
-        await self._run_all(alias_jobs)
-        await self._run_all([self._warn(*w) for w in plan.warnings])
+        await self.run_all(alias_jobs)
+        await self.run_all([self._warn(*w) for w in plan.warnings])
         for adapter, aliases in plan.blocked_deletions.items():
             log.info("deletion of %s/%s waits for aliases %s", ns, adapter, aliases)
         for adapter, pools in plan.blocked_by_pools.items():
@@ -192,7 +194,7 @@ class FleetSync(FleetIndex):
         jobs: list[Awaitable[None]] = []
         next_due: float | None = None
         for pod, value in sorted(plan.pod_annotations.items()):
-            if pod not in self.pods or self.pod_values.get(pod) == value:
+            if pod not in self.index.pods or self.index.pod_values.get(pod) == value:
                 continue
             due = self._pod_written_at.get(pod, -math.inf) + self.pod_interval
             if force or due <= now:
@@ -206,56 +208,56 @@ class FleetSync(FleetIndex):
 
     def _wake_up(self) -> None:
         self._wake = None
-        self._touch()
+        self.index.touch()
 
-    async def _run_all(self, jobs: Sequence[Awaitable[None]]) -> None:
+    async def run_all(self, jobs: Sequence[Awaitable[None]]) -> None:
         results = await asyncio.gather(*jobs, return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 if is_not_found(r):
                     continue  # the object is gone; its DELETED event updates the index
                 log.warning("write failed in %s: %s; will retry", self.namespace, r)
-                self._dirty.set()
+                self.index.dirty.set()
 
     async def _write_pod(self, pod: str, value: str) -> None:
-        async with self._sem:
+        async with self.write_slots:
             await self.writer.pod_annotation(self.namespace, pod, value)
-        self.set_pod_value(pod, value)  # our write is the newest observation
+        self.index.set_pod_value(pod, value)  # our write is the newest observation
 
     async def _write_adapter(self, entry: AdapterEntry, status: LoRAAdapterStatus) -> None:
-        async with self._sem:
+        async with self.write_slots:
             await self.writer.adapter_status(self.namespace, entry.name, status_patch(status))
-        current = self.adapters.get(entry.name)
+        current = self.index.adapters.get(entry.name)
         if current is not None:
-            self.adapters[entry.name] = dataclasses.replace(current, status=status)
+            self.index.adapters[entry.name] = dataclasses.replace(current, status=status)
 
     async def _warn(self, kind: str, name: str, reason: str, message: str) -> None:
-        uid = self.uids.get((kind, name))
+        uid = self.index.uids.get((kind, name))
         await self.writer.event(self.namespace, kind, name, uid, reason, message, "Warning")
 
     async def _write_invalid_alias(self, name: str, status: AdapterAliasStatus) -> None:
-        async with self._sem:
+        async with self.write_slots:
             await self.writer.alias_status(self.namespace, name, status_patch(status))
-        current = self.invalid_aliases.get(name)
+        current = self.index.invalid_aliases.get(name)
         if current is not None:
-            self.invalid_aliases[name] = dataclasses.replace(current, status=status)
+            self.index.invalid_aliases[name] = dataclasses.replace(current, status=status)
 
     async def _write_alias(
         self, alias: AdapterAlias, status: AdapterAliasStatus, deployed: str | None
     ) -> None:
         name = alias.metadata.name
-        async with self._sem:
+        async with self.write_slots:
             await self.writer.alias_status(self.namespace, name, status_patch(status))
-        current = self.aliases.get(name)
+        current = self.index.aliases.get(name)
         if current is not None:
-            self.aliases[name] = current.model_copy(update={"status": status})
+            self.index.aliases[name] = current.model_copy(update={"status": status})
         if deployed:
             previous = status.previous_adapter or "nothing"
             await self.writer.event(
                 self.namespace,
                 "AdapterAlias",
                 name,
-                self.uids.get(("AdapterAlias", name)),
+                self.index.uids.get(("AdapterAlias", name)),
                 reasons.DEPLOYED,
                 f"{alias.spec.model} now serves {deployed} (was {previous})",
             )

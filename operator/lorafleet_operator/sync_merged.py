@@ -26,17 +26,17 @@ log = logging.getLogger(__name__)
 
 async def write_merged(fleet: FleetSync, plan: FleetPlan) -> None:
     events = [merge_event(fleet, name, why) for name, why in sorted(plan.merge_events.items())]
-    await fleet._run_all(events)
-    await fleet._run_all([create_pool(fleet, body) for body in plan.pools_to_create])
+    await fleet.run_all(events)
+    await fleet.run_all([create_pool(fleet, body) for body in plan.pools_to_create])
     by_pool: dict[str, list[PoolChange]] = {}
     for change in plan.pool_changes:
         by_pool.setdefault(change.pool, []).append(change)
-    await fleet._run_all([_apply(fleet, changes) for changes in by_pool.values()])
+    await fleet.run_all([_apply(fleet, changes) for changes in by_pool.values()])
 
 
 async def merge_event(fleet: FleetSync, adapter: str, why: tuple[str, str]) -> None:
     reason, message = why
-    uid = fleet.uids.get((KIND_ADAPTER, adapter))
+    uid = fleet.index.uids.get((KIND_ADAPTER, adapter))
     await fleet.writer.event(
         fleet.namespace,
         KIND_ADAPTER,
@@ -51,10 +51,10 @@ async def create_pool(fleet: FleetSync, body: dict[str, Any]) -> None:
     """Create a merged pool once; its watch event then indexes it like any pool (until
     then the planner would ask again, so what this loop created is remembered)."""
     name = str(body["metadata"]["name"])
-    if name in fleet.created_pools or name in fleet.pools:
+    if name in fleet.created_pools or name in fleet.index.pools:
         return
     body = {**body, "metadata": {**body["metadata"], "namespace": fleet.namespace}}
-    async with fleet._sem:
+    async with fleet.write_slots:
         try:
             await fleet.writer.create_pool(fleet.namespace, body)
         except Exception as exc:
@@ -66,10 +66,10 @@ async def create_pool(fleet: FleetSync, body: dict[str, Any]) -> None:
 
 async def _apply(fleet: FleetSync, changes: list[PoolChange]) -> None:
     for change in changes:
-        pool = fleet.pools.get(change.pool)
+        pool = fleet.index.pools.get(change.pool)
         if pool is None:
             return  # gone meanwhile (its DELETED event removed it)
-        async with fleet._sem:
+        async with fleet.write_slots:
             try:
                 if change.delete:
                     await fleet.writer.delete_pool(fleet.namespace, change.pool)
@@ -80,11 +80,11 @@ async def _apply(fleet: FleetSync, changes: list[PoolChange]) -> None:
                 if not is_not_found(exc):
                     raise
         if change.delete:
-            fleet.remove_pool(change.pool)
+            fleet.index.remove_pool(change.pool)
             fleet.created_pools.discard(change.pool)  # traffic back later: create it anew
         else:
             assert change.patch is not None
-            fleet.pools[change.pool] = patched(pool, change.patch)
+            fleet.index.pools[change.pool] = patched(pool, change.patch)
         log.info("merged ReplicaPool %s/%s: %s", fleet.namespace, change.pool, change.message)
         await _events(fleet, pool, change)
 
@@ -104,7 +104,7 @@ async def _events(fleet: FleetSync, pool: ReplicaPool, change: PoolChange) -> No
         fleet.namespace,
         KIND_ADAPTER,
         change.adapter,
-        fleet.uids.get((KIND_ADAPTER, change.adapter)),
+        fleet.index.uids.get((KIND_ADAPTER, change.adapter)),
         change.reason,
         change.message,
     )

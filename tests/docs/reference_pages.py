@@ -299,11 +299,15 @@ def _families(registry: CollectorRegistry) -> Iterator[Family]:
         )
 
 
+class _EmptyIndex:
+    adapters: Mapping[str, Any] = {}
+    aliases: Mapping[str, Any] = {}
+
+
 class _EmptyFleet:
     """A namespace with no objects: the operator's index gauges then show their labels."""
 
-    adapters: Mapping[str, Any] = {}
-    aliases: Mapping[str, Any] = {}
+    index = _EmptyIndex()
 
 
 def metric_sections() -> list[tuple[str, str, list[Family]]]:

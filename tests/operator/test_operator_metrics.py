@@ -41,12 +41,12 @@ async def test_metrics_report_passes_writes_phases_and_refused_deploys(operator_
     rt.fleets["ns"] = fleet
     task = asyncio.create_task(fleet.run())
     try:
-        fleet.upsert_pool(pool())
+        fleet.index.upsert_pool(pool())
         for i in range(2):
-            fleet.upsert_pod(pod_body(f"pool-{i}"))
-        fleet.upsert_adapter(adapter_body("acme-v1"))
-        fleet.upsert_adapter(adapter_body("acme-huge", rank=64))  # above maxRank: Rejected
-        fleet.upsert_alias(alias_body("prod", "acme/support:prod", "acme-huge"))
+            fleet.index.upsert_pod(pod_body(f"pool-{i}"))
+        fleet.index.upsert_adapter(adapter_body("acme-v1"))
+        fleet.index.upsert_adapter(adapter_body("acme-huge", rank=64))  # above maxRank: Rejected
+        fleet.index.upsert_alias(alias_body("prod", "acme/support:prod", "acme-huge"))
         await fleet.flush()
         async with httpx.AsyncClient() as client:
             response = await client.get(f"http://127.0.0.1:{port}/metrics")
@@ -74,8 +74,8 @@ async def test_a_failing_pass_is_counted_as_an_error(operator_runtime):
 
     fleet = FleetSync("ns", RecordingWriter(), debounce=0.05, max_delay=0.2)
     fleet.on_pass = rt.metrics.on_pass("ns")
-    fleet.upsert_pool(pool())
-    fleet.upsert_adapter(adapter_body("acme-v1"))
+    fleet.index.upsert_pool(pool())
+    fleet.index.upsert_adapter(adapter_body("acme-v1"))
 
     async def broken_plan() -> None:
         raise RuntimeError("planner bug")

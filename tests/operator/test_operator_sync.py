@@ -79,13 +79,13 @@ async def fleet():
 
 async def test_bulk_create_patches_each_pod_a_handful_of_times(fleet):
     fleet, writer = fleet
-    fleet.upsert_pool(pool())
+    fleet.index.upsert_pool(pool())
     for i in range(26):
-        fleet.upsert_pod(pod_body(f"pool-{i}"))
+        fleet.index.upsert_pod(pod_body(f"pool-{i}"))
     # 5,000 adapters arrive as a watch stream would deliver them: in bursts, over ~2 s.
     for chunk in range(50):
         for i in range(100):
-            fleet.upsert_adapter(adapter_body(f"bulk-{chunk * 100 + i:04d}"))
+            fleet.index.upsert_adapter(adapter_body(f"bulk-{chunk * 100 + i:04d}"))
         await asyncio.sleep(0.04)
     await fleet.flush()
     assert sum(writer.adapters.values()) >= 5000
@@ -100,14 +100,14 @@ async def test_bulk_create_patches_each_pod_a_handful_of_times(fleet):
 
 async def test_replica_churn_rewrites_only_affected_pods(fleet):
     fleet, writer = fleet
-    fleet.upsert_pool(pool())
+    fleet.index.upsert_pool(pool())
     for i in range(10):
-        fleet.upsert_pod(pod_body(f"pool-{i}"))
+        fleet.index.upsert_pod(pod_body(f"pool-{i}"))
     for i in range(300):
-        fleet.upsert_adapter(adapter_body(f"a-{i:03d}"))
+        fleet.index.upsert_adapter(adapter_body(f"a-{i:03d}"))
     await fleet.flush()
     writer.pods.clear()
-    fleet.upsert_pod(pod_body("pool-10"))  # a replica joins
+    fleet.index.upsert_pod(pod_body("pool-10"))  # a replica joins
     await fleet.flush()
     changed = set(writer.pods)
     assert "pool-10" in changed
@@ -115,7 +115,7 @@ async def test_replica_churn_rewrites_only_affected_pods(fleet):
     # lost an adapter is rewritten once; none twice.
     assert max(writer.pods.values()) == 1
     writer.pods.clear()
-    fleet.remove_pod("pool-3")  # a replica leaves
+    fleet.index.remove_pod("pool-3")  # a replica leaves
     await fleet.flush()
     assert "pool-3" not in writer.pods
     assert writer.pods
@@ -124,10 +124,10 @@ async def test_replica_churn_rewrites_only_affected_pods(fleet):
 
 async def test_alias_deploy_posts_an_event_once(fleet):
     fleet, writer = fleet
-    fleet.upsert_pool(pool())
-    fleet.upsert_pod(pod_body("pool-0"))
-    fleet.upsert_adapter(adapter_body("v1"))
-    fleet.upsert_alias(alias_body("prod", "acme/s:prod", "v1"))
+    fleet.index.upsert_pool(pool())
+    fleet.index.upsert_pod(pod_body("pool-0"))
+    fleet.index.upsert_adapter(adapter_body("v1"))
+    fleet.index.upsert_alias(alias_body("prod", "acme/s:prod", "v1"))
     await fleet.flush()
     assert writer.aliases["prod"]["adapter"] == "v1"
     assert [(n, r) for n, r, _ in writer.events] == [("prod", "Deployed")]
@@ -137,33 +137,35 @@ async def test_alias_deploy_posts_an_event_once(fleet):
 
 async def test_flush_waits_for_a_pass_that_started_after_it(fleet):
     fleet, writer = fleet
-    fleet.upsert_pool(pool())
-    fleet.upsert_pod(pod_body("pool-0"))
-    fleet.upsert_adapter(adapter_body("x"))
+    fleet.index.upsert_pool(pool())
+    fleet.index.upsert_pod(pod_body("pool-0"))
+    fleet.index.upsert_adapter(adapter_body("x"))
     await fleet.flush()
     assert "x" in writer.pod_values["pool-0"]
-    fleet.upsert_adapter(adapter_body("x") | {"metadata": {"name": "x", "deletionTimestamp": "t"}})
+    fleet.index.upsert_adapter(
+        adapter_body("x") | {"metadata": {"name": "x", "deletionTimestamp": "t"}}
+    )
     await fleet.flush()
     assert writer.pod_values["pool-0"] == "[]"
 
 
 async def test_failures_post_one_warning_event_each_and_passes_repeat_none(fleet):
     fleet, writer = fleet
-    fleet.upsert_pool(pool())
+    fleet.index.upsert_pool(pool())
     for i in range(2):
-        fleet.upsert_pod(pod_body(f"pool-{i}"))
-    fleet.upsert_adapter(adapter_body("good"))
-    fleet.upsert_adapter(adapter_body("big", rank=128))
-    fleet.upsert_alias(alias_body("prod", "acme/s:prod", "good"))
+        fleet.index.upsert_pod(pod_body(f"pool-{i}"))
+    fleet.index.upsert_adapter(adapter_body("good"))
+    fleet.index.upsert_adapter(adapter_body("big", rank=128))
+    fleet.index.upsert_alias(alias_body("prod", "acme/s:prod", "good"))
     await fleet.flush()
     await fleet.flush()
     assert writer.warnings == [("LoRAAdapter", "big", "RankTooHigh")]
     edited = alias_body("prod", "acme/s:prod", "big")  # a refused deploy
     edited["status"] = writer.aliases["prod"]  # a watch event carries the status written
-    fleet.upsert_alias(edited)
+    fleet.index.upsert_alias(edited)
     await fleet.flush()
     assert writer.warnings[1:] == [("AdapterAlias", "prod", "AdapterNotReady")]
-    fleet.remove_adapter("good")  # what it serves vanishes
+    fleet.index.remove_adapter("good")  # what it serves vanishes
     await fleet.flush()
     assert writer.warnings[2:] == [("AdapterAlias", "prod", "AdapterNotFound")]
     for _ in range(3):
@@ -173,14 +175,14 @@ async def test_failures_post_one_warning_event_each_and_passes_repeat_none(fleet
 
 async def test_a_replica_missing_a_scrape_keeps_its_traffic_until_it_stays_silent(fleet):
     fleet, writer = fleet
-    fleet.upsert_pool(pool())
+    fleet.index.upsert_pool(pool())
     for i in range(4):
-        fleet.upsert_pod(pod_body(f"pool-{i}"))
-    fleet.upsert_adapter(adapter_body("hot"))
+        fleet.index.upsert_pod(pod_body(f"pool-{i}"))
+    fleet.index.upsert_adapter(adapter_body("hot"))
     busy = ReplicaState(replica_id="pool-0", tokens_per_second={"hot": 2000.0})
 
     async def scraped(states: dict[str, ReplicaState]) -> int:
-        fleet.set_states("pool", states)
+        fleet.index.set_states("pool", states)
         await fleet.flush()
         assert fleet.last_plan is not None
         count = fleet.last_plan.adapter_status["hot"].owner_count
@@ -200,7 +202,7 @@ async def test_a_replica_missing_a_scrape_keeps_its_traffic_until_it_stays_silen
     assert await scraped({}) == 2
     # A replica that stops being ready is forgotten at its pool's next scrape.
     assert await scraped({"pool-0": busy}) == 4
-    fleet.upsert_pod(pod_body("pool-0", ready=False))
+    fleet.index.upsert_pod(pod_body("pool-0", ready=False))
     assert await scraped({}) == 2
 
 
@@ -219,39 +221,39 @@ async def test_a_restarted_operator_rewrites_nothing_before_and_after_its_first_
     first = FleetSync("ns", first_writer, debounce=0.05, max_delay=0.5)
     task = asyncio.create_task(first.run())
     try:
-        first.upsert_pool(small)
+        first.index.upsert_pool(small)
         for r in pods:
-            first.upsert_pod(pod_body(r))
+            first.index.upsert_pod(pod_body(r))
         for name in traffic:
-            first.upsert_adapter(adapter_body(name))
-        first.set_states("pool", states)
+            first.index.upsert_adapter(adapter_body(name))
+        first.index.set_states("pool", states)
         await first.flush()
         await first.flush()  # settled: the second pass writes nothing
     finally:
         task.cancel()
     assert first.last_plan is not None
     assert first.last_plan.dropped, "the pods must own more than their annotation holds"
-    assert first.adapters["a-00"].status is not None
-    assert first.adapters["a-00"].status.owner_count == 3
+    assert first.index.adapters["a-00"].status is not None
+    assert first.index.adapters["a-00"].status.owner_count == 3
 
     # The restarted operator lists what the first one left: annotations and statuses.
     writer = RecordingWriter()
     second = FleetSync("ns", writer, debounce=0.05, max_delay=0.5)
     task = asyncio.create_task(second.run())
     try:
-        second.upsert_pool(small)
+        second.index.upsert_pool(small)
         for r in pods:
             body = pod_body(r)
-            value = first.pod_values[r]
+            value = first.index.pod_values[r]
             assert value is not None
             body["metadata"]["annotations"] = {ANNOTATION_OWNED_ADAPTERS: value}
-            second.upsert_pod(body)
-        for name, entry in first.adapters.items():
+            second.index.upsert_pod(body)
+        for name, entry in first.index.adapters.items():
             assert entry.status is not None
-            second.upsert_adapter(adapter_body(name) | {"status": entry.status.wire()})
+            second.index.upsert_adapter(adapter_body(name) | {"status": entry.status.wire()})
         await second.flush()  # before any scrape: traffic unknown
         assert (writer.pods, writer.adapters) == (Counter(), Counter())
-        second.set_states("pool", states)  # the first scrape: the same traffic
+        second.index.set_states("pool", states)  # the first scrape: the same traffic
         await second.flush()
         assert (writer.pods, writer.adapters) == (Counter(), Counter())
     finally:

@@ -21,7 +21,7 @@ DELETE_RETRY_SECONDS = 5.0
 async def adapter_index(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
     """Every non-deletion event, during kopf's initial list too (why: the handlers package)."""
     assert namespace is not None  # lorafleet resources and pods are namespaced
-    runtime().fleet(namespace, indexing=True).upsert_adapter(body)
+    runtime().fleet(namespace, indexing=True).index.upsert_adapter(body)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL_ADAPTER)
@@ -29,7 +29,7 @@ async def adapter_event(*, type: str, name: str, namespace: str | None, **_: Any
     assert namespace is not None
     fleet = runtime().fleet(namespace)
     if type == "DELETED":
-        fleet.remove_adapter(name)
+        fleet.index.remove_adapter(name)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL_ADAPTER)
@@ -49,15 +49,15 @@ async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, 
     """
     assert namespace is not None
     fleet = runtime().fleet(namespace)
-    fleet.upsert_adapter(body)
-    referencing = fleet.aliases_referencing(name)
+    fleet.index.upsert_adapter(body)
+    referencing = fleet.index.aliases_referencing(name)
     if referencing:
         raise NotReadyError(
             f"LoRAAdapter {name} is referenced by AdapterAlias {', '.join(referencing)}; "
             "point them to another adapter first",
             delay=DELETE_RETRY_SECONDS,
         )
-    pools = merged_pools_serving(fleet.pools.values(), name)
+    pools = merged_pools_serving(fleet.index.pools.values(), name)
     if pools:
         raise NotReadyError(
             f"LoRAAdapter {name} is served merged by ReplicaPool {', '.join(pools)}; it is "

@@ -14,7 +14,7 @@ from lorafleet_operator.runtime import runtime
 async def alias_index(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
     """Every non-deletion event, during kopf's initial list too (why: the handlers package)."""
     assert namespace is not None  # lorafleet resources and pods are namespaced
-    runtime().fleet(namespace, indexing=True).upsert_alias(body)
+    runtime().fleet(namespace, indexing=True).index.upsert_alias(body)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL_ALIAS)
@@ -22,4 +22,4 @@ async def alias_event(*, type: str, name: str, namespace: str | None, **_: Any) 
     assert namespace is not None
     fleet = runtime().fleet(namespace)
     if type == "DELETED":
-        fleet.remove_alias(name)
+        fleet.index.remove_alias(name)

@@ -118,8 +118,8 @@ async def _tick(
 ) -> tuple[ScaleState, Any]:
     name, namespace = pool.metadata.name, fleet.namespace
     kube = await HOLDER.client()
-    states = await scrape(http, fleet.pool_endpoints(name))
-    fleet.set_states(name, states)
+    states = await scrape(http, fleet.index.pool_endpoints(name))
+    fleet.index.set_states(name, states)
 
     merge = None
     # Once per pool object and process (a Secret deleted later comes back on a restart).
@@ -149,7 +149,7 @@ async def _tick(
                 f"{scale.recommended}; tokens in flight {scale.load.tokens_in_flight}, queue "
                 f"depth {scale.load.queue_depth})",
             )
-    pods = [p for p in fleet.pods.values() if p.pool == name and not p.deleting]
+    pods = [p for p in fleet.index.pods.values() if p.pool == name and not p.deleting]
     seen = PoolObservation(
         pods=len(pods),
         ready=sum(1 for p in pods if p.ready),

@@ -52,7 +52,7 @@ async def merge_tick(
     assert pool.spec.merged is not None
     kube = await HOLDER.client()
     namespace, wanted = fleet.namespace, pool.spec.merged.adapter
-    entry = fleet.adapters.get(wanted)
+    entry = fleet.index.adapters.get(wanted)
     adapter = entry.adapter if entry is not None else None
     job_name = merge_job_name(pool.metadata.name, wanted)
     job = await kube.read_owned("Job", namespace, job_name)

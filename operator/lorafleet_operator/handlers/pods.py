@@ -15,7 +15,7 @@ from lorafleet_operator.runtime import runtime
 async def pod_index(*, body: kopf.Body, namespace: str | None, **_: Any) -> None:
     """Every non-deletion event, during kopf's initial list too (why: the handlers package)."""
     assert namespace is not None  # lorafleet resources and pods are namespaced
-    runtime().fleet(namespace, indexing=True).upsert_pod(body)
+    runtime().fleet(namespace, indexing=True).index.upsert_pod(body)
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_COMPONENT: COMPONENT_REPLICA})
@@ -23,4 +23,4 @@ async def pod_event(*, type: str, name: str, namespace: str | None, **_: Any) ->
     assert namespace is not None
     fleet = runtime().fleet(namespace)
     if type == "DELETED":
-        fleet.remove_pod(name)
+        fleet.index.remove_pod(name)

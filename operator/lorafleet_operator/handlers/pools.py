@@ -30,12 +30,12 @@ async def pool_index(*, body: kopf.Body, name: str, namespace: str | None, **_: 
     assert namespace is not None  # lorafleet resources and pods are namespaced
     fleet = runtime().fleet(namespace, indexing=True)
     if body.get("metadata", {}).get("deletionTimestamp"):
-        fleet.remove_pool(name)
+        fleet.index.remove_pool(name)
         return
     try:
-        fleet.upsert_pool(parse_pool(body))
+        fleet.index.upsert_pool(parse_pool(body))
     except ValidationError:
-        fleet.remove_pool(name)  # reported by pool_reconcile as InvalidSpec
+        fleet.index.remove_pool(name)  # reported by pool_reconcile as InvalidSpec
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL_POOL)
@@ -43,7 +43,7 @@ async def pool_event(*, type: str, name: str, namespace: str | None, **_: Any) -
     assert namespace is not None
     fleet = runtime().fleet(namespace)
     if type == "DELETED":
-        fleet.remove_pool(name)
+        fleet.index.remove_pool(name)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL_POOL)
@@ -59,7 +59,7 @@ async def pool_reconcile(
         pool = parse_pool(body)
     except ValidationError as exc:
         raise InvalidSpecError(describe(exc)) from exc  # the status loop reports it
-    runtime().fleet(namespace).upsert_pool(pool)
+    runtime().fleet(namespace).index.upsert_pool(pool)
     # Before the replicas that read it exist (they wait for it otherwise).
     await ensure_internal_secret(pool, body, namespace)
     if pool.spec.merged is not None:
