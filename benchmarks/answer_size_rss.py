@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.before_after import archive_tree, status_mib, wait_up
 from benchmarks.results import Result
 from benchmarks.source_roots import pythonpath
 from lorafleet_core.api.models import ALL_TARGET_MODULES
@@ -115,30 +116,6 @@ class Figures:
     seconds: float
 
 
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} for {pid}")
-
-
-def _mib(pid: int, field: str) -> float:
-    return _status_kib(pid, field) / 1024
-
-
-async def _wait_up(url: str, within_s: float = 90) -> None:
-    deadline = time.monotonic() + within_s
-    async with httpx.AsyncClient() as client:
-        while time.monotonic() < deadline:
-            try:
-                if (await client.get(url, timeout=2)).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(0.2)  # polling a process's start, not synchronising a test
-    raise RuntimeError(f"{url} did not come up")
-
-
 async def _ask(client: httpx.AsyncClient, url: str) -> int:
     body = {"model": MODEL, "prompt": "hello", "max_tokens": 16}
     headers = {"authorization": f"Bearer {KEY}"}
@@ -213,17 +190,20 @@ async def run_tree(tree: Tree, args: argparse.Namespace, tmp: Path, log: Any) ->
     engine_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "core"), str(ROOT)])}
     procs = [_start([py, "-c", engine_code], engine_env, log)]
     try:
-        await _wait_up(f"http://127.0.0.1:{engine_port}/health")
+        await wait_up(f"http://127.0.0.1:{engine_port}/health")
         procs.append(_start([py, "-m", "lorafleet_agent"], agent_env, log))
-        await _wait_up(f"http://127.0.0.1:{internal}/readyz")
+        await wait_up(f"http://127.0.0.1:{internal}/readyz")
         procs.append(_start([py, "-m", "lorafleet_gateway"], gw_env, log))
-        await _wait_up(f"http://127.0.0.1:{gw_int}/readyz")
+        await wait_up(f"http://127.0.0.1:{gw_int}/readyz")
         gateway_pid, agent_pid = procs[2].pid, procs[1].pid
         url = f"http://127.0.0.1:{gw_port}/v1/completions"
         limits = httpx.Limits(max_connections=None)
         async with httpx.AsyncClient(limits=limits) as client:
             answer_bytes = await _ask(client, url)  # warm-up: the on-demand load, imports
-            gw_before, agent_before = _mib(gateway_pid, "VmRSS"), _mib(agent_pid, "VmRSS")
+            gw_before, agent_before = (
+                status_mib(gateway_pid, "VmRSS"),
+                status_mib(agent_pid, "VmRSS"),
+            )
             started = time.monotonic()
             answers = failed = 0
             for _ in range(args.rounds):
@@ -234,9 +214,9 @@ async def run_tree(tree: Tree, args: argparse.Namespace, tmp: Path, log: Any) ->
         return Figures(
             tree.label,
             gw_before,
-            _mib(gateway_pid, "VmHWM"),
+            status_mib(gateway_pid, "VmHWM"),
             agent_before,
-            _mib(agent_pid, "VmHWM"),
+            status_mib(agent_pid, "VmHWM"),
             answers,
             failed,
             answer_bytes,
@@ -288,12 +268,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="answer-rss-") as name:
         tmp = Path(name)
-        before = tmp / "before-tree"
-        before.mkdir()
-        archive = subprocess.run(
-            ["git", "archive", args.before], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+        before = archive_tree(args.before, tmp / "before-tree")
         trees = [Tree(f"before ({args.before})", before), Tree("after (this checkout)", ROOT)]
         rows = []
         with args.log.open("wb") as log:

@@ -6,7 +6,7 @@ over a manifests folder, lorafleet_standalone.processes.control_process) with it
 PYTHONPATH. Then `--posts` clients at once each POST `--body-mb` MB to /internal/adapters
 without a credential, streamed from memory the client does not hold; the figure is the
 process's RSS before (VmRSS) and its peak (VmHWM), and what each client was answered. "before"
-is the tree at `--before` (git archive of core, operator, standalone), "after" this checkout.
+is the tree at `--before` (benchmarks.before_after), "after" this checkout.
 
     .venv/bin/python -m benchmarks.control_body_rss [--before main] [--body-mb 100] [--posts 1]
 """
@@ -25,14 +25,14 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.answer_size_rss import _mib, _wait_up
+from benchmarks.before_after import archive_tree, status_mib, wait_up
 from benchmarks.results import Result
+from benchmarks.source_roots import pythonpath
 from lorafleet_operator.control.auth import token_sha256
 from lorafleet_standalone import processes
 from tests.conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "operator", "standalone")
 PIECE = b"x" * 65536
 
 
@@ -73,17 +73,16 @@ async def run_tree(label: str, root: Path, args: argparse.Namespace, tmp: Path) 
         token_sha256=token_sha256("bench-admin-token"),
         log_dir=tmp,
     )
-    path = os.pathsep.join(str(root / p) for p in PACKAGES)
-    env = {**os.environ, **spec.env, "PYTHONPATH": path}
+    env = {**os.environ, **spec.env, "PYTHONPATH": pythonpath(root)}
     proc = subprocess.Popen(list(spec.argv), env=env, stdout=subprocess.DEVNULL)  # noqa: ASYNC220
     try:
         assert spec.health_url is not None
-        await _wait_up(spec.health_url)
-        idle = _mib(proc.pid, "VmRSS")
+        await wait_up(spec.health_url)
+        idle = status_mib(proc.pid, "VmRSS")
         total = int(args.body_mb * 1_000_000)
         url = f"http://127.0.0.1:{port}/internal/adapters"
         answers = await asyncio.gather(*(_post(url, total) for _ in range(args.posts)))
-        return Figures(label, idle, _mib(proc.pid, "VmHWM"), list(answers))
+        return Figures(label, idle, status_mib(proc.pid, "VmHWM"), list(answers))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -98,12 +97,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="control-rss-") as name:
         tmp = Path(name)
-        before = tmp / "before-tree"
-        before.mkdir()
-        archive = subprocess.run(
-            ["git", "archive", args.before, *PACKAGES], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
+        before = archive_tree(args.before, tmp / "before-tree")
         rows = [
             asyncio.run(run_tree("before", before, args, tmp)),
             asyncio.run(run_tree("after", ROOT, args, tmp)),

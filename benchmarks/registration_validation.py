@@ -4,7 +4,7 @@ change, side by side in one run.
 What the control API runs for `POST /internal/adapters` (lorafleet_core.planning
 .adapter_registration.problems: schema, list-type and CEL checks, then the pools) on a
 registration with N distinct target modules, for each N in `--sizes`, in a fresh process per
-tree and size (`--before` as a git archive of core, and this checkout), each cut off after
+tree and size (`--before` as a git archive, and this checkout), each cut off after
 `--limit-s` seconds. The CRD allows 32; the control API's body limit (1 MiB) admits about
 90,000 short names, so the check must stay linear up to there.
 
@@ -21,7 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks.before_after import archive_tree
 from benchmarks.results import Result
+from benchmarks.source_roots import pythonpath
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,9 +43,9 @@ print(time.perf_counter() - t0, sum(len(r) for r in reasons))
 """
 
 
-def measure(core: Path, n: int, limit_s: float) -> tuple[str, str]:
+def measure(tree: Path, n: int, limit_s: float) -> tuple[str, str]:
     """(seconds, characters of the reasons) for one tree and size, or a cut-off mark."""
-    env = {**os.environ, "PYTHONPATH": str(core)}
+    env = {**os.environ, "PYTHONPATH": pythonpath(tree)}
     try:
         out = subprocess.run(
             [sys.executable, "-c", PROBE, str(n)],
@@ -71,14 +73,10 @@ def main() -> int:
         "registration_validation", ["tree", "targetModules", "seconds", "reason characters"]
     )
     with tempfile.TemporaryDirectory(prefix="reg-validation-") as name:
-        before = Path(name)
-        archive = subprocess.run(
-            ["git", "archive", args.before, "core"], cwd=ROOT, capture_output=True, check=True
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(before)], input=archive, check=True)
-        for label, core in ((f"before ({args.before})", before / "core"), ("after", ROOT / "core")):
+        before = archive_tree(args.before, Path(name))
+        for label, tree in ((f"before ({args.before})", before), ("after", ROOT)):
             for n in sizes:
-                seconds, chars = measure(core, n, args.limit_s)
+                seconds, chars = measure(tree, n, args.limit_s)
                 result.add(
                     tree=label, targetModules=n, seconds=seconds, **{"reason characters": chars}
                 )
