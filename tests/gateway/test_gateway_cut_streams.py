@@ -1,4 +1,4 @@
-"""Streams billed by the engine's own counts, whatever the client does (issue 30, item 6).
+"""Streams billed by the engine's own counts, whatever the client does.
 
 The gateway asks vLLM for usage on every chunk and takes out what the client did not ask for:
 a client sees the engine's bytes for its own `stream_options`, and a stream cut anywhere is

@@ -211,7 +211,7 @@ def test_a_request_cannot_set_its_own_priority(env: GatewayEnv, path: str):
 @pytest.mark.parametrize("param", ["kv_transfer_params", "ec_transfer_params", "vllm_xargs"])
 def test_a_request_cannot_steer_the_engines_connectors(env: GatewayEnv, path: str, param: str):
     """With a KV connector configured, `kv_transfer_params` names the hosts and blocks the
-    engine pulls from or pushes to (issue 30, item 7): a tenant's request never carries it."""
+    engine pulls from or pushes to: a tenant's request never carries it."""
     before = _sent(env)
     value = {"remote_host": "10.0.0.9", "remote_port": 5557, "do_remote_prefill": True}
     error = _error(_post(env, json.dumps(_completion(path, {param: value})), path), 400)
