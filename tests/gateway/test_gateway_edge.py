@@ -18,6 +18,7 @@ import pytest
 from lorafleet_gateway.edge import FailureLimiter
 from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, GatewayEnv, openai_error, start_env, stop_env
+from tests.raw_http import read_all, send_until_answered
 from tests.scrape import Scrape
 from tests.waiting import eventually
 
@@ -36,14 +37,6 @@ def env(tmp_path: Path) -> Iterator[GatewayEnv]:
 def _connect(env: GatewayEnv) -> socket.socket:
     host, port = env.server.url.removeprefix("http://").split(":")
     return socket.create_connection((host, int(port)), timeout=10)
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    """Everything until the server closes (which must happen)."""
-    out = b""
-    while chunk := sock.recv(65536):
-        out += chunk
-    return out
 
 
 def _status_and_error(raw: bytes) -> tuple[int, dict[str, object]]:
@@ -71,7 +64,7 @@ def test_headers_never_finished_are_answered_408_and_closed(env: GatewayEnv):
     with _connect(env) as sock:
         sock.sendall(HEAD)  # no blank line: the headers never end
         t0 = time.monotonic()
-        status, error = _status_and_error(_read_all(sock))
+        status, error = _status_and_error(read_all(sock))
         assert time.monotonic() - t0 < TIMEOUT_S + 2
     assert (status, error["code"], error["type"]) == (
         408,
@@ -83,50 +76,33 @@ def test_headers_never_finished_are_answered_408_and_closed(env: GatewayEnv):
 def test_bytes_that_are_not_http_get_an_openai_400(env: GatewayEnv):
     with _connect(env) as sock:
         sock.sendall(b"\x16\x03\x01 hello, this is not HTTP\r\n\r\n")
-        status, error = _status_and_error(_read_all(sock))
+        status, error = _status_and_error(read_all(sock))
     assert (status, error["code"]) == (400, "invalid_http_request")
 
 
 def test_connection_that_sends_nothing_is_closed_after_the_header_timeout(env: GatewayEnv):
     with _connect(env) as sock:
-        status, _ = _status_and_error(_read_all(sock))
+        status, _ = _status_and_error(read_all(sock))
     assert status == 408
 
 
 def test_slow_body_is_answered_408_and_closed(env: GatewayEnv):
     with _connect(env) as sock:
         sock.sendall(HEAD + b"content-type: application/json\r\ncontent-length: 100\r\n\r\n{")
-        status, error = _status_and_error(_read_all(sock))
+        status, error = _status_and_error(read_all(sock))
     assert (status, error["code"]) == (408, "request_timeout")
     assert env.replicas["replica-0"].requests == []
 
 
 def test_64_mib_header_is_refused_431_without_reading_it_whole(env: GatewayEnv):
-    received: list[bytes] = []
-    answered = threading.Event()
-    sent_at_answer: list[int] = []
-    sent = 0
-
-    def read() -> None:
-        first = sock.recv(65536)
-        sent_at_answer.append(sent)
-        answered.set()
-        received.append(first + _read_all(sock))
-
     with _connect(env) as sock:
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        sock.sendall(HEAD + b"x-big: ")
-        piece = b"a" * 65536
-        with contextlib.suppress(OSError):  # the server may close first
-            while sent < 64 * 1024 * 1024 and not answered.is_set():
-                sock.sendall(piece)
-                sent += len(piece)
-        reader.join(10)
+        raw, sent = send_until_answered(
+            sock, HEAD + b"x-big: ", 64 * 1024 * 1024, piece=b"a" * 65536
+        )
     # The answer came long before 64 MiB were sent: the header was never read whole. (What
     # the client has "sent" includes the loopback socket buffers, a few MiB.)
-    assert sent_at_answer[0] < 16 * 1024 * 1024
-    status, error = _status_and_error(received[0])
+    assert sent < 16 * 1024 * 1024
+    status, error = _status_and_error(raw)
     assert (status, error["code"]) == (431, "request_header_fields_too_large")
 
 
@@ -136,14 +112,14 @@ def test_slow_body_on_a_get_is_timed_out_too(env: GatewayEnv):
             b"GET /v1/models HTTP/1.1\r\nhost: gw\r\ncontent-length: 100\r\n"
             b"authorization: Bearer " + KEYS["acme"].encode() + b"\r\n\r\n{"
         )
-        status, error = _status_and_error(_read_all(sock))
+        status, error = _status_and_error(read_all(sock))
     assert (status, error["code"]) == (408, "request_timeout")
 
 
 def test_declared_body_over_the_limit_is_413_before_it_is_sent(env: GatewayEnv):
     with _connect(env) as sock:
         sock.sendall(HEAD + b"content-length: 99999999\r\n\r\n")
-        status, error = _status_and_error(_read_all(sock))
+        status, error = _status_and_error(read_all(sock))
     assert (status, error["code"]) == (413, "request_too_large")
 
 
@@ -153,7 +129,7 @@ def test_chunked_body_over_the_limit_is_413(env: GatewayEnv):
     body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(limit // len(chunk) + 2))
     received: list[bytes] = []
     with _connect(env) as sock:
-        reader = threading.Thread(target=lambda: received.append(_read_all(sock)), daemon=True)
+        reader = threading.Thread(target=lambda: received.append(read_all(sock)), daemon=True)
         reader.start()
         with contextlib.suppress(OSError):
             sock.sendall(HEAD + b"transfer-encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n")
@@ -389,7 +365,7 @@ def test_a_body_without_a_valid_key_is_answered_401_without_being_read(
             b'application/json\r\ncontent-length: 1000000\r\n\r\n{"model":'
         )
         t0 = time.monotonic()
-        raw = _read_all(sock)  # the answer comes, and the connection closes, at once
+        raw = read_all(sock)  # the answer comes, and the connection closes, at once
         assert time.monotonic() - t0 < TIMEOUT_S  # not the body timeout's 408
     status, error = _status_and_error(raw)
     assert (status, error["type"]) == (401, "authentication_error")
@@ -397,7 +373,7 @@ def test_a_body_without_a_valid_key_is_answered_401_without_being_read(
     # With a valid key the same body is read (and here, never completed: 408).
     with _connect(env) as sock:
         sock.sendall(HEAD + b"content-length: 1000000\r\n\r\n{")
-        status, error = _status_and_error(_read_all(sock))
+        status, error = _status_and_error(read_all(sock))
     assert (status, error["code"]) == (408, "request_timeout")
 
 
@@ -411,7 +387,7 @@ def test_a_body_outside_the_api_is_never_read_with_or_without_a_key(env: Gateway
                 b"POST " + path + b" HTTP/1.1\r\nhost: gw\r\n" + auth
                 + b"content-length: 1000000\r\n\r\n{"
             )  # fmt: skip
-            raw = _read_all(sock)  # answered, and closed, without waiting for the body
+            raw = read_all(sock)  # answered, and closed, without waiting for the body
         status, _ = _status_and_error(raw)
         assert status in (404, 405), raw[:300]
         assert b"connection: close" in raw.lower()

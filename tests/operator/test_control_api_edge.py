@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from lorafleet_operator.control.store import FolderStore
 from tests.gateway.servers import ServerThread
 from tests.operator.control_support import ADMIN_TOKEN, AUTH, control_server, registration
 from tests.operator.factories import pool_body
+from tests.raw_http import read_all, send_until_answered
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -45,15 +45,6 @@ def _connect(server: ServerThread) -> socket.socket:
     return socket.create_connection(("127.0.0.1", server.ports[0]), timeout=10)
 
 
-def _read_all(sock: socket.socket) -> bytes:
-    """Everything until the server closes (which must happen)."""
-    out = b""
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := sock.recv(65536):
-            out += chunk
-    return out
-
-
 def _answer(raw: bytes) -> tuple[int, str, str]:
     """(status, error code, error type) of a raw HTTP answer with an OpenAI error body."""
     head, _, body = raw.partition(b"\r\n\r\n")
@@ -72,35 +63,9 @@ def _post_head(length: int, *auth_headers: bytes) -> bytes:
     )
 
 
-def _send_until_answered(sock: socket.socket, head: bytes, total: int) -> tuple[bytes, int]:
-    """Send `head` and up to `total` body bytes while reading the answer in a thread; returns
-    (the answer, body bytes sent when it began)."""
-    received: list[bytes] = []
-    sent_at_answer: list[int] = []
-    answered = threading.Event()
-    sent = 0
-
-    def read() -> None:
-        first = sock.recv(65536)
-        sent_at_answer.append(sent)
-        answered.set()
-        received.append(first + _read_all(sock))
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    sock.sendall(head)
-    piece = b"x" * 65536
-    with contextlib.suppress(OSError):  # the server may close first
-        while sent < total and not answered.is_set():
-            sock.sendall(piece)
-            sent += len(piece)
-    reader.join(10)
-    return received[0], sent_at_answer[0]
-
-
 def test_unauthenticated_100_mb_post_is_refused_before_its_body_is_read(server):
     with _connect(server) as sock:
-        raw, sent = _send_until_answered(sock, _post_head(100 * 2**20), 100 * 2**20)
+        raw, sent = send_until_answered(sock, _post_head(100 * 2**20), 100 * 2**20)
     assert _answer(raw) == (401, "unauthorized", "authentication_error")
     assert b"www-authenticate: bearer" in raw.lower()
     # Answered long before 100 MB went out (what counts as sent includes socket buffers).
@@ -110,7 +75,7 @@ def test_unauthenticated_100_mb_post_is_refused_before_its_body_is_read(server):
 def test_declared_body_over_the_limit_is_413_before_it_is_sent(server):
     with _connect(server) as sock:
         sock.sendall(_post_head(MAX_BODY_BYTES + 1, f"Bearer {ADMIN_TOKEN}".encode()))
-        raw = _read_all(sock)
+        raw = read_all(sock)
     assert _answer(raw) == (413, "request_too_large", "invalid_request_error")
 
 
@@ -126,7 +91,7 @@ def test_chunked_body_past_the_limit_is_413(server, folder):
         with contextlib.suppress(OSError):
             for _ in range(MAX_BODY_BYTES // 0x10000 + 2):
                 sock.sendall(chunk)
-        raw = _read_all(sock)
+        raw = read_all(sock)
     assert _answer(raw)[:2] == (413, "request_too_large")
     assert load_folder(folder).of_kind(KIND_ADAPTER) == []
 
@@ -137,7 +102,7 @@ def test_two_authorization_headers_are_400_even_if_one_is_valid(server, folder):
         sock.sendall(
             _post_head(len(body), f"Bearer {ADMIN_TOKEN}".encode(), b"Bearer other") + body
         )
-        raw = _read_all(sock)
+        raw = read_all(sock)
     assert _answer(raw) == (400, "duplicate_authorization", "invalid_request_error")
     assert load_folder(folder).of_kind(KIND_ADAPTER) == []
 
@@ -146,7 +111,7 @@ def test_headers_never_finished_are_answered_408_and_closed(server):
     with _connect(server) as sock:
         sock.sendall(b"POST /internal/adapters HTTP/1.1\r\nhost: control\r\n")
         t0 = time.monotonic()
-        raw = _read_all(sock)
+        raw = read_all(sock)
         assert time.monotonic() - t0 < TIMEOUT_S + 2
     assert _answer(raw)[:2] == (408, "request_timeout")
 
@@ -154,7 +119,7 @@ def test_headers_never_finished_are_answered_408_and_closed(server):
 def test_slow_body_is_answered_408(server, folder):
     with _connect(server) as sock:
         sock.sendall(_post_head(100, f"Bearer {ADMIN_TOKEN}".encode()) + b"{")
-        raw = _read_all(sock)
+        raw = read_all(sock)
     assert _answer(raw)[:2] == (408, "request_timeout")
     assert load_folder(folder).of_kind(KIND_ADAPTER) == []
 
