@@ -38,8 +38,13 @@ lint: install
 typecheck: install
 	$(BIN)/mypy $(SRC) tests benchmarks e2e
 
+# Two xdist workers: most slow tests wait (engine starts, fleets, timeouts) rather than compute,
+# so two run side by side on the 2-core CI machine. Whole files per worker keep each module's
+# fixtures (an engine, a fleet) started once; tests/conftest.py orders the slowest files first,
+# which xdist would otherwise re-sort by test count.
+TEST_WORKERS ?= 2
 pytest: install tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 demo: install
 	$(BIN)/lorafleet up

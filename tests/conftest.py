@@ -202,13 +202,21 @@ def vllm_command(
 # vLLM's CPU backend binds an engine's OpenMP threads to the cores it picks ("auto": all but
 # the last, which it leaves to its scheduler process): every engine started with "auto" lands
 # on the same cores, so on the 2-core CI machine two engines shared core 0 while core 1 ran
-# the rest (measured: the isolation run's two engine workers capped at one core together). A
-# test's second engine binds to the last core instead; the session's keeps "auto".
-SPARE_CPU = str(max(os.sched_getaffinity(0)))
+# the rest (measured: the isolation run's two engine workers capped at one core together).
+# Under pytest-xdist (`make test` runs two workers) each worker binds the engines it starts to
+# a core of its own, so the two sessions' engines do not pile onto core 0; a test's second
+# engine (SPARE_CPU) binds to the other core. A plain `pytest` keeps "auto" for its engines.
+_CORES = sorted(os.sched_getaffinity(0))
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... under pytest-xdist
+_WORKER_INDEX = int(_XDIST_WORKER.removeprefix("gw")) if _XDIST_WORKER else None
+WORKER_CPU = None if _WORKER_INDEX is None else str(_CORES[_WORKER_INDEX % len(_CORES)])
+SPARE_CPU = str(_CORES[-1] if _WORKER_INDEX is None else _CORES[(_WORKER_INDEX + 1) % len(_CORES)])
 
 
 def vllm_env(cpus: str | None = None) -> dict[str, str]:
-    """The engine's environment; `cpus` (a vLLM CPU list such as "1") binds its threads."""
+    """The engine's environment; `cpus` (a vLLM CPU list such as "1") binds its threads, by
+    default to this xdist worker's core."""
+    cpus = cpus or WORKER_CPU
     return {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -375,3 +383,27 @@ def copy_adapter(src: Path, dest: Path) -> Path:
     for name in ADAPTER_FILES:
         shutil.copyfile(src / name, dest / name)
     return dest
+
+
+# `make test` runs two pytest-xdist workers, each given whole files (`--dist loadfile`) in
+# collection order. These files take minutes each (the slowest 30 durations of a full run), so
+# they go first, longest first: a worker that draws a long file late would finish alone while
+# the other idles. Everything else keeps its order behind them.
+SLOW_FILES_FIRST = (
+    "tests/verification/test_canary_isolation.py",  # ~15 min: 10,000 requests, two engines
+    "tests/standalone/test_up_auto_merge_e2e.py",
+    "tests/operator/test_operator_restart.py",
+    "tests/standalone/test_up_merged_e2e.py",
+    "tests/agent/test_agent_answers.py",
+    "tests/images/test_as_shipped_control_plane.py",
+    "tests/verification/test_lora_correctness.py",
+    "tests/standalone/test_up_demo_tool_calls.py",
+    "tests/standalone/test_up_e2e.py",
+    "tests/agent/test_agent_faults.py",
+    "tests/agent/test_agent_vllm.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
