@@ -23,9 +23,9 @@ from lorafleet_gateway.errors import APIError, error_response, model_not_found
 from lorafleet_gateway.pool_router import plan_pool_route
 from lorafleet_gateway.relay import (
     AnswerCut,
+    AnswerRelay,
     RelayResult,
     UsageFilter,
-    relay_answer,
     relay_stream,
 )
 from lorafleet_gateway.reqlog import log_request
@@ -234,8 +234,9 @@ class CompletionEndpoint:
         if "content-length" in upstream and "content-encoding" not in upstream:
             headers["content-length"] = upstream["content-length"]  # a cut shows as short
         result = RelayResult()
+        relay = AnswerRelay(opened, result)
         response = StreamingResponse(
-            relay_answer(opened, result),
+            relay.chunks(),
             headers=headers,
             media_type=upstream.get("content-type", "application/json"),
         )
@@ -244,8 +245,9 @@ class CompletionEndpoint:
         except AnswerCut:
             pass  # logged by the relay; the client's connection ends short of the answer
         finally:
-            # Cut (or the client left) before its usage: the prompt estimate, no completion
-            # (a relayed answer has no content events to count).
+            await relay.finish()  # a client that left early: the rest read for its usage
+            # Cut before its usage: the prompt estimate, no completion (a relayed answer has
+            # no content events to count).
             self._charge(held, result.usage, out)
             _relay_outcome(result, out)
             self._meter_relayed(held, adapter_id, req, result)

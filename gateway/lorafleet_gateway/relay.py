@@ -7,11 +7,13 @@ metrics) and dropped when the client did not ask for it. Everything else passes 
 (line endings normalised to LF). The relay only moves bytes and records what it saw in a
 `RelayResult`; the request handler (lorafleet_gateway.routes) does the bookkeeping once the
 response has ended. A non-stream answer longer than the gateway holds (upstream's
-`answer_buffer_bytes`) is relayed as it arrives too (`relay_answer`), its usage read on the way.
+`answer_buffer_bytes`) is relayed as it arrives too (`AnswerRelay`), its usage read on the way,
+to the end even when the client leaves early.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -261,25 +263,70 @@ class AnswerCut(Exception):
     closed short of the answer's length (nothing else can tell it a JSON body is incomplete)."""
 
 
-async def relay_answer(opened: Opened, result: RelayResult) -> AsyncIterator[bytes]:
-    """Yield a long non-stream answer as it arrives; its usage goes into `result` (read by
-    AnswerUsage in bounded memory, never the whole answer held). A replica failing inside it
-    raises AnswerCut once what arrived has been sent."""
-    assert opened.chunks is not None
-    reader = AnswerUsage()
-    reader.feed(opened.first)
-    try:
-        yield opened.first
-        async for chunk in opened.chunks:
-            reader.feed(chunk)
-            yield chunk
-    except httpx.HTTPError as exc:
-        log.warning("replica %s failed inside a %d-byte answer: %r", opened.replica_id,
-                    reader.size, exc)  # fmt: skip
-        result.error = "upstream_error"
-        await drop_connection(opened.response)
-        raise AnswerCut(str(exc)) from exc
-    finally:
-        result.finished_at = time.perf_counter()
-    result.usage = reader.usage()
-    result.completed = True
+# How long a long non-stream answer is still read after its client left, for the usage at its
+# end: vLLM writes a non-stream answer only once it is whole, so the rest is a transfer on the
+# cluster network, not generation.
+DRAIN_AFTER_CLIENT_LEFT_S = 10.0
+
+
+class AnswerRelay:
+    """A non-stream answer longer than the gateway holds, relayed as it arrives.
+
+    The replica's answer is read by a task of its own, one chunk ahead of the client (bounded
+    memory): a client that leaves mid-answer ends `chunks`, not the read, so `finish` still
+    reads the usage at the answer's end and the answer is billed what the engine counted, not
+    nothing. A replica failing inside it makes `chunks` raise AnswerCut once what arrived has
+    been sent.
+    """
+
+    def __init__(self, opened: Opened, result: RelayResult) -> None:
+        assert opened.chunks is not None
+        self._opened = opened
+        self._rest = opened.chunks
+        self._result = result
+        self._reader = AnswerUsage()
+        self._reader.feed(opened.first)
+        self._handed: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=1)  # None: the end
+        self._client_gone = False
+        self._error: httpx.HTTPError | None = None
+        self._task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for chunk in self._rest:
+                self._reader.feed(chunk)
+                if not self._client_gone:
+                    await self._handed.put(chunk)
+            self._result.usage = self._reader.usage()
+        except httpx.HTTPError as exc:
+            self._error = exc
+        finally:
+            if not self._client_gone:
+                await self._handed.put(None)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            yield self._opened.first
+            while (chunk := await self._handed.get()) is not None:
+                yield chunk
+            if self._error is not None:
+                log.warning("replica %s failed inside a %d-byte answer: %r",
+                            self._opened.replica_id, self._reader.size, self._error)  # fmt: skip
+                self._result.error = "upstream_error"
+                await drop_connection(self._opened.response)
+                raise AnswerCut(str(self._error)) from self._error
+            self._result.completed = True
+        finally:
+            self._result.finished_at = time.perf_counter()
+
+    async def finish(self, drain_s: float = DRAIN_AFTER_CLIENT_LEFT_S) -> None:
+        """Once the response has ended, however: let the read reach the answer's end (its
+        usage) for at most `drain_s`, then stop it."""
+        self._client_gone = True
+        while not self._handed.empty():  # a read waiting to hand a chunk over goes on
+            self._handed.get_nowait()
+        try:
+            await asyncio.wait_for(self._task, drain_s)  # cancelled past it, or with us
+        except TimeoutError:
+            log.info("replica %s: stopped reading an answer its client left (%d bytes read)",
+                     self._opened.replica_id, self._reader.size)  # fmt: skip

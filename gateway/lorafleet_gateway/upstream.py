@@ -10,7 +10,7 @@ endpoint, then send once more carrying the tier the load found the adapter in
 byte the choice is final (lorafleet_gateway.relay takes over). For a non-stream answer the
 "first byte" is its first `answer_buffer_bytes`: an answer up to that is held whole, so a
 replica failing inside it is still retried; a longer one is relayed as it arrives
-(relay.relay_answer), so a gateway holds at most that much of any answer.
+(relay.AnswerRelay), so a gateway holds at most that much of any answer.
 
 Every data request carries the gateway's token estimate (`HEADER_TOKENS_ESTIMATE`), which the
 agent counts as the request's tokens in flight, and the agents' data credential (`data_token`,

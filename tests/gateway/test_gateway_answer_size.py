@@ -108,3 +108,41 @@ def test_a_replica_failing_inside_the_held_part_is_retried_past_it_cuts_the_clie
         what="the cut answer counted as failed",
     )  # fmt: skip
     assert _sample(env, "lorafleet_gateway_requests_in_flight") == 0
+
+
+def test_a_long_answer_its_client_leaves_early_is_billed_the_engines_usage(
+    env: GatewayEnv,
+) -> None:
+    """The usage of a non-stream answer is at its end: a client that reads the first part and
+    leaves used to be billed no completion at all. The gateway reads the rest for its usage."""
+    _pad_all(env, 2 * 2**20)
+    hold = threading.Event()
+    for replica in env.replicas.values():
+        replica.hold_streams = hold
+    url = f"{env.base_url}/chat/completions"
+    try:
+        with httpx.stream("POST", url, json=BODY, headers=HEADERS, timeout=10) as resp:
+            assert resp.status_code == 200
+            next(resp.iter_raw())  # the first part, then the client closes its connection
+        # Gone before the replica sent the rest (and the usage): the gateway has not billed it.
+        assert _sample(env, "lorafleet_gateway_tokens_total", kind="completion") == 0
+    finally:
+        hold.set()
+    eventually(
+        lambda: _sample(
+            env, "lorafleet_gateway_requests_total", endpoint="chat", status="client_closed"
+        ) == 1,
+        what="the request counted as left by its client",
+    )  # fmt: skip
+    replica = env.replicas[resp.headers["x-replica-id"]]
+    usage = {"prompt_tokens": 7, "completion_tokens": replica.n_tokens}
+    labels = {"tenant": "acme", "adapter": "acme-support-v1"}
+    metered = (
+        _sample(env, "lorafleet_gateway_usage_prompt_tokens_total", **labels),
+        _sample(env, "lorafleet_gateway_usage_completion_tokens_total", **labels),
+        _sample(env, "lorafleet_gateway_tokens_total", kind="completion"),
+    )
+    assert metered == (usage["prompt_tokens"], usage["completion_tokens"],
+                       usage["completion_tokens"])  # fmt: skip
+    assert usage["completion_tokens"] > 0
+    assert _sample(env, "lorafleet_gateway_requests_in_flight") == 0
