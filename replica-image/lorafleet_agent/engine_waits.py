@@ -12,7 +12,9 @@ one is cut as when vLLM dies (the gateway ends the stream with an in-band error 
 non-stream answer's connection ends short), and vLLM sees its client leave when it resumes.
 
 Only the awaits on vLLM are registered (`with waits.on_engine():` around one read), so a
-request is never failed while it sends to its own client.
+request is never failed while it sends to its own client. Each wait that ends with vLLM's
+answer counts in `answers`: the watch's sign that a slow `/health` is a busy engine, not a hung
+one.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class EngineWaits:
     def __init__(self) -> None:
         self._waiting: dict[asyncio.Task[object], bool] = {}  # task -> failed by fail_all
         self.failed = 0  # requests failed, for the metric
+        self.answers = 0  # waits vLLM ended by answering (a response opened, bytes read)
 
     def on_engine(self) -> _Wait:
         return _Wait(self)
@@ -70,6 +73,8 @@ class _Wait:
         if task is None:
             return
         failed = self._waits._waiting.pop(task, False)
+        if kind is None:
+            self._waits.answers += 1
         if failed and kind is asyncio.CancelledError:
             task.uncancel()  # the cancellation was ours: not the client's, not shutdown's
             raise EngineHung("vLLM has been hung too long") from None

@@ -8,7 +8,10 @@ so everything the agent believed registered would answer "model does not exist".
 - asks vLLM's `/health`; once vLLM refuses connections (it died), or has timed out
   `slow_limit` times in a row (hung), the agent is not ready (its `/readyz` and data port answer
   503, so the gateway sends not-yet-started requests to other replicas). One slow answer is not
-  enough: a busy engine misses a deadline now and then;
+  enough: a busy engine misses a deadline now and then. Nor is a slow answer while vLLM's
+  answers still reach the agent (`EngineWaits.answers` moved since the last check): an engine
+  that streams is alive, however late its `/health` (measured: a CPU engine streaming 48
+  sequences missed its 2 s deadline three times in a row);
 - once vLLM answers again, compares vLLM's `/v1/models` with what the agent registered
   (`AdapterManager.resync`): lost registrations are forgotten before the agent is ready again,
   so no request is sent for a name vLLM does not know; requests register what they need from
@@ -53,6 +56,7 @@ class EngineWatch:
         self.interval_s = interval_s
         self.slow_limit = slow_limit
         self._slow = 0  # consecutive timed-out checks
+        self._answers_seen = self.waits.answers
         self.rounds = 0  # completed checks (tests wait on it)
 
     async def run(self) -> None:
@@ -72,6 +76,10 @@ class EngineWatch:
             health = "down"
         finally:
             self.rounds += 1
+        answered = self.waits.answers != self._answers_seen
+        self._answers_seen = self.waits.answers
+        if health == "slow" and answered:
+            health = "busy"  # answers flow: alive, only late to answer /health
         self._slow = self._slow + 1 if health == "slow" else 0
         if health == "slow" and self._slow >= self.slow_limit:
             self._down("vLLM is hung")
@@ -81,7 +89,7 @@ class EngineWatch:
         if health == "down":
             self._down("vLLM is not answering")
             return
-        if health == "slow":
+        if health in ("slow", "busy"):
             return  # undecided: keep the current readiness
         m.metrics.engine_up.set(1)
         if not m.ready:
