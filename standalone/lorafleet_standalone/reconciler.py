@@ -91,13 +91,15 @@ class Reconciler:
 
     @property
     def awaiting_replicas(self) -> bool:
-        """Some deploy waits for a replica to verify its target: the caller polls the
-        replicas at its own pace (not every `replan_s`) and each poll re-plans, so the deploy
-        completes as soon as a replica holds the files."""
+        """Some deploy waits for a replica to verify its target (also past its progress
+        deadline: it still completes then): the caller polls the replicas at its own pace (not
+        every `replan_s`) and each poll re-plans, so the deploy completes as soon as a replica
+        holds the files, and is reported stalled within a poll of its deadline."""
         if self.last is None:
             return False
         return any(
-            c.type == reasons.DEPLOYED and c.reason == reasons.AWAITING_REPLICAS
+            c.type == reasons.DEPLOYED
+            and c.reason in (reasons.AWAITING_REPLICAS, reasons.PROGRESS_DEADLINE_EXCEEDED)
             for st in self.last.alias_statuses.values()
             for c in st.conditions
         )
