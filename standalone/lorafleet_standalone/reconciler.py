@@ -55,8 +55,10 @@ class Reconciler:
         say: Callable[[str], None] = print,
         replan_s: float = 10.0,
         params: FleetParams | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.manifests_dir = manifests_dir
+        self.clock = clock  # the planners' `now` (deploys' progress deadlines count on it)
         self.annotation_files = annotation_files  # replica id -> file its agent watches
         self.status_file = status_file
         self.pool_name = pool_name
@@ -113,7 +115,7 @@ class Reconciler:
         result = plan(
             manifests,
             sorted(self.annotation_files),
-            datetime.now(UTC),
+            self.clock(),
             pool_name=self.pool_name,
             alias_statuses=stored,
             states=self.states,
