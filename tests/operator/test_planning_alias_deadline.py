@@ -66,7 +66,8 @@ def test_an_unverified_deploy_is_reported_stalled_at_its_deadline_and_completes_
     assert late.deadline is None  # nothing more to wake for
     assert (late.status.adapter, late.deployed) == ("v1", None)
     ready = find(late.status.conditions, R.READY)
-    assert ready is not None and ready.status == ConditionStatus.TRUE
+    assert ready is not None
+    assert ready.status == ConditionStatus.TRUE
 
     a.status = late.status
     done = L.plan_alias(a, {"v1": VERIFIED, "v2": VERIFIED}, [], START + timedelta(hours=2))
@@ -172,7 +173,7 @@ def test_progress_deadline_seconds_defaults_to_600_and_is_strict():
     body = alias_body("prod", "acme/support:prod", "v1")
     assert AdapterAlias.model_validate(body).spec.progress_deadline_seconds == 600
     for bad in (0, -1, "600", 2**31):
-        with pytest.raises(ValidationError, match="progressDeadlineSeconds|progress_deadline"):
+        with pytest.raises(ValidationError, match=r"progressDeadlineSeconds|progress_deadline"):
             AdapterAlias.model_validate(
                 {**body, "spec": {**body["spec"], "progressDeadlineSeconds": bad}}
             )

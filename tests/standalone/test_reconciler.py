@@ -157,7 +157,8 @@ def test_a_deploy_no_replica_verifies_is_reported_stalled_at_its_deadline(folder
     plan = rec.tick(pulling)
     assert plan is not None
     deploying = plan.alias_statuses["acme-a-prod"].deploying
-    assert deploying is not None and deploying.started_at == now[0]
+    assert deploying is not None
+    assert deploying.started_at == now[0]
     now[0] += timedelta(seconds=30)
     plan = rec.tick(pulling)
     assert plan is not None

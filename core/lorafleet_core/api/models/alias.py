@@ -18,7 +18,6 @@ from lorafleet_core.api.models.common import (
     immutable,
 )
 
-
 # A Deployment's default progressDeadlineSeconds: long enough for a replica to fetch and verify
 # a large adapter from a slow store, short enough that a stalled deploy is noticed the same hour.
 DEFAULT_PROGRESS_DEADLINE_S = 600
