@@ -193,7 +193,7 @@ async def test_a_waiting_deploy_is_planned_again_at_its_deadline_without_any_eve
 
     def deployed_reason() -> str:
         conds = writer.aliases["prod"].get("conditions") or []
-        return next(c["reason"] for c in conds if c["type"] == "Deployed")
+        return str(next(c["reason"] for c in conds if c["type"] == "Deployed"))
 
     assert deployed_reason() == "AwaitingReplicas"
     await eventually_async(lambda: writer.warnings, within_s=10)  # posted after the status
