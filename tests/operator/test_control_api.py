@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
