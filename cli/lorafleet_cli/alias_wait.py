@@ -4,6 +4,9 @@ Serving is `status.adapter`, written by the operator (or the standalone reconcil
 the target is servable, so this polls the alias status until it names the adapter, fails at
 once when the Deployed condition refuses this very adapter for a reason that waiting cannot fix,
 and gives up after the timeout. A still-Pending target (being validated or placed) is waited for.
+A deploy past the alias's spec.progressDeadlineSeconds (ProgressDeadlineExceeded) also ends the
+wait with exit 1, as `kubectl rollout status` does for a Deployment: the reconciler has given up
+reporting it as progressing, although it still completes if a replica verifies the version.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Callable
 
 from lorafleet_cli.exit_codes import CommandFailed
 from lorafleet_cli.targets import Target
+from lorafleet_core.api import reasons
 from lorafleet_core.api.models import AdapterAliasStatus
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -37,6 +41,19 @@ def refusal(status: AdapterAliasStatus | None, adapter: str) -> str | None:
     return None
 
 
+def _stalled(status: AdapterAliasStatus | None, adapter: str) -> str | None:
+    """The Deployed condition's reason and message when the deploy of `adapter` is past its
+    progress deadline, else None."""
+    for c in status.conditions if status is not None else []:
+        if (
+            c.type == reasons.DEPLOYED
+            and c.reason == reasons.PROGRESS_DEADLINE_EXCEEDED
+            and c.message.startswith(f"LoRAAdapter {adapter} ")
+        ):
+            return f"{c.reason}: {c.message}"
+    return None
+
+
 def wait_until_served(
     target: Target,
     name: str,
@@ -55,6 +72,9 @@ def wait_until_served(
         why = refusal(status, adapter)
         if why is not None:
             raise CommandFailed(f"deploy of {adapter} refused ({why})")
+        stalled = _stalled(status, adapter)
+        if stalled is not None:
+            raise CommandFailed(f"deploy of {adapter} exceeded its progress deadline ({stalled})")
         if clock() >= deadline:
             serving = (status.adapter if status else None) or "nothing"
             raise CommandFailed(

@@ -100,6 +100,7 @@ class FleetSync:
         self._pod_written_at: dict[str, float] = {}
         self._force_pods = False
         self._wake: asyncio.TimerHandle | None = None
+        self._deadline_wake: asyncio.TimerHandle | None = None
         self.max_delay = max_delay
         self.clock = clock or (lambda: datetime.now(UTC))
         self.last_plan: FleetPlan | None = None
@@ -150,8 +151,10 @@ class FleetSync:
         snap = self.index.snapshot()
         # In a thread: planning 5,000 adapters takes ~1 s on a slow core, and kopf's watch
         # streams must keep flowing meanwhile. The snapshot is a copy, so nothing races.
-        plan = await asyncio.to_thread(plan_fleet, snap, self.clock(), self.params)
+        now = self.clock()
+        plan = await asyncio.to_thread(plan_fleet, snap, now, self.params)
         self.last_plan = plan
+        self._wake_at_deadline(plan, now)
         ns = self.namespace
 
         await self.run_all(self._pod_jobs(plan))
@@ -205,6 +208,17 @@ class FleetSync:
         if next_due is not None and self._wake is None:
             self._wake = asyncio.get_running_loop().call_later(next_due - now, self._wake_up)
         return jobs
+
+    def _wake_at_deadline(self, plan: FleetPlan, now: datetime) -> None:
+        """Plan again when a waiting deploy's progress deadline falls: with every replica
+        unreachable nothing else would, and the deploy would never be reported stalled."""
+        if self._deadline_wake is not None:
+            self._deadline_wake.cancel()
+            self._deadline_wake = None
+        if plan.wake_at is not None:
+            # A little past it, so the pass that wakes sees the deadline behind it.
+            delay = max((plan.wake_at - now).total_seconds(), 0.0) + 0.05
+            self._deadline_wake = asyncio.get_running_loop().call_later(delay, self.index.touch)
 
     def _wake_up(self) -> None:
         self._wake = None

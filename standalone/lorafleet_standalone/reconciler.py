@@ -55,8 +55,10 @@ class Reconciler:
         say: Callable[[str], None] = print,
         replan_s: float = 10.0,
         params: FleetParams | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.manifests_dir = manifests_dir
+        self.clock = clock  # the planners' `now` (deploys' progress deadlines count on it)
         self.annotation_files = annotation_files  # replica id -> file its agent watches
         self.status_file = status_file
         self.pool_name = pool_name
@@ -91,13 +93,15 @@ class Reconciler:
 
     @property
     def awaiting_replicas(self) -> bool:
-        """Some deploy waits for a replica to verify its target: the caller polls the
-        replicas at its own pace (not every `replan_s`) and each poll re-plans, so the deploy
-        completes as soon as a replica holds the files."""
+        """Some deploy waits for a replica to verify its target (also past its progress
+        deadline: it still completes then): the caller polls the replicas at its own pace (not
+        every `replan_s`) and each poll re-plans, so the deploy completes as soon as a replica
+        holds the files, and is reported stalled within a poll of its deadline."""
         if self.last is None:
             return False
         return any(
-            c.type == reasons.DEPLOYED and c.reason == reasons.AWAITING_REPLICAS
+            c.type == reasons.DEPLOYED
+            and c.reason in (reasons.AWAITING_REPLICAS, reasons.PROGRESS_DEADLINE_EXCEEDED)
             for st in self.last.alias_statuses.values()
             for c in st.conditions
         )
@@ -111,7 +115,7 @@ class Reconciler:
         result = plan(
             manifests,
             sorted(self.annotation_files),
-            datetime.now(UTC),
+            self.clock(),
             pool_name=self.pool_name,
             alias_statuses=stored,
             states=self.states,

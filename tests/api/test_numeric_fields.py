@@ -70,7 +70,7 @@ def model_error(model: type[BaseModel], obj: dict[str, Any]) -> str | None:
 
 def test_every_kind_has_numeric_fields_under_test():
     kinds = {c.values[0] for c in cases()}
-    assert kinds == {"ReplicaPool", "LoRAAdapter"}  # an alias has no number
+    assert kinds == {"ReplicaPool", "LoRAAdapter", "AdapterAlias"}
 
 
 @pytest.mark.parametrize(("kind", "path", "node"), cases())

@@ -6,7 +6,7 @@ takes no time."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -26,10 +26,20 @@ class ReconcilingTarget(ClusterTarget):
     """A ClusterTarget whose alias status is reconciled by the real planner before each read;
     `phases` is the adapters' phase sequence the operator would see, one per poll."""
 
-    def __init__(self, cluster: Cluster, api: Any, phases: dict[str, list[AdapterPhase]]):
+    def __init__(
+        self,
+        cluster: Cluster,
+        api: Any,
+        phases: dict[str, list[AdapterPhase]],
+        unverified: frozenset[str] = frozenset(),
+        minutes_per_poll: float = 0.0,
+    ):
         super().__init__("wait", api)
         self.cluster = cluster
         self.phases = phases
+        self.unverified = unverified  # Ready, but no replica reports their files verified
+        self.minutes_per_poll = minutes_per_poll  # the operator's clock between two polls
+        self.start = datetime.now(UTC)
         self.polls = 0
 
     def alias_status(self, name: str) -> AdapterAliasStatus | None:
@@ -37,11 +47,16 @@ class ReconcilingTarget(ClusterTarget):
         assert body is not None
         alias = AdapterAlias.model_validate(body)
         views = {
-            n: AdapterView(tenant="acme", phase=phase, verified=phase == AdapterPhase.READY)
+            n: AdapterView(
+                tenant="acme",
+                phase=phase,
+                verified=phase == AdapterPhase.READY and n not in self.unverified,
+            )
             for n, seq in self.phases.items()
             for phase in [seq[min(self.polls, len(seq) - 1)]]
         }
-        status = plan_alias(alias, views, [], datetime.now(UTC)).status
+        now = self.start + timedelta(minutes=self.polls * self.minutes_per_poll)
+        status = plan_alias(alias, views, [], now).status
         self.cluster.patch(
             self.cluster.path("adapteraliases", name) + "/status", {"status": status.wire()}
         )
@@ -112,6 +127,25 @@ def test_wait_times_out_while_the_target_stays_pending(cluster, api):
     with pytest.raises(CommandFailed, match="does not serve acme-x-v4 after 5 s") as info:
         deploy_and_wait(cluster, api, "acme/c:prod", phases, "acme-x-v1", "acme-x-v4")
     assert "still serving acme-x-v1" in str(info.value)
+
+
+def test_wait_ends_when_the_deploy_passes_its_progress_deadline(cluster, api):
+    """No replica verifies the new version and the operator's clock passes the alias's
+    progressDeadlineSeconds (600 s by default): --wait stops there, before its own timeout,
+    saying so and what still serves."""
+    phases = {"acme-x-v1": [READY], "acme-x-v2": [READY]}
+    target = ReconcilingTarget(
+        cluster, api, phases, unverified=frozenset({"acme-x-v2"}), minutes_per_poll=4
+    )
+    set_alias(target, "acme/d:prod", "acme-x-v1")
+    wait_until_served(target, "acme-d-prod", "acme-x-v1", 5.0)
+    set_alias(target, "acme/d:prod", "acme-x-v2")
+    clock = FakeClock()
+    with pytest.raises(CommandFailed, match="exceeded its progress deadline") as info:
+        wait_until_served(target, "acme-d-prod", "acme-x-v2", 60, clock=clock, sleep=clock.sleep)
+    assert "ProgressDeadlineExceeded: LoRAAdapter acme-x-v2 " in str(info.value)
+    assert str(info.value).endswith("still serving acme-x-v1)")
+    assert clock.now < 60  # the deadline ended it, not --timeout
 
 
 def test_wait_flags_on_set_and_rollback():

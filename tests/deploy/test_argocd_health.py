@@ -140,6 +140,17 @@ def alias_served_then(later: dict[str, AdapterView], target: str) -> dict[str, A
     return model.wire()
 
 
+def alias_past_its_deadline() -> dict[str, Any]:
+    """An alias serving v1 whose deploy of an unverified version waited its whole deadline."""
+    model = AdapterAlias.model_validate(example("AdapterAlias"))
+    model.spec.adapter = "acme-support-v1"
+    model.status = plan_alias(model, VIEWS, [], T0).status
+    model.spec.adapter = "acme-unverified"
+    model.status = plan_alias(model, VIEWS, [], T0 + timedelta(minutes=1)).status
+    model.status = plan_alias(model, VIEWS, [], T0 + timedelta(minutes=11)).status
+    return model.wire()
+
+
 def invalid_alias() -> dict[str, Any]:
     """What the operator writes on an alias whose spec lacks `adapter` (kmock, no schema)."""
     body = example("AdapterAlias")
@@ -181,6 +192,11 @@ ALIAS_CASES = {
         alias_status(VIEWS, "acme-support-v1", "acme-unverified"),
         "Progressing",
         "AwaitingReplicas",
+    ),
+    "deploy past its progress deadline, old version serves": (
+        alias_past_its_deadline(),
+        "Degraded",
+        "ProgressDeadlineExceeded",
     ),
     "target missing, nothing served": (
         alias_status(VIEWS, "acme-nope"),

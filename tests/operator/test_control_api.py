@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -290,6 +291,66 @@ def test_alias_refuses_a_version_the_replicas_refused_and_keeps_serving_the_last
     assert "Failed" in resp.json()["error"]["message"]
     aliases = load_folder(folder).of_kind(KIND_ALIAS)
     assert [a.body["spec"]["adapter"] for a in aliases] == ["sup-v1"]
+
+
+def test_get_alias_says_a_deploy_is_past_its_progress_deadline_and_what_serves(
+    api, folder, tmp_path
+):
+    """GET /internal/aliases/{model} reports the reconciler's view: the version asked for,
+    the one still serving, and the Deployed reason (AwaitingReplicas, then
+    ProgressDeadlineExceeded since when), until a replica verifies the new version."""
+    for v in ("sup-v1", "sup-v2"):
+        api.post("/internal/adapters", json=registration(v), headers=AUTH).raise_for_status()
+    url = "/internal/aliases/acme/support:prod"
+    api.put(url, json={"adapter_id": "sup-v1"}, headers=AUTH).raise_for_status()
+    now = [datetime(2026, 12, 1, 9, 0, tzinfo=UTC)]
+    rec = Reconciler(
+        folder,
+        {"pool-0": tmp_path / "ann"},
+        tmp_path / "reconcile.json",
+        say=lambda _m: None,
+        clock=lambda: now[0],
+    )
+    holds_v1 = {"pool-0": ReplicaState(replica_id="pool-0", disk_adapters=["sup-v1"])}
+    rec.reconcile(holds_v1)
+    api.put(url, json={"adapter_id": "sup-v2"}, headers=AUTH).raise_for_status()
+    [alias] = load_folder(folder).of_kind(KIND_ALIAS)
+    write_object(
+        folder, alias.body | {"spec": alias.body["spec"] | {"progressDeadlineSeconds": 30}}
+    )
+    rec.reconcile(holds_v1)
+    waiting = api.get(url, headers=AUTH).json()
+    assert waiting | {"message": ""} == {
+        "alias": "acme/support:prod",
+        "object_name": "acme-support-prod",
+        "adapter_id": "sup-v2",
+        "serving_adapter_id": "sup-v1",
+        "previous_adapter_id": None,
+        "deployed": False,
+        "reason": "AwaitingReplicas",
+        "message": "",
+        "deploying_since": "2026-12-01T09:00:00Z",
+        "progress_deadline_seconds": 30,
+    }
+    now[0] += timedelta(seconds=30)
+    rec.reconcile(holds_v1)
+    stalled = api.get(url, headers=AUTH).json()
+    assert (stalled["reason"], stalled["serving_adapter_id"]) == (
+        "ProgressDeadlineExceeded",
+        "sup-v1",
+    )
+    assert "after 30 s" in stalled["message"]
+    assert stalled["message"].endswith("still serving sup-v1")
+    rec.reconcile({"pool-0": ReplicaState(replica_id="pool-0", disk_adapters=["sup-v1", "sup-v2"])})
+    done = api.get(url, headers=AUTH).json()
+    assert (done["deployed"], done["serving_adapter_id"], done["deploying_since"]) == (
+        True,
+        "sup-v2",
+        None,
+    )
+    missing = api.get("/internal/aliases/acme/nope:prod", headers=AUTH)
+    assert (missing.status_code, missing.json()["error"]["code"]) == (404, "alias_not_found")
+    assert api.get(url).status_code == 401
 
 
 def _manifest(reg: dict[str, Any]) -> dict[str, Any]:

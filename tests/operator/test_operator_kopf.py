@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import time
+from typing import Any
 
 import pytest
 
@@ -24,9 +25,11 @@ from tests.operator.kopf_fleet import (
     make_adapter,
     make_pool,
     owned,
+    pod_body,
     status,
 )
 from tests.operator.kopf_harness import module_fixtures
+from tests.operator.state_servers import StateServer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -238,6 +241,80 @@ def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
         cluster.patch(path, {"spec": {"adapter": "sup-v2"}})
         eventually(lambda: cluster.get(cluster.path("loraadapters", "sup-v1")) is None, within_s=40)
         assert "sup-v1" not in owned(cluster, "alias-0") | owned(cluster, "alias-1")
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_a_deploy_no_replica_verifies_passes_its_deadline_and_completes_later(cluster, operator):
+    """With the only replica's /state unreachable nothing verifies the new version: past
+    spec.progressDeadlineSeconds Deployed says ProgressDeadlineExceeded (since when, still
+    serving the old version) with one Warning Event; a replica that verifies it later still
+    completes the deploy."""
+    h = "sha256:" + "e" * 64
+    (dead,) = make_pool(cluster, "stall", 1, base_hash=h, autoscaling={"pollIntervalSeconds": 0.3})
+    dead.close()  # the pod stays Ready; its /state refuses connections
+    servers: list[StateServer] = []
+    try:
+        for n in ("stall-v1", "stall-v2"):
+            make_adapter(cluster, n, base_hash=h)
+        eventually(lambda: status(cluster, "loraadapters", "stall-v2").get("phase") == "Ready")
+        body = alias_body("stall-prod", "acme/stall:prod", "stall-v1")
+        del body["metadata"]["namespace"], body["metadata"]["creationTimestamp"]
+        cluster.create(cluster.path("adapteraliases"), body)
+        path = cluster.path("adapteraliases", "stall-prod")
+        eventually(lambda: status(cluster, "adapteraliases", "stall-prod").get("adapter"))
+
+        cluster.patch(path, {"spec": {"adapter": "stall-v2", "progressDeadlineSeconds": 2}})
+        waiting = eventually(
+            lambda: (
+                cond(status(cluster, "adapteraliases", "stall-prod"), "Deployed").get("reason")
+                == "AwaitingReplicas"
+            )
+        )
+        assert waiting
+        began = status(cluster, "adapteraliases", "stall-prod")["deploying"]["startedAt"]
+
+        def stalled() -> dict[str, Any]:
+            st = status(cluster, "adapteraliases", "stall-prod")
+            c = cond(st, "Deployed")
+            return st if c.get("reason") == "ProgressDeadlineExceeded" else {}
+
+        st = eventually(stalled, what="ProgressDeadlineExceeded")
+        deployed = cond(st, "Deployed")
+        assert deployed["status"] == "False"
+        assert "no replica has verified its files yet after 2 s" in deployed["message"]
+        assert began.replace("+00:00", "Z")[:19] in deployed["message"]
+        assert deployed["message"].endswith("still serving stall-v1")
+        assert st["adapter"] == "stall-v1"
+        assert cond(st, "Ready")["status"] == "True"
+
+        def warnings() -> list[str]:
+            return [
+                e.get("reason", "")
+                for e in cluster.items(cluster.path("events", group="v1"))
+                if (e.get("involvedObject") or {}).get("name") == "stall-prod"
+                and e.get("type") == "Warning"
+            ]
+
+        eventually(lambda: "ProgressDeadlineExceeded" in warnings(), what="the Warning Event")
+
+        # A replica that holds the version's verified files joins: the deploy goes through.
+        live = StateServer("stall-1")
+        servers.append(live)
+        live.state["disk_adapters"] = ["stall-v1", "stall-v2"]
+        cluster.create(cluster.path("pods", group="v1"), pod_body("stall-1", "stall", live.port))
+        st = eventually(
+            lambda: (
+                (s := status(cluster, "adapteraliases", "stall-prod")).get("adapter") == "stall-v2"
+                and s
+            ),
+            within_s=30,
+        )
+        assert st["previousAdapter"] == "stall-v1"
+        assert "deploying" not in st
+        assert cond(st, "Deployed")["status"] == "True"
+        assert warnings().count("ProgressDeadlineExceeded") == 1
     finally:
         for s in servers:
             s.close()

@@ -13,6 +13,7 @@ from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_operator.fleet_index import MISSED_SCRAPES_KEPT
 from lorafleet_operator.sync import FleetSync
 from tests.operator.factories import adapter_body, alias_body, pool
+from tests.waiting import eventually_async
 
 
 class RecordingWriter:
@@ -171,6 +172,34 @@ async def test_failures_post_one_warning_event_each_and_passes_repeat_none(fleet
     for _ in range(3):
         await fleet.flush()
     assert len(writer.warnings) == 3  # transitions only, never once per pass
+
+
+async def test_a_waiting_deploy_is_planned_again_at_its_deadline_without_any_event(fleet):
+    """No scrape answers and nothing changes: the loop still plans again when the deploy's
+    progress deadline falls, so it is reported stalled (one Warning Event)."""
+    fleet, writer = fleet
+    fleet.index.upsert_pool(pool())
+    fleet.index.upsert_pod(pod_body("pool-0"))
+    for v in ("v1", "v2"):
+        fleet.index.upsert_adapter(adapter_body(v))
+    fleet.index.upsert_alias(alias_body("prod", "acme/s:prod", "v1"))
+    await fleet.flush()
+    assert writer.aliases["prod"]["adapter"] == "v1"
+    edited = alias_body("prod", "acme/s:prod", "v2")
+    edited["spec"]["progressDeadlineSeconds"] = 1
+    edited["status"] = writer.aliases["prod"]
+    fleet.index.upsert_alias(edited)
+    await fleet.flush()
+
+    def deployed_reason() -> str:
+        conds = writer.aliases["prod"].get("conditions") or []
+        return str(next(c["reason"] for c in conds if c["type"] == "Deployed"))
+
+    assert deployed_reason() == "AwaitingReplicas"
+    await eventually_async(lambda: writer.warnings, within_s=10)  # posted after the status
+    assert writer.warnings == [("AdapterAlias", "prod", "ProgressDeadlineExceeded")]
+    assert deployed_reason() == "ProgressDeadlineExceeded"
+    assert writer.aliases["prod"]["adapter"] == "v1"
 
 
 async def test_a_replica_missing_a_scrape_keeps_its_traffic_until_it_stays_silent(fleet):

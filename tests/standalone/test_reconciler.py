@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lorafleet_core.api.names import ANNOTATION_OWNED_ADAPTERS
@@ -138,6 +139,43 @@ def test_a_deploy_waits_until_a_replica_verified_the_target(folder, tmp_path):
     assert plan is not None
     assert plan.models == {"acme/a:prod": "acme-a-v2"}
     assert not rec.awaiting_replicas
+
+
+def test_a_deploy_no_replica_verifies_is_reported_stalled_at_its_deadline(folder, tmp_path):
+    """As on a cluster: past spec.progressDeadlineSeconds the deploy says
+    ProgressDeadlineExceeded (on the console too), the previous version keeps serving, and the
+    deploy completes once a replica verifies the version."""
+    _, files, _, _ = _setup(folder, tmp_path)
+    now = [datetime(2026, 12, 1, 9, 0, tzinfo=UTC)]
+    messages: list[str] = []
+    rec = Reconciler(folder, files, tmp_path / "r.json", say=messages.append, clock=lambda: now[0])
+    rec.tick()
+    body = alias_manifest("acme-a-prod", "acme/a:prod", "acme-a-v2")
+    body["spec"]["progressDeadlineSeconds"] = 30
+    write_object(folder, body)
+    pulling = _holding(rec.last, pulling=("acme-a-v2",))
+    plan = rec.tick(pulling)
+    assert plan is not None
+    deploying = plan.alias_statuses["acme-a-prod"].deploying
+    assert deploying is not None
+    assert deploying.started_at == now[0]
+    now[0] += timedelta(seconds=30)
+    plan = rec.tick(pulling)
+    assert plan is not None
+    assert plan.models == {"acme/a:prod": "acme-a-v1"}
+    deployed = next(
+        c for c in plan.alias_statuses["acme-a-prod"].conditions if c.type == "Deployed"
+    )
+    assert deployed.reason == "ProgressDeadlineExceeded"
+    assert "began 2026-12-01T09:00:00Z" in deployed.message
+    assert any("ProgressDeadlineExceeded" in m for m in messages), messages
+    stored = load_alias_statuses(folder)["acme-a-prod"]  # kept for `alias get` and restarts
+    assert stored.deploying == deploying
+    assert rec.awaiting_replicas  # still polled every second: it may complete yet
+    plan = rec.tick(_holding(rec.last))
+    assert plan is not None
+    assert plan.models == {"acme/a:prod": "acme-a-v2"}
+    assert load_alias_statuses(folder)["acme-a-prod"].deploying is None
 
 
 def test_the_replicas_verdicts_outlive_a_folder_change_and_the_bad_version_never_serves(

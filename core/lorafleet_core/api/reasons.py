@@ -68,6 +68,9 @@ ADAPTER_NOT_READY = "AdapterNotReady"
 # The target is Ready but no replica has verified its files yet: the deploy waits, serving
 # the previous adapter (planning.aliases).
 AWAITING_REPLICAS = "AwaitingReplicas"
+# A deploy still waiting (AwaitingReplicas, or its target Pending) past the alias's
+# spec.progressDeadlineSeconds: reported stalled, never rolled back (planning.aliases).
+PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 ADAPTER_DELETING = "AdapterDeleting"
 MODEL_CLAIMED = "ModelClaimed"
 NO_CONFLICT = "NoConflict"

@@ -12,6 +12,13 @@ verified files (`AdapterView.verified`, from the replicas' reported tiers); a ta
 owner refuses turns Failed and is refused, and the previous adapter never stops serving. A
 first deploy, or one replacing an adapter that is no longer servable, has nothing better to
 keep and goes ahead on Ready.
+A deploy that waits (AwaitingReplicas, or its target still Pending) longer than
+`spec.progressDeadlineSeconds`, counted from `status.deploying.startedAt` (when spec.adapter
+first named the target), is reported stalled as a Deployment is: `Deployed=False` with reason
+ProgressDeadlineExceeded, saying what it waits for and since when. Nothing is rolled back: the
+previous adapter keeps serving, and the deploy completes if the replicas verify the target
+later. `AliasPlan.deadline` says when a waiting deploy's deadline falls, so the caller plans
+again then even if nothing else changes.
 Two aliases claiming one model: the older (creationTimestamp, then name) keeps it; the newer
 gets `Conflict=True` and must not be served.
 """
@@ -20,13 +27,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lorafleet_core.api.models import (
     AdapterAlias,
     AdapterAliasStatus,
     AdapterPhase,
+    AliasDeploy,
     AliasHistoryEntry,
     Condition,
     ObjectMeta,
@@ -42,6 +50,7 @@ from lorafleet_core.api.reasons import (
     MODEL_CLAIMED,
     NO_CONFLICT,
     NOTHING_TO_SERVE,
+    PROGRESS_DEADLINE_EXCEEDED,
     READY,
     SERVING,
     TENANT_MISMATCH,
@@ -99,6 +108,8 @@ class AliasPlan:
     status: AdapterAliasStatus
     deployed: str | None  # adapter newly served by this plan (for an event), else None
     conflict_with: str | None
+    # When this waiting deploy's progress deadline falls (plan again then), else None.
+    deadline: datetime | None = None
 
 
 def created_at(meta: ObjectMeta) -> datetime | None:
@@ -195,6 +206,32 @@ def plan_alias(
         history = [AliasHistoryEntry(adapter=spec.adapter, at=now), *history][:HISTORY_MAX]
         deployed = spec.adapter
 
+    deploying: AliasDeploy | None = None
+    if adapter != spec.adapter:
+        kept = old.deploying
+        fresh = kept is None or kept.adapter != spec.adapter
+        deploying = AliasDeploy(adapter=spec.adapter, started_at=now) if fresh else kept
+    deadline: datetime | None = None
+    in_progress = problem is not None and (
+        problem[0] == AWAITING_REPLICAS
+        or (
+            problem[0] == ADAPTER_NOT_READY
+            and target is not None
+            and target.phase in (None, AdapterPhase.PENDING)
+        )
+    )
+    if in_progress and deploying is not None and problem is not None:
+        limit = spec.progress_deadline_seconds
+        due = deploying.started_at + timedelta(seconds=limit)
+        if now >= due:
+            problem = (
+                PROGRESS_DEADLINE_EXCEEDED,
+                f"{problem[1]} after {limit} s (spec.progressDeadlineSeconds; the deploy began "
+                f"{_stamp(deploying.started_at)}); the deploy still completes if that changes",
+            )
+        else:
+            deadline = due
+
     if problem is None:
         conds.append(condition(DEPLOYED, True, DEPLOYED, f"serving {spec.adapter}", now, gen))
     else:
@@ -207,11 +244,13 @@ def plan_alias(
             previous_adapter=previous,
             updated_at=updated_at,
             history=history,
+            deploying=deploying,
             conditions=merge_conditions(old.conditions, conds),
             observed_generation=gen,
         ),
         deployed=deployed,
         conflict_with=None,
+        deadline=deadline,
     )
 
 
@@ -230,6 +269,11 @@ def plan_invalid_alias(
         deep=True,
         update={"conditions": merge_conditions(old.conditions, conds), "observed_generation": gen},
     )
+
+
+def _stamp(at: datetime) -> str:
+    """A time as Kubernetes prints one (RFC 3339, UTC, whole seconds)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _servable(adapter: str | None, tenant: str, adapters: Mapping[str, AdapterView]) -> bool:

@@ -122,6 +122,9 @@ class FleetPlan:
     # Warning Events for `kubectl describe` and `kubectl get events`, one per transition into a
     # failure (never per pass, so a restart repeats none): (kind, name, reason, message).
     warnings: list[tuple[str, str, str, str]] = field(default_factory=list)
+    # The earliest progress deadline of a waiting deploy: plan again then, even if nothing
+    # else changes (an unreachable replica changes nothing), so the deploy is reported stalled.
+    wake_at: datetime | None = None
 
 
 def ready_replicas(pods: Sequence[PodView], pool: str) -> list[str]:
@@ -318,6 +321,8 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
             plan.warnings.append((KIND_ALIAS, alias.metadata.name, *cause))
         if ap.deployed:
             plan.alias_deploys[alias.metadata.name] = ap.deployed
+        if ap.deadline is not None and (plan.wake_at is None or ap.deadline < plan.wake_at):
+            plan.wake_at = ap.deadline
     return plan
 
 
@@ -338,8 +343,9 @@ def _alias_warnings(
     old: AdapterAliasStatus | None, new: AdapterAliasStatus, target_pending: bool
 ) -> list[tuple[str, str]]:
     """A refused deploy (not one that waits for a Pending target: that is the normal order of
-    `kubectl apply -f DIR`; nor one waiting for the replicas to verify a Ready target), and
-    what it serves turning unservable; one Event per cause."""
+    `kubectl apply -f DIR`; nor one waiting for the replicas to verify a Ready target, until
+    it waits past its progress deadline), and what it serves turning unservable; one Event per
+    cause."""
     conds = old.conditions if old else []
     out = []
     deployed = _turned_false(conds, new, reasons.DEPLOYED)

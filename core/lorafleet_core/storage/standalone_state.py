@@ -82,6 +82,18 @@ def with_adapter_verdict(body: dict[str, Any], folder: Path) -> dict[str, Any]:
     return {**body, "status": {"phase": verdict.model_dump(mode="json")["phase"]}}
 
 
+def with_alias_status(body: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """An AdapterAlias manifest with the reconciler's stored status (what it serves, the deploy
+    in progress, the conditions), as a cluster's object carries it; the manifest unchanged
+    when there is none yet or the file is unreadable."""
+    name = str((body.get("metadata") or {}).get("name", ""))
+    try:
+        status = load_alias_statuses(folder).get(name)
+    except ValueError:
+        return body
+    return body if status is None else {**body, "status": status.wire()}
+
+
 def alias_status_path(folder: Path) -> Path:
     return folder / STATUS_DIR / ALIAS_STATUS_FILE
 

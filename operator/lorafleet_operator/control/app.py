@@ -8,6 +8,8 @@
   adapter (lorafleet_core.planning.alias_deploy, the CLI's rules). `{alias}` is the public model
   name
   `tenant/name:tag`, URL-encoded (`acme%2Fsupport:prod`).
+- `GET /internal/aliases/{alias}`: where the alias's deploy stands (the version asked for, the one
+  served, the Deployed reason: AwaitingReplicas, ProgressDeadlineExceeded, ...), from its status.
 - `POST /internal/replicas/{id}/adapters/{aid}/load|unload`, `GET /internal/replicas/{id}/state`:
   forwarded to that replica's agent. A load carries the registry's record of the adapter (the
   LoRAAdapter object), never anything from the caller but the `gpu` flag.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -32,7 +35,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lorafleet_core.api import names
-from lorafleet_core.api.models import LoRAAdapterSpec
+from lorafleet_core.api.models import (
+    DEFAULT_PROGRESS_DEADLINE_S,
+    AdapterAliasStatus,
+    ConditionStatus,
+    LoRAAdapterSpec,
+)
+from lorafleet_core.api.reasons import DEPLOYED
 from lorafleet_core.planning.adapter_registration import (
     AdapterRegistration,
     Comparison,
@@ -113,6 +122,31 @@ class AliasResult(BaseModel):
     object_name: str
     adapter_id: str
     previous_adapter_id: str | None = Field(description="What spec.adapter named before.")
+
+
+class AliasState(BaseModel):
+    """Where a deploy of the alias stands, from the AdapterAlias's spec and status."""
+
+    alias: str
+    object_name: str
+    adapter_id: str = Field(description="The version asked for (spec.adapter).")
+    serving_adapter_id: str | None = Field(
+        description="The version served now (status.adapter): the previous one until a "
+        "replica has verified adapter_id's files; null before the first deploy."
+    )
+    previous_adapter_id: str | None = Field(description="status.previousAdapter (rollback).")
+    deployed: bool = Field(description="The Deployed condition is True: adapter_id serves.")
+    reason: str | None = Field(
+        description="The Deployed condition's reason, e.g. AwaitingReplicas (waiting for a "
+        "replica to verify the files), ProgressDeadlineExceeded (waiting longer than "
+        "progress_deadline_seconds; it still completes if verified later), AdapterNotReady."
+    )
+    message: str | None = Field(description="The Deployed condition's message.")
+    deploying_since: datetime | None = Field(
+        description="When the deploy of adapter_id began (status.deploying.startedAt); null "
+        "once it serves."
+    )
+    progress_deadline_seconds: int = Field(description="spec.progressDeadlineSeconds.")
 
 
 class LoadRequest(BaseModel):
@@ -267,6 +301,39 @@ def build_control_app(
             object_name=str(body["metadata"]["name"]),
             adapter_id=change.adapter_id,
             previous_adapter_id=previous,
+        )
+
+    @app.get("/internal/aliases/{alias:path}", dependencies=guarded, response_model=AliasState)
+    async def get_alias(alias: str) -> AliasState:
+        found = pick_alias(alias, await store.get(names.KIND_ALIAS, alias_object_name(alias)), [])
+        if found is None:
+            found = pick_alias(alias, None, await store.list(names.KIND_ALIAS))
+        if found is None:
+            raise ControlError(
+                404, f"no AdapterAlias for {alias} in {store.description}", "alias_not_found"
+            )
+        if found.get("status") is None:  # a folder's listing carries no status: read it again
+            name = str(found["metadata"]["name"])
+            found = await store.get(names.KIND_ALIAS, name) or found
+        spec = found.get("spec") or {}
+        try:
+            status = AdapterAliasStatus.model_validate(found.get("status") or {})
+        except ValidationError as exc:
+            raise ControlError(502, f"unreadable status of {alias}", "invalid") from exc
+        deployed = next((c for c in status.conditions if c.type == DEPLOYED), None)
+        return AliasState(
+            alias=alias,
+            object_name=str(found["metadata"]["name"]),
+            adapter_id=str(spec.get("adapter")),
+            serving_adapter_id=status.adapter,
+            previous_adapter_id=status.previous_adapter,
+            deployed=deployed is not None and deployed.status == ConditionStatus.TRUE,
+            reason=deployed.reason if deployed else None,
+            message=deployed.message if deployed else None,
+            deploying_since=status.deploying.started_at if status.deploying else None,
+            progress_deadline_seconds=int(
+                spec.get("progressDeadlineSeconds", DEFAULT_PROGRESS_DEADLINE_S)
+            ),
         )
 
     async def agent(replica_id: str) -> str:

@@ -25,7 +25,7 @@ from lorafleet_core.kube.client import MERGE_PATCH, is_conflict, is_not_found, p
 from lorafleet_core.planning.pods import pod_ip, replica_pool
 from lorafleet_core.storage.manifests import load_folder, write_object
 from lorafleet_core.storage.replica_endpoints import read_replicas, replicas_file
-from lorafleet_core.storage.standalone_state import with_adapter_verdict
+from lorafleet_core.storage.standalone_state import with_adapter_verdict, with_alias_status
 from lorafleet_operator.fleet_index import internal_port
 
 Obj = dict[str, Any]
@@ -78,6 +78,8 @@ class FolderStore:
             return None
         if kind == names.KIND_ADAPTER:  # the reconciler's verdict stands for its status
             return await asyncio.to_thread(with_adapter_verdict, found.body, self.folder)
+        if kind == names.KIND_ALIAS:  # the reconciler keeps alias status beside the folder
+            return await asyncio.to_thread(with_alias_status, found.body, self.folder)
         return found.body
 
     async def list(self, kind: str) -> list[Obj]:

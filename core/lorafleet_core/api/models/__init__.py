@@ -25,9 +25,11 @@ from lorafleet_core.api.models.adapter import (
     Placement,
 )
 from lorafleet_core.api.models.alias import (
+    DEFAULT_PROGRESS_DEADLINE_S,
     AdapterAlias,
     AdapterAliasSpec,
     AdapterAliasStatus,
+    AliasDeploy,
     AliasHistoryEntry,
 )
 from lorafleet_core.api.models.common import (
@@ -72,6 +74,7 @@ __all__ = [
     "ALIAS_MODEL",
     "ALL_TARGET_MODULES",
     "CONDITION_MESSAGE_MAX",
+    "DEFAULT_PROGRESS_DEADLINE_S",
     "DNS_LABEL",
     "DNS_SUBDOMAIN",
     "MAX_OWNERS",
@@ -86,6 +89,7 @@ __all__ = [
     "AdapterName",
     "AdapterPhase",
     "AdapterStats",
+    "AliasDeploy",
     "AliasHistoryEntry",
     "AnyResource",
     "AutoMergeSpec",

@@ -18,6 +18,10 @@ from lorafleet_core.api.models.common import (
     immutable,
 )
 
+# A Deployment's default progressDeadlineSeconds: long enough for a replica to fetch and verify
+# a large adapter from a slow store, short enough that a stalled deploy is noticed the same hour.
+DEFAULT_PROGRESS_DEADLINE_S = 600
+
 
 class AdapterAliasSpec(SpecModel):
     """A public model name pointing at one LoRAAdapter. Changing `adapter` deploys."""
@@ -53,6 +57,17 @@ class AdapterAliasSpec(SpecModel):
         pattern=DNS_SUBDOMAIN,
         max_length=253,
     )
+    progress_deadline_seconds: int = Field(
+        default=DEFAULT_PROGRESS_DEADLINE_S,
+        ge=1,
+        le=2_147_483_647,
+        description="Seconds a deploy may take before it is reported stalled: once "
+        "spec.adapter has named a version for this long and no replica has verified its files "
+        "(or it is still Pending), Deployed turns False with reason ProgressDeadlineExceeded "
+        "and a Warning Event is emitted. Nothing is rolled back: the previous version keeps "
+        "serving and the deploy still completes if a replica verifies the version later. "
+        "As a Deployment's progressDeadlineSeconds; default 600.",
+    )
 
     @model_validator(mode="after")
     def _model_in_tenant(self) -> AdapterAliasSpec:
@@ -73,6 +88,20 @@ class AliasHistoryEntry(CamelModel):
     at: datetime = Field(description="When the alias started pointing to it.")
 
 
+class AliasDeploy(CamelModel):
+    """A deploy in progress: spec.adapter names a version that status.adapter does not yet."""
+
+    adapter: str = Field(
+        description="The version being deployed (spec.adapter).",
+        pattern=DNS_SUBDOMAIN,
+        max_length=253,
+    )
+    started_at: datetime = Field(
+        description="When the operator first saw spec.adapter name it; "
+        "spec.progressDeadlineSeconds counts from here."
+    )
+
+
 class AdapterAliasStatus(CamelModel):
     """Written by the operator: what the alias serves now and its deploy history."""
 
@@ -87,6 +116,10 @@ class AdapterAliasStatus(CamelModel):
     updated_at: datetime | None = Field(default=None, description="When adapter last changed.")
     history: list[AliasHistoryEntry] = Field(
         default_factory=list, max_length=10, description="Most recent deploys, newest first."
+    )
+    deploying: AliasDeploy | None = Field(
+        default=None,
+        description="The deploy in progress, absent when status.adapter is spec.adapter.",
     )
     conditions: list[Condition] = Field(
         default_factory=list,
