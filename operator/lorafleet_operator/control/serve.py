@@ -91,7 +91,12 @@ class ControlServer:
         self.sock = bound_socket(host, port)
         self.port: int = self.sock.getsockname()[1]
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", http=control_protocol()
+            app,
+            log_level="warning",
+            access_log=False,
+            log_config=None,  # lines go through lorafleet_core.logs, not uvicorn's handlers
+            lifespan="off",
+            http=control_protocol(),
         )
         self.server = (_GuestServer if guest else uvicorn.Server)(config)
 
