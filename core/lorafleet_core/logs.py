@@ -143,6 +143,9 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return rfc3339(record.created)  # the JSON lines' time: one clock to compare by
+
     def format(self, record: logging.LogRecord) -> str:
         line, _, trace = super().format(record).partition("\n")
         extra = " ".join(f"{k}={v}" for k, v in _fields(record).items())
@@ -163,7 +166,7 @@ def structured_line(logger: str, message: str, fields: Mapping[str, Any]) -> str
     if _format == "json":
         head = {"time": rfc3339(time.time()), "level": "INFO", "logger": logger}
         return json.dumps({**head, "message": message, **fields}, separators=_COMPACT, default=str)
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    stamp = rfc3339(time.time())
     pairs = " ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
     return f"{stamp} INFO {logger} {message} {pairs}"
 
