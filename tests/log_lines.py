@@ -8,12 +8,12 @@ formatter) fails the test that reads the log.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
+
+from lorafleet_core.logs import RFC3339_CHECK
 
 # What every line has; `time` is RFC 3339 in UTC with milliseconds.
 REQUIRED = ("time", "level", "logger", "message")
-RFC3339_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 
 
 def json_lines(text: str) -> list[dict[str, Any]]:
@@ -26,7 +26,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
         assert isinstance(doc, dict), f"log line {number} is not an object: {line[:300]!r}"
         missing = [k for k in REQUIRED if k not in doc]
         assert not missing, f"log line {number} lacks {missing}: {line[:300]!r}"
-        assert RFC3339_UTC.fullmatch(doc["time"]), f"log line {number}: time {doc['time']!r}"
+        assert RFC3339_CHECK.fullmatch(doc["time"]), f"log line {number}: time {doc['time']!r}"
         out.append(doc)
     assert out, "the log is empty"
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -69,6 +70,9 @@ def bind(**fields: str | None) -> None:
     known = {k: v for k, v in fields.items() if v is not None}
     if known:
         _context.set({**(_context.get() or {}), **known})
+
+
+RFC3339_CHECK: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 
 
 def rfc3339(created: float) -> str:
@@ -143,7 +147,7 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
-    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return rfc3339(record.created)  # the JSON lines' time: one clock to compare by
 
     def format(self, record: logging.LogRecord) -> str:
@@ -158,6 +162,12 @@ def formatter(fmt: LogFormat) -> logging.Formatter:
 
 
 _format: LogFormat = DEFAULT_FORMAT  # what `configure` installed; `structured_line` follows it
+
+
+def replica_log_format() -> LogFormat | None:
+    """What the operator passes to its replica pods: its own format when not the default, else
+    None (the pod template stays as it was, so an upgrade restarts no replica)."""
+    return None if _format == DEFAULT_FORMAT else _format
 
 
 def structured_line(logger: str, message: str, fields: Mapping[str, Any]) -> str:

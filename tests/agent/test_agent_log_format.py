@@ -46,6 +46,7 @@ def test_an_agent_whose_engine_never_comes_logs_json_lines_with_the_traceback(tm
     assert all(line["replica"] == "logs-r0" for line in lines), lines
     (failed,) = [x for x in lines if x["message"] == "agent could not take over vLLM; stopping"]
     assert failed["level"] == "ERROR"
-    assert failed["exception"].startswith("Traceback") and "\n" in failed["exception"]
+    assert failed["exception"].startswith("Traceback")
+    assert "RuntimeError: vLLM at" in failed["exception"].splitlines()[-1]
     assert any(x["logger"].startswith("lorafleet_agent") and x["level"] == "INFO" for x in lines)
     assert "secret-token" not in done.stdout + done.stderr
