@@ -11,6 +11,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from lorafleet_core import logs
 from lorafleet_core.api.apikeys import TenantKeys
 from lorafleet_core.web.client_gone import unless_client_leaves
 from lorafleet_core.wire.headers import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
@@ -109,6 +110,7 @@ class CompletionEndpoint:
         snap = gw.holder.current  # this request's catalog version, whatever changes later
         tenant = authenticate_request(snap, request)
         out.log["tenant"] = tenant.tenant
+        logs.bind(tenant=tenant.tenant)  # every line logged for this request names them
         check_body_headers(request.headers)  # 415 for a body that is not plain JSON
         body = await read_body(request, gw.bounds.max_body_bytes)
         req = parse_request(body, self.kind, gw.bounds)
@@ -127,6 +129,7 @@ class CompletionEndpoint:
             raise model_not_found(req.model)
         record = snap.adapters[target.adapter_id]
         out.log["adapter_id"] = record.id
+        logs.bind(adapter_id=record.id)
         limits = gw.limits_for(tenant)
         async with Reservation(
             gw.limiter,
@@ -161,6 +164,7 @@ class CompletionEndpoint:
             if opened.replica_id in plan.merged:
                 opened.tier = MERGED_TIER  # served by the adapter's merged weights
             out.log["pool"] = snap.pool_of.get(opened.replica_id)
+            logs.bind(replica=opened.replica_id)
             try:
                 await self._answer(opened, record.id, req, held, out, scope, receive, send)
             finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -11,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from lorafleet_core import logs
 from lorafleet_core.planning.placement import owners
 from lorafleet_core.planning.tokens import estimate
 from lorafleet_core.wire.headers import HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
@@ -89,7 +91,13 @@ def test_connect_error_retries_and_drops_replica(env: GatewayEnv):
     eventually(lambda: dead not in env.gw.tracker.healthy_ids(), within_s=1.0)
 
 
-def test_failure_after_first_byte_ends_stream_with_error_event(env: GatewayEnv):
+def test_failure_after_first_byte_ends_stream_with_error_event(
+    env: GatewayEnv, caplog: pytest.LogCaptureFixture
+):
+    """The client gets the chunks sent and an error event; the gateway's warning about it
+    names the request's tenant, adapter and replica (lorafleet_core.logs context)."""
+    caplog.set_level(logging.WARNING, logger="lorafleet_gateway.relay")
+    caplog.handler.addFilter(logs.ContextFilter())  # what the process's handler has
     for r in env.replicas.values():
         r.die_after_chunks = 2
     stream = env.client().chat.completions.create(
@@ -110,6 +118,10 @@ def test_failure_after_first_byte_ends_stream_with_error_event(env: GatewayEnv):
             == 1
         )
     )
+    (warning,) = [r for r in caplog.records if "mid-stream" in r.getMessage()]
+    fields = (warning.tenant, warning.adapter_id, warning.replica)  # type: ignore[attr-defined]
+    assert fields[:2] == ("acme", "acme-support-v1")
+    assert fields[2] in env.replicas
 
 
 def test_unregistered_adapter_is_loaded_from_catalog_then_retried(tmp_path: Path):
