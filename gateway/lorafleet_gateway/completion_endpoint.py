@@ -189,6 +189,8 @@ class CompletionEndpoint:
         out.log.update(replica=opened.replica_id, tier=opened.tier, attempts=opened.attempts)
         if opened.loaded_on_demand:
             out.log["loaded_on_demand"] = True
+        if not req.stream and opened.status == 200:
+            self._first_byte(opened, out)
         if opened.chunks is None:  # non-stream, or an error answer
             if opened.status == 200:
                 held.answered()
@@ -254,13 +256,24 @@ class CompletionEndpoint:
             _relay_outcome(result, out)
             self._meter_relayed(held, adapter_id, req, result)
 
+    def _first_byte(self, opened: Opened, out: _Outcome) -> None:
+        """A non-stream answer's time to first token: to the replica's answer headers, the
+        first thing the gateway sees of it. vLLM sends them once the whole answer is
+        generated, so this is the client's wait for any token at all, generation included
+        (docs/reference/metrics.md). Not counted in the per-tenant TTFT target, which a
+        non-stream answer of a few hundred tokens misses by design."""
+        ttft = opened.headers_at - out.t0
+        self.gw.metrics.child(self.gw.metrics.ttft, opened.tier, "false").observe(ttft)
+        out.log["ttft_ms"] = round(ttft * 1000, 2)
+
     def _stream_ended(
         self, opened: Opened, held: Reservation, result: RelayResult, out: _Outcome
     ) -> None:
         gw = self.gw
         ttft = opened.first_at - out.t0
-        gw.metrics.child(gw.metrics.ttft, opened.tier).observe(ttft)
+        gw.metrics.child(gw.metrics.ttft, opened.tier, "true").observe(ttft)
         out.log["ttft_ms"] = round(ttft * 1000, 2)
+        # Streams only: a non-stream answer's first token waits for its last (see _first_byte).
         gw.metrics.tenants.observe(held.tenant, ttft > gw.settings.ttft_target_s)
         self._charge(held, result.usage or result.delivered, out)
         completion = out.log.get("completion_tokens") or 0

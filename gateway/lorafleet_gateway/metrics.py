@@ -88,13 +88,13 @@ class TenantSLO(Collector):
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
             metric_names.GATEWAY_TENANT_REQUESTS,
-            "Requests that got a first token, per tenant active in the window",
+            "Streamed requests that got a first token, per tenant active in the window",
             labels=["tenant"],
         )
         over = CounterMetricFamily(
             metric_names.GATEWAY_TENANT_TTFT_OVER_TARGET,
-            "Requests whose time to first token exceeded the target, per tenant active in the "
-            "window",
+            "Streamed requests whose time to first token exceeded the target, per tenant active "
+            "in the window",
             labels=["tenant"],
         )
         for tenant, (n, missed) in sorted(self.counts().items()):
@@ -110,8 +110,12 @@ class GatewayMetrics:
         r = self.registry
         self.ttft = Histogram(
             "lorafleet_gateway_ttft_seconds",
-            "Time to first token seen by the gateway, by the tier the replica found the adapter in",
-            ["tier"],
+            "Time to first token seen by the gateway, by the tier the replica found the adapter "
+            "in and whether the request streamed. stream=true: to the stream's first byte; "
+            "stream=false: to the replica's answer headers, which vLLM sends once the whole "
+            "answer is generated, so it includes the generation (the client's wait for any "
+            "token). The TTFT alert and the per-tenant target counters read streams only",
+            ["tier", "stream"],
             buckets=TTFT_BUCKETS,
             registry=r,
         )

@@ -257,7 +257,8 @@ def test_metrics_health_and_readiness(env: GatewayEnv):
     )
     text = httpx.get(f"{env.internal_url}/metrics").text
     for le in ("0.5", "1.0", "2.0"):
-        assert f'lorafleet_gateway_ttft_seconds_bucket{{le="{le}",tier="disk"}} 1.0' in text
+        bucket = f'lorafleet_gateway_ttft_seconds_bucket{{le="{le}",stream="true",tier="disk"}}'
+        assert f"{bucket} 1.0" in text
     assert 'lorafleet_gateway_tenant_requests_total{tenant="acme"} 1.0' in text
     assert "lorafleet_gateway_time_per_output_token_seconds_count 1.0" in text
     duration = 'lorafleet_gateway_request_duration_seconds_count{endpoint="chat",tier="disk"} 1.0'
