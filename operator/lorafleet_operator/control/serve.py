@@ -171,7 +171,7 @@ async def run_alone(settings: OperatorSettings) -> None:
         app = build_from_settings(settings, api, http)
         port = settings.control_port if settings.control_port is not None else 8102
         server = ControlServer(app, settings.control_host, port, guest=False)
-        print(f"lorafleet control API on http://{settings.control_host}:{server.port}", flush=True)
+        log.info("lorafleet control API on http://%s:%d", settings.control_host, server.port)
         try:
             await server.serve()
         finally:
