@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,24 @@ class TenantSLO(Collector):
         yield over
 
 
+class AliasChanges:
+    """Counts the aliases whose adapter differs between one catalog and the next (a catalog
+    listener: no I/O). Aliases added or removed are not changes; the first catalog is none."""
+
+    def __init__(self, counter: PromCounter) -> None:
+        self.counter = counter
+        self._previous: dict[str, str] | None = None
+
+    def __call__(self, aliases: Mapping[str, str]) -> None:
+        """`aliases`: public model name -> adapter id, of the catalog just installed."""
+        previous = self._previous
+        if previous is not None:
+            changed = sum(1 for m, a in aliases.items() if previous.get(m, a) != a)
+            if changed:
+                self.counter.inc(changed)
+        self._previous = dict(aliases)
+
+
 class GatewayMetrics:
     def __init__(self, window_s: float = 300.0) -> None:
         self.registry = CollectorRegistry()
@@ -126,6 +144,14 @@ class GatewayMetrics:
             ["endpoint", "tier"],
             buckets=DURATION_BUCKETS,
             registry=r,
+        )
+        self.alias_changes = AliasChanges(
+            PromCounter(
+                "lorafleet_gateway_alias_changes",
+                "Aliases that answer with another adapter than in the previous catalog: a deploy "
+                "or a rollback taking effect on this gateway (the dashboard's annotations)",
+                registry=r,
+            )
         )
         self.tpot = Histogram(
             "lorafleet_gateway_time_per_output_token_seconds",

@@ -404,3 +404,17 @@ def test_on_demand_loads_send_the_current_token_of_a_rotated_token_file(tmp_path
         assert sorted(sent) == ["Bearer sa-token-1", "Bearer sa-token-2"]
     finally:
         stop_env(env)
+
+
+def test_an_alias_moved_to_another_adapter_counts_one_change(env: GatewayEnv):
+    """A deploy (or rollback) taking effect is one alias change; an alias added is none, and so
+    is the first catalog: the dashboard's deploy annotations read the counter."""
+    changes = "lorafleet_gateway_alias_changes_total"
+    assert _metric(env, changes) == 0
+    moved = [m.alias("acme/support:prod", "acme-support-v2"), *default_aliases()[1:]]
+    env.write_aliases(moved)
+    out = env.client().chat.completions.create(model="acme/support:prod", messages=MSG)
+    assert "|acme-support-v2]" in (out.choices[0].message.content or "")
+    assert _metric(env, changes) == 1
+    env.write_aliases([*moved, m.alias("acme/support:beta", "acme-support-v1")])
+    assert _metric(env, changes) == 1
