@@ -121,6 +121,7 @@ async def serve(settings: GatewaySettings) -> None:
 
 
 def main() -> None:
+    configure_logging()  # first: a setting that fails to parse is a line of the log too
     settings = settings_from_env()
     configure_logging(settings.log_level)
     # uvloop when installed (as uvicorn.run would pick it): it roughly halves the event loop's

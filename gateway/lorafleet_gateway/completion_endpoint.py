@@ -11,6 +11,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
+from lorafleet_core import logs
 from lorafleet_core.api.apikeys import TenantKeys
 from lorafleet_core.web.client_gone import unless_client_leaves
 from lorafleet_core.wire.headers import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
@@ -109,6 +110,7 @@ class CompletionEndpoint:
         snap = gw.holder.current  # this request's catalog version, whatever changes later
         tenant = authenticate_request(snap, request)
         out.log["tenant"] = tenant.tenant
+        logs.bind(tenant=tenant.tenant)  # every line logged for this request names them
         check_body_headers(request.headers)  # 415 for a body that is not plain JSON
         body = await read_body(request, gw.bounds.max_body_bytes)
         req = parse_request(body, self.kind, gw.bounds)
@@ -127,6 +129,7 @@ class CompletionEndpoint:
             raise model_not_found(req.model)
         record = snap.adapters[target.adapter_id]
         out.log["adapter_id"] = record.id
+        logs.bind(adapter_id=record.id)
         limits = gw.limits_for(tenant)
         async with Reservation(
             gw.limiter,
@@ -161,6 +164,7 @@ class CompletionEndpoint:
             if opened.replica_id in plan.merged:
                 opened.tier = MERGED_TIER  # served by the adapter's merged weights
             out.log["pool"] = snap.pool_of.get(opened.replica_id)
+            logs.bind(replica=opened.replica_id)
             try:
                 await self._answer(opened, record.id, req, held, out, scope, receive, send)
             finally:
@@ -185,6 +189,8 @@ class CompletionEndpoint:
         out.log.update(replica=opened.replica_id, tier=opened.tier, attempts=opened.attempts)
         if opened.loaded_on_demand:
             out.log["loaded_on_demand"] = True
+        if not req.stream and opened.status == 200:
+            self._first_byte(opened, out)
         if opened.chunks is None:  # non-stream, or an error answer
             if opened.status == 200:
                 held.answered()
@@ -252,13 +258,24 @@ class CompletionEndpoint:
             _relay_outcome(result, out)
             self._meter_relayed(held, adapter_id, req, result)
 
+    def _first_byte(self, opened: Opened, out: _Outcome) -> None:
+        """A non-stream answer's time to first token: to the replica's answer headers, the
+        first thing the gateway sees of it. vLLM sends them once the whole answer is
+        generated, so this is the client's wait for any token at all, generation included
+        (docs/reference/metrics.md). Not counted in the per-tenant TTFT target, which a
+        non-stream answer of a few hundred tokens misses by design."""
+        ttft = opened.headers_at - out.t0
+        self.gw.metrics.child(self.gw.metrics.ttft, opened.tier, "false").observe(ttft)
+        out.log["ttft_ms"] = round(ttft * 1000, 2)
+
     def _stream_ended(
         self, opened: Opened, held: Reservation, result: RelayResult, out: _Outcome
     ) -> None:
         gw = self.gw
         ttft = opened.first_at - out.t0
-        gw.metrics.child(gw.metrics.ttft, opened.tier).observe(ttft)
+        gw.metrics.child(gw.metrics.ttft, opened.tier, "true").observe(ttft)
         out.log["ttft_ms"] = round(ttft * 1000, 2)
+        # Streams only: a non-stream answer's first token waits for its last (see _first_byte).
         gw.metrics.tenants.observe(held.tenant, ttft > gw.settings.ttft_target_s)
         self._charge(held, result.usage or result.delivered, out)
         completion = out.log.get("completion_tokens") or 0

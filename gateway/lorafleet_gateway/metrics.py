@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,13 +88,13 @@ class TenantSLO(Collector):
     def collect(self) -> Iterator[Metric]:
         requests = CounterMetricFamily(
             metric_names.GATEWAY_TENANT_REQUESTS,
-            "Requests that got a first token, per tenant active in the window",
+            "Streamed requests that got a first token, per tenant active in the window",
             labels=["tenant"],
         )
         over = CounterMetricFamily(
             metric_names.GATEWAY_TENANT_TTFT_OVER_TARGET,
-            "Requests whose time to first token exceeded the target, per tenant active in the "
-            "window",
+            "Streamed requests whose time to first token exceeded the target, per tenant active "
+            "in the window",
             labels=["tenant"],
         )
         for tenant, (n, missed) in sorted(self.counts().items()):
@@ -104,14 +104,36 @@ class TenantSLO(Collector):
         yield over
 
 
+class AliasChanges:
+    """Counts the aliases whose adapter differs between one catalog and the next (a catalog
+    listener: no I/O). Aliases added or removed are not changes; the first catalog is none."""
+
+    def __init__(self, counter: PromCounter) -> None:
+        self.counter = counter
+        self._previous: dict[str, str] | None = None
+
+    def __call__(self, aliases: Mapping[str, str]) -> None:
+        """`aliases`: public model name -> adapter id, of the catalog just installed."""
+        previous = self._previous
+        if previous is not None:
+            changed = sum(1 for m, a in aliases.items() if previous.get(m, a) != a)
+            if changed:
+                self.counter.inc(changed)
+        self._previous = dict(aliases)
+
+
 class GatewayMetrics:
     def __init__(self, window_s: float = 300.0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.ttft = Histogram(
             "lorafleet_gateway_ttft_seconds",
-            "Time to first token seen by the gateway, by the tier the replica found the adapter in",
-            ["tier"],
+            "Time to first token seen by the gateway, by the tier the replica found the adapter "
+            "in and whether the request streamed. stream=true: to the stream's first byte; "
+            "stream=false: to the replica's answer headers, which vLLM sends once the whole "
+            "answer is generated, so it includes the generation (the client's wait for any "
+            "token). The TTFT alert and the per-tenant target counters read streams only",
+            ["tier", "stream"],
             buckets=TTFT_BUCKETS,
             registry=r,
         )
@@ -122,6 +144,14 @@ class GatewayMetrics:
             ["endpoint", "tier"],
             buckets=DURATION_BUCKETS,
             registry=r,
+        )
+        self.alias_changes = AliasChanges(
+            PromCounter(
+                "lorafleet_gateway_alias_changes",
+                "Aliases that answer with another adapter than in the previous catalog: a deploy "
+                "or a rollback taking effect on this gateway (the dashboard's annotations)",
+                registry=r,
+            )
         )
         self.tpot = Histogram(
             "lorafleet_gateway_time_per_output_token_seconds",

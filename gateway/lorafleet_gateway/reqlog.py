@@ -1,9 +1,11 @@
-"""One structured (JSON) log line per completion request.
+"""One structured log line per completion request, and the gateway's log writer.
 
-Fields: request_id (lorafleet_core.web.request_ids: the same id the client, the agent and vLLM
-see), tenant, model, adapter_id, replica, tier, status, ttft_ms, prompt_tokens,
-completion_tokens, duration_ms, attempts, route, error. Never an API key or a prompt; no field
-longer than FIELD_CHARS.
+The line is in the format every lorafleet process writes (lorafleet_core.logs: JSON by default,
+logger `lorafleet.gateway.requests`, message `request`), with the fields request_id
+(lorafleet_core.web.request_ids: the same id the client, the agent and vLLM see), tenant,
+model, adapter_id, replica, tier, status, ttft_ms, prompt_tokens, completion_tokens,
+duration_ms, attempts, route, error. Never an API key or a prompt; no field longer than
+FIELD_CHARS.
 
 The process writes its log through a batching handler: a request only formats its line and
 appends it to a deque; a background thread writes what accumulated every 200 ms in one write.
@@ -26,6 +28,7 @@ import threading
 from collections import deque
 from typing import Any, TextIO
 
+from lorafleet_core import logs
 from lorafleet_core.web import request_ids
 
 request_log = logging.getLogger("lorafleet.gateway.requests")
@@ -49,10 +52,12 @@ def log_request(**fields: Any) -> None:
     cut to FIELD_CHARS."""
     fields = _bounded({"request_id": request_ids.current.get(), **fields})
     sink = _sink
-    if sink is not None:
-        # Straight into the batch: a LogRecord per request costs as much as the JSON itself.
-        sink.add_line(json.dumps(fields, separators=(",", ":"), default=str))
+    if sink is not None and sink.request_lines:
+        # Straight into the batch: a LogRecord per request costs as much as the line itself.
+        sink.add_line(logs.structured_line(request_log.name, "request", fields))
     elif request_log.isEnabledFor(logging.INFO):
+        # Without configure_logging (the gateway in another program's process): the fields as
+        # the message, for whatever handlers that program has.
         request_log.info(json.dumps(fields, separators=(",", ":"), default=str))
 
 
@@ -66,6 +71,7 @@ class BatchingHandler(logging.Handler):
         self._pending: deque[str] = deque()
         self._write_lock = threading.Lock()
         self._stop = threading.Event()
+        self.request_lines = True  # log_request writes its lines straight into this batch
         self._thread = threading.Thread(target=self._loop, name="log-writer", daemon=True)
         self._thread.start()
         atexit.register(self.flush)
@@ -103,13 +109,12 @@ class BatchingHandler(logging.Handler):
 
 
 def configure_logging(level: str = "INFO") -> None:
-    """Plain messages on stderr (the request lines are already JSON), written in batches."""
-    handler = BatchingHandler(sys.stderr)
-    # Other lines name the request they belong to (the request lines hold it as a field).
-    request_ids.install(handler, "%(message)s")
-    root = logging.getLogger("lorafleet")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
+    """Every line of the process (lorafleet_core.logs' format, on stderr), written in batches.
+    Called again with the settings' level once they are read: a setting that fails is logged
+    in the same format. `level` WARNING turns the request lines off."""
     global _sink
-    _sink = handler if request_log.isEnabledFor(logging.INFO) else None
+    if _sink is None:
+        _sink = BatchingHandler(sys.stderr)
+        logs.configure(level, handler=_sink)
+    logging.getLogger().setLevel(level.upper())
+    _sink.request_lines = request_log.isEnabledFor(logging.INFO)

@@ -98,6 +98,11 @@ class Gateway:
         self.source = source or source_from_settings(settings, self.holder)
         self.metrics = GatewayMetrics(settings.tenant_window_s)
         self.holder.subscribe(lambda snap: self.metrics.usage.prime(snap.served_pairs()))
+        self.holder.subscribe(
+            lambda snap: self.metrics.alias_changes(
+                {m: t.adapter_id for m, t in snap.aliases.items()}
+            )
+        )
         self.limiter, self._close_limiter = limiter_from_settings(settings, self.metrics)
         self.concurrency = ConcurrencyLimiter()  # per pod, in memory (concurrency.py says why)
         # Request bodies being received (the edge reads them before any cap above applies).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Literal
 
@@ -10,6 +11,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.planning.tokens import DEFAULT_MAX_TOKENS
 from lorafleet_gateway.router import MERGED_MAX_QUEUE_DEPTH, MERGED_MAX_TOKENS_IN_FLIGHT
+
+log = logging.getLogger(__name__)
 
 
 class GatewaySettings(BaseSettings):
@@ -280,7 +283,8 @@ class GatewaySettings(BaseSettings):
 
 
 def settings_from_env() -> GatewaySettings:
-    """The process's settings; invalid ones end the process with one line per bad variable.
+    """The process's settings; invalid ones end the process (exit code 1) with a CRITICAL log
+    line naming each bad variable.
 
     A wrong routing policy or bound must stop the gateway at start-up (the pod crash-loops
     with the reason in its log), not route by a default the operator did not choose.
@@ -288,7 +292,8 @@ def settings_from_env() -> GatewaySettings:
     try:
         return GatewaySettings()
     except ValidationError as exc:
-        raise SystemExit(invalid_settings_message(exc)) from None
+        log.critical("%s", invalid_settings_message(exc))
+        raise SystemExit(1) from None
 
 
 def invalid_settings_message(exc: ValidationError) -> str:

@@ -74,6 +74,7 @@ class Opened:
     response: httpx.Response
     first: bytes  # the first body chunk (stream), the whole body, or its first part
     first_at: float  # perf_counter when `first` arrived
+    headers_at: float  # perf_counter when the status and headers arrived (before `first`)
     chunks: AsyncIterator[bytes] | None = None  # the rest of a stream
     attempts: int = 1  # replicas tried, this one included
     loaded_on_demand: bool = False
@@ -251,13 +252,16 @@ class Upstream:
             raise TryNext(f"{ep.id}: {exc!r}") from exc
         except httpx.TimeoutException:
             raise self._timed_out(ep.id) from None
+        headers_at = time.perf_counter()
         try:
-            return await self._first_bytes(ep.id, response, req.stream)
+            return await self._first_bytes(ep.id, response, req.stream, headers_at)
         except BaseException:
             await response.aclose()
             raise
 
-    async def _first_bytes(self, replica_id: str, response: httpx.Response, stream: bool) -> Opened:
+    async def _first_bytes(
+        self, replica_id: str, response: httpx.Response, stream: bool, headers_at: float
+    ) -> Opened:
         try:
             if response.status_code != 200:  # see replica_errors for what each answer means
                 verdict = judge(response.status_code, await read_and_drop(response))
@@ -296,6 +300,7 @@ class Upstream:
             response=response,
             first=first,
             first_at=time.perf_counter(),
+            headers_at=headers_at,
             chunks=chunks,
         )
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 from typing import Any
 
+from lorafleet_core import logs
 from lorafleet_operator.settings import OperatorSettings
 
 
@@ -14,10 +15,10 @@ def run_operator(namespaces: list[str] | None = None, verbose: bool = False) -> 
 
     import lorafleet_operator.handlers  # noqa: F401  (registers the handlers)
 
+    kopf.configure(verbose=verbose)  # its logger levels; its handler gives way to ours
+    logs.configure(logging.DEBUG if verbose else logging.INFO)
     settings = OperatorSettings()
     ns = namespaces if namespaces else settings.namespace_list()
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO)
-    kopf.configure(verbose=verbose)
     kopf.run(
         standalone=settings.standalone,
         namespaces=ns,

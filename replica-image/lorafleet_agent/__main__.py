@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 
 from lorafleet_agent.server import Agent
 from lorafleet_agent.settings import AgentSettings
-from lorafleet_core.web import request_ids
+from lorafleet_core import logs
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO)
-    for handler in logging.getLogger().handlers:  # lines name the request they belong to
-        request_ids.install(handler, "%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(Agent(AgentSettings()).serve())
+    logs.configure("INFO")  # first: a setting that fails to parse is a line of the log too
+    settings = AgentSettings()
+    logs.configure("INFO", replica=settings.replica_id)  # every line names its replica
+    asyncio.run(Agent(settings).serve())
 
 
 if __name__ == "__main__":

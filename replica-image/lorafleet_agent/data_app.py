@@ -73,8 +73,7 @@ def build_data_app(
             return None
         manager.metrics.data_auth_failures.inc()
         client = request.client.host if request.client else "?"
-        log.warning("refused %s from %s: no valid data credential", request.url.path[:200],
-                    client, extra={"request_id": request_ids.current.get()})  # fmt: skip
+        log.warning("refused %s from %s: no valid data credential", request.url.path[:200], client)
         return error_response(
             401, "a valid data-port credential is required", "unauthorized",
             **{"www-authenticate": "Bearer"},
@@ -149,7 +148,6 @@ def build_data_app(
                 return error_response(503, str(exc), ErrorCode.CACHE_FULL, **base)
             headers = {**base, HEADER_ADAPTER_TIER: lease.tier.value}
             stats.count_request(adapter_id, lease.tier)
-            request_id = request_ids.current.get()  # vllm_client sends it on to vLLM
             try:
                 # Retries once after a resync when vLLM lost the registration (it restarted).
                 # A gateway that hangs up meanwhile cancels it: vLLM sees its client leave and
@@ -173,12 +171,11 @@ def build_data_app(
             stats.start()
             started = True
             log.info(
-                "%s adapter=%s tier=%s vllm_status=%d",
+                "%s tier=%s vllm_status=%d",
                 path,
-                adapter_id,
                 lease.tier.value,
                 resp.status_code,
-                extra={"request_id": request_id},  # the formatter appends it (request_ids)
+                extra={"adapter_id": adapter_id},  # a field of the line (lorafleet_core.logs)
             )
             media = resp.headers.get("content-type", "application/json")
             if resp.status_code == 200 and not body.get("stream"):

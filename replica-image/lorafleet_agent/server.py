@@ -128,7 +128,10 @@ class Agent:
         )
         self._servers = [
             uvicorn.Server(
-                uvicorn.Config(app, host=s.host, port=port, log_level="warning", http=http)
+                # log_config None: uvicorn's own would add handlers beside lorafleet_core.logs
+                uvicorn.Config(
+                    app, host=s.host, port=port, log_level="warning", http=http, log_config=None
+                )
             )
             for app, port in ((self.data_app, s.data_port), (self.internal_app, s.internal_port))
         ]

@@ -83,12 +83,16 @@ def deployment(docs: list[dict[str, Any]], part: str) -> dict[str, Any]:
 
 
 def monitoring_exprs() -> list[str]:
-    """Every PromQL expression the chart ships: the dashboard's panels and the rules."""
+    """Every PromQL expression the chart ships: the dashboard's panels and annotations, and
+    the rules."""
     dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
     (rule,) = by_kind(render(ALL_ON), "PrometheusRule")
-    return [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])] + [
-        r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]
-    ]
+    annotations = [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
+    return (
+        [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+        + annotations
+        + [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    )
 
 
 def engine_series_queried() -> set[str]:

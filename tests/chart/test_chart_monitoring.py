@@ -135,3 +135,15 @@ def test_runbook_links_point_at_the_configured_base():
     ]
     assert urls
     assert all(u.startswith(base + "#") for u in urls)
+
+
+def test_dashboard_marks_alias_deploys_and_rollbacks():
+    """An annotation on the gateways' alias-change counter (max over gateway pods: each counts
+    the same change) marks every deploy or rollback on every panel's time axis."""
+    dashboard = json.loads((CHART / "files" / "dashboard.json").read_text())
+    (deploys,) = [a for a in dashboard["annotations"]["list"] if "alias" in a["name"].lower()]
+    assert deploys["enable"]
+    assert deploys["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    expr = deploys["expr"]
+    assert expr.startswith("max by (namespace) (increase(lorafleet_gateway_alias_changes_total{")
+    assert 'namespace=~"$namespace"' in expr

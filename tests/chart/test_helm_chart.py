@@ -25,6 +25,7 @@ from tests.chart.chart_render import (
     ROOT,
     by_kind,
     ci_values,
+    deployment,
     notes,
     render,
     validate_builtin,
@@ -308,3 +309,19 @@ def test_chart_names_its_maintainers():
 def test_values_schema_refuses_typos_at_every_level(values):
     with pytest.raises(helm_python.HelmError):
         helm_python.Chart.load(CHART).validate_schema(values)
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_log_format_reaches_the_gateway_and_the_operator(fmt):
+    """One value sets LORAFLEET_LOG_FORMAT on both Deployments (json by default); the operator
+    passes text on to the replica pods itself."""
+    docs = render({} if fmt == "json" else {"logFormat": fmt})
+    for part in ("gateway", "operator"):
+        (container,) = deployment(docs, part)["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["LORAFLEET_LOG_FORMAT"] == fmt
+
+
+def test_an_unknown_log_format_is_refused_by_the_schema():
+    with pytest.raises(helm_python.HelmError):
+        helm_python.Chart.load(CHART).validate_schema({"logFormat": "xml"})

@@ -1,4 +1,4 @@
-"""The generated reference pages: every setting of the four settings classes and every metric
+"""The generated reference pages: every setting of the five settings classes and every metric
 the registries export, written as markdown from the classes and registries themselves.
 
     .venv/bin/python -m tests.docs.reference_pages          # check: exit 1 if a page drifted
@@ -32,6 +32,7 @@ from pydantic_settings import BaseSettings
 
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.settings import AgentSettings
+from lorafleet_core.logs import LogSettings
 from lorafleet_gateway.metrics import GatewayMetrics
 from lorafleet_gateway.settings import GatewaySettings
 from lorafleet_loadtest.probe.canary import AliasTally, prometheus_textfile
@@ -73,6 +74,14 @@ COMPONENTS = (
         OperatorSettings,
         "On a cluster the chart sets the variables its values decide (column *chart*); "
         "`operator.extraEnv` sets any other.",
+    ),
+    Component(
+        "Logging (every process)",
+        LogSettings,
+        "Read by the gateway, the agent, the operator and the control API at start "
+        "(`lorafleet_core.logs`). The chart sets it on the gateway and the operator from "
+        "`logFormat`; the operator passes a value other than the default on to its replica "
+        "pods; `lorafleet up`'s children inherit it from `up`'s environment.",
     ),
     Component(
         "Standalone (`lorafleet up`)",
@@ -235,7 +244,7 @@ def settings_page() -> str:
         "",
         "Every process reads its settings from environment variables with its component's "
         "prefix; unknown variables are ignored, and a value that fails its type or bound stops "
-        "the process at start with the variable named. This page is generated from the four "
+        "the process at start with the variable named. This page is generated from the five "
         f"settings classes (`{COMMAND}`, or `make docs`); `tests/docs/test_reference_pages.py` "
         "fails when it and the classes disagree. Why each default is what it is: the "
         "component's reference page and the [design records](../design/README.md).",
@@ -254,7 +263,7 @@ def settings_page() -> str:
             f"`{prefix}*`, read by `{cls.__module__}.{cls.__name__}`. {component.where}",
             "",
         ]
-        with_chart = issubclass(component.cls, GatewaySettings | OperatorSettings)
+        with_chart = issubclass(component.cls, GatewaySettings | OperatorSettings | LogSettings)
         head = "| variable | type | default | chart | meaning |"
         lines += [head if with_chart else head.replace(" chart |", "")]
         lines += ["|---|---|---|---|---|" if with_chart else "|---|---|---|---|"]

@@ -31,6 +31,7 @@ from tests.gateway import manifests as m
 from tests.gateway.conftest import KEYS, MSG_DEFAULT, default_aliases
 from tests.gateway.fake_replica import FakeReplica
 from tests.gateway.servers import ServerThread, bound_socket
+from tests.log_lines import json_lines
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,6 +44,9 @@ def free_port() -> int:
 
 
 def test_gateway_process_serves_and_logs_json(tmp_path: Path):
+    """Every line the process writes is one JSON object in the shared format: the request line
+    (with its request id, tenant, adapter and replica), and the warning of a module logger
+    (a manifest it cannot read), which used to come out as plain text."""
     replica = FakeReplica("replica-0", registered=("acme-support-v1",))
     with ServerThread(replica.app()) as upstream:
         folder = tmp_path / "manifests"
@@ -58,6 +62,7 @@ def test_gateway_process_serves_and_logs_json(tmp_path: Path):
         )
         replicas = tmp_path / "replicas.json"
         replicas.write_text(json.dumps(m.replicas_doc({"replica-0": upstream.url})))
+        (folder / "broken.yaml").write_text("kind: [\n")  # skipped with a warning
         port, internal = free_port(), free_port()
         env = {
             **os.environ,
@@ -82,7 +87,11 @@ def test_gateway_process_serves_and_logs_json(tmp_path: Path):
                 abort=lambda: None if proc.poll() is None else log_path.read_text(),
             )
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEYS["acme"])
-            out = client.chat.completions.create(model="acme/support:prod", messages=MSG_DEFAULT)
+            out = client.chat.completions.create(
+                model="acme/support:prod",
+                messages=MSG_DEFAULT,
+                extra_headers={"x-request-id": "log-format-1"},
+            )
             assert "|acme-support-v1]" in (out.choices[0].message.content or "")
             eventually(
                 lambda: '"adapter_id":"acme-support-v1"' in log_path.read_text(),
@@ -92,8 +101,13 @@ def test_gateway_process_serves_and_logs_json(tmp_path: Path):
         finally:
             proc.terminate()
             proc.wait(timeout=15)
-    lines = [json.loads(x) for x in log_path.read_text().splitlines() if x.startswith("{")]
-    assert lines[-1]["status"] == 200
+    lines = json_lines(log_path.read_text())
+    (request,) = [x for x in lines if x["logger"] == "lorafleet.gateway.requests"]
+    assert (request["level"], request["message"], request["status"]) == ("INFO", "request", 200)
+    assert (request["request_id"], request["tenant"]) == ("log-format-1", "acme")
+    assert (request["adapter_id"], request["replica"]) == ("acme-support-v1", "replica-0")
+    (skipped,) = [x for x in lines if "broken.yaml" in x["message"]]
+    assert (skipped["level"], skipped["logger"]) == ("WARNING", "lorafleet.gateway.catalog")
     assert KEYS["acme"] not in log_path.read_text()
 
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from lorafleet_gateway.router import Thresholds
 from lorafleet_gateway.runtime import thresholds_from_settings
 from lorafleet_gateway.settings import GatewaySettings
+from tests.log_lines import json_lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,7 +72,9 @@ def test_gateway_process_with_an_unknown_policy_exits_naming_the_variable_and_ch
         timeout=60,
     )
     assert done.returncode == 1
-    lines = done.stderr.strip().splitlines()
+    (line,) = json_lines(done.stderr)  # one log line, in the format of every other
+    assert line["level"] == "CRITICAL"
+    lines = line["message"].splitlines()
     assert lines[0] == "lorafleet gateway: invalid settings, not starting"
     assert (
         "  LORAFLEET_GATEWAY_ROUTING_POLICY='round_robin': "

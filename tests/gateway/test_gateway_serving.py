@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -11,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from lorafleet_core import logs
 from lorafleet_core.planning.placement import owners
 from lorafleet_core.planning.tokens import estimate
 from lorafleet_core.wire.headers import HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
@@ -89,7 +91,13 @@ def test_connect_error_retries_and_drops_replica(env: GatewayEnv):
     eventually(lambda: dead not in env.gw.tracker.healthy_ids(), within_s=1.0)
 
 
-def test_failure_after_first_byte_ends_stream_with_error_event(env: GatewayEnv):
+def test_failure_after_first_byte_ends_stream_with_error_event(
+    env: GatewayEnv, caplog: pytest.LogCaptureFixture
+):
+    """The client gets the chunks sent and an error event; the gateway's warning about it
+    names the request's tenant, adapter and replica (lorafleet_core.logs context)."""
+    caplog.set_level(logging.WARNING, logger="lorafleet_gateway.relay")
+    caplog.handler.addFilter(logs.ContextFilter())  # what the process's handler has
     for r in env.replicas.values():
         r.die_after_chunks = 2
     stream = env.client().chat.completions.create(
@@ -110,6 +118,10 @@ def test_failure_after_first_byte_ends_stream_with_error_event(env: GatewayEnv):
             == 1
         )
     )
+    (warning,) = [r for r in caplog.records if "mid-stream" in r.getMessage()]
+    fields = (warning.tenant, warning.adapter_id, warning.replica)  # type: ignore[attr-defined]
+    assert fields[:2] == ("acme", "acme-support-v1")
+    assert fields[2] in env.replicas
 
 
 def test_unregistered_adapter_is_loaded_from_catalog_then_retried(tmp_path: Path):
@@ -245,7 +257,8 @@ def test_metrics_health_and_readiness(env: GatewayEnv):
     )
     text = httpx.get(f"{env.internal_url}/metrics").text
     for le in ("0.5", "1.0", "2.0"):
-        assert f'lorafleet_gateway_ttft_seconds_bucket{{le="{le}",tier="disk"}} 1.0' in text
+        bucket = f'lorafleet_gateway_ttft_seconds_bucket{{le="{le}",stream="true",tier="disk"}}'
+        assert f"{bucket} 1.0" in text
     assert 'lorafleet_gateway_tenant_requests_total{tenant="acme"} 1.0' in text
     assert "lorafleet_gateway_time_per_output_token_seconds_count 1.0" in text
     duration = 'lorafleet_gateway_request_duration_seconds_count{endpoint="chat",tier="disk"} 1.0'
@@ -391,3 +404,17 @@ def test_on_demand_loads_send_the_current_token_of_a_rotated_token_file(tmp_path
         assert sorted(sent) == ["Bearer sa-token-1", "Bearer sa-token-2"]
     finally:
         stop_env(env)
+
+
+def test_an_alias_moved_to_another_adapter_counts_one_change(env: GatewayEnv):
+    """A deploy (or rollback) taking effect is one alias change; an alias added is none, and so
+    is the first catalog: the dashboard's deploy annotations read the counter."""
+    changes = "lorafleet_gateway_alias_changes_total"
+    assert _metric(env, changes) == 0
+    moved = [m.alias("acme/support:prod", "acme-support-v2"), *default_aliases()[1:]]
+    env.write_aliases(moved)
+    out = env.client().chat.completions.create(model="acme/support:prod", messages=MSG)
+    assert "|acme-support-v2]" in (out.choices[0].message.content or "")
+    assert _metric(env, changes) == 1
+    env.write_aliases([*moved, m.alias("acme/support:beta", "acme-support-v1")])
+    assert _metric(env, changes) == 1

@@ -175,6 +175,54 @@ def test_concurrent_first_requests_each_report_their_own_tier_in_gateway_and_age
         assert gateway_count(tier) == agent_count(tier) == tiers[tier], tier
 
 
+def test_a_non_stream_request_records_its_time_to_first_token_at_the_answer_headers(fleet):
+    """A non-stream answer's TTFT is the wait for the replica's answer headers, which vLLM
+    sends with the whole answer: recorded under stream="false" (a stream under "true"), no
+    longer than the request and no shorter than vLLM's own latency for it; the per-tenant
+    TTFT-target counters count only the stream."""
+    base_url, _records, _folder, gw = fleet
+    client = openai.OpenAI(base_url=base_url, api_key=KEY, max_retries=0, timeout=120)
+    client.completions.create(model="acme/bot:prod", prompt="Warm up", max_tokens=2)  # loaded
+
+    def gateway(name: str, **labels: str) -> float:
+        return Scrape.of_registry(gw.metrics.registry).value(name, **labels)
+
+    def engine_latency(replica: str) -> float:
+        url = f"{gw.tracker.endpoint(replica).internal_url}/metrics"
+        return Scrape.of(url).value("vllm:e2e_request_latency_seconds_sum")
+
+    ttft_count, ttft_sum = (
+        "lorafleet_gateway_ttft_seconds_count",
+        "lorafleet_gateway_ttft_seconds_sum",
+    )
+    duration_sum = "lorafleet_gateway_request_duration_seconds_sum"
+    streams_before = gateway(ttft_count, stream="true")
+    counts_before = gateway(ttft_count, stream="false")
+    ttft_before = gateway(ttft_sum, stream="false")
+    duration_before = gateway(duration_sum)
+    tenant_before = gateway("lorafleet_gateway_tenant_requests_total", tenant="acme")
+    engine_before = {rid: engine_latency(rid) for rid in ("gw-r0", "gw-r1")}
+
+    raw = client.completions.with_raw_response.create(
+        model="acme/bot:prod", prompt="Tell me a story", max_tokens=16, temperature=0
+    )
+    assert raw.parse().choices[0].text
+    replica = raw.headers["x-replica-id"]
+    eventually(lambda: gateway(ttft_count, stream="false") == counts_before + 1, what="TTFT")
+    eventually(lambda: gateway(duration_sum) > duration_before, what="the request's duration")
+    ttft = gateway(ttft_sum, stream="false") - ttft_before
+    engine = eventually(
+        lambda: engine_latency(replica) - engine_before[replica], what="vLLM's latency of it"
+    )
+    print(f"non-stream: gateway TTFT {ttft:.3f} s, vLLM e2e latency {engine:.3f} s")
+    assert 0 < engine <= ttft <= gateway(duration_sum) - duration_before
+    assert gateway(ttft_count, stream="true") == streams_before
+    assert gateway("lorafleet_gateway_tenant_requests_total", tenant="acme") == tenant_before
+
+    list(client.completions.create(model="acme/bot:prod", prompt="Hi", max_tokens=2, stream=True))
+    eventually(lambda: gateway(ttft_count, stream="true") == streams_before + 1, what="stream")
+
+
 def _usage_sample(gw: Gateway, what: str, adapter_id: str) -> float:
     return Scrape.of_registry(gw.metrics.registry).value(
         f"lorafleet_gateway_usage_{what}_total", tenant="acme", adapter=adapter_id

@@ -22,6 +22,7 @@ from lorafleet_standalone import processes
 from lorafleet_standalone.local_replicas import free_port
 from lorafleet_standalone.state_files import CONTROL_TOKEN_FILE
 from lorafleet_standalone.up_status import write_control_token
+from tests.log_lines import json_lines
 from tests.operator.control_support import registration
 from tests.operator.factories import pool_body
 from tests.waiting import eventually
@@ -78,3 +79,5 @@ def test_standalone_control_process_serves_the_folder_with_the_runners_token(tmp
     log_text = (tmp_path / "control.log").read_text()
     assert code in (0, -signal.SIGTERM), log_text[-3000:]
     assert "Traceback" not in log_text
+    lines = json_lines(log_text)  # the shared log format, its start-up line included
+    assert any(x["message"].startswith("lorafleet control API on http://") for x in lines)

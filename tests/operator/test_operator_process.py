@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from lorafleet_operator.cli import register
+from tests.log_lines import json_lines
 from tests.operator.factories import pool_body
 from tests.operator.kmock_cluster import Cluster, eventually
 
@@ -25,6 +26,7 @@ def solo() -> Iterator[Cluster]:
 
 @pytest.mark.timeout(120)
 def test_python_m_lorafleet_operator_reconciles_a_pool(solo, tmp_path):
+    """The process reconciles a pool, stops cleanly on SIGTERM, and logs only JSON lines."""
     env = os.environ | {
         "LORAFLEET_OPERATOR_API_SERVER": solo.url,
         "LORAFLEET_OPERATOR_NAMESPACES": "solo",
@@ -63,7 +65,14 @@ def test_python_m_lorafleet_operator_reconciles_a_pool(solo, tmp_path):
             proc.wait()
         log.close()
     assert graceful, "the operator did not stop within 30 s of SIGTERM"
-    assert proc.returncode == 0, (tmp_path / "operator.log").read_text()[-3000:]
+    text = (tmp_path / "operator.log").read_text()
+    assert proc.returncode == 0, text[-3000:]
+    # Every line, kopf's own included, is one JSON object of the shared log format; kopf's
+    # lines about a resource name it.
+    lines = json_lines(text)
+    kopf_lines = [x for x in lines if x["logger"].startswith("kopf")]
+    assert kopf_lines, "no line from kopf"
+    assert any(x.get("object") == "solo/solo-pool" for x in kopf_lines), kopf_lines[:5]
 
 
 def test_cli_register_adds_an_operator_subcommand():

@@ -338,3 +338,18 @@ def test_secret_mode_keeps_the_shared_token_and_no_api_access():
 def test_a_template_service_account_wins_over_the_agent_account():
     spec = plan_pool_objects(GPU_POOL, "ns", 1, TOKEN_REVIEW).statefulset["spec"]["template"]
     assert spec["spec"]["serviceAccountName"] == GPU_DOC["spec"]["template"]["serviceAccountName"]
+
+
+def test_the_operators_log_format_reaches_the_agent_only_when_it_is_not_the_default():
+    """text (set on the operator by the chart's logFormat) goes to every agent; the default
+    adds no variable, so the pod template, and every replica, stays as it was."""
+
+    def agent_env(log_format: str | None) -> dict[str, object]:
+        sts = plan_pool_objects(GPU_POOL, "ns", 2, log_format=log_format).statefulset
+        (agent,) = [
+            c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "agent"
+        ]
+        return {e["name"]: e.get("value") for e in agent["env"]}
+
+    assert agent_env("text")["LORAFLEET_LOG_FORMAT"] == "text"
+    assert "LORAFLEET_LOG_FORMAT" not in agent_env(None)

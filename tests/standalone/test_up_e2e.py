@@ -28,6 +28,7 @@ import yaml
 
 from lorafleet_cli.main import main
 from lorafleet_standalone.supervisor import group_members
+from tests.log_lines import json_lines
 from tests.standalone.up_harness import ASSETS, NOT_YET, SharedDemoUp, Up
 from tests.waiting import eventually
 
@@ -360,3 +361,9 @@ def test_ctrl_c_stops_everything_and_leaves_no_processes(up: Up) -> None:
     assert final["phase"] == "stopped"
     assert not any(p["running"] for p in final["processes"].values()), final["processes"]
     assert "[lorafleet up] stopped" in up.log_text()
+    # Its children wrote the JSON log format (vLLM's own log apart), stops and restarts too.
+    ours = [f for f in sorted((up.state / "logs").glob("*.log")) if not f.name.endswith("vllm.log")]
+    assert {"gateway.log", "control.log"} <= {f.name for f in ours}
+    assert any(f.name.endswith("agent.log") for f in ours)
+    for log in ours:
+        json_lines(log.read_text())

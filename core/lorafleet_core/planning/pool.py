@@ -134,8 +134,12 @@ def _meta(pool: ReplicaPool, namespace: str) -> dict[str, Any]:
     return meta
 
 
+# lorafleet_core.logs.FORMAT_ENV (planning does not import the logging setup).
+LOG_FORMAT_ENV = "LORAFLEET_LOG_FORMAT"
+
+
 def _agent_env(
-    pool: ReplicaPool, inside: InsideAuth, merge: MergeStatus | None
+    pool: ReplicaPool, inside: InsideAuth, merge: MergeStatus | None, log_format: str | None
 ) -> list[dict[str, Any]]:
     """Environment of the agent container (see planning.replica_config.agent_env)."""
     spec = pool.spec
@@ -165,6 +169,8 @@ def _agent_env(
     plain[f"{AGENT_ENV_PREFIX}ALLOW_UNAUTHENTICATED_INTERNAL"] = "false"
     if inside.mode == "secret":  # tokenReview mode: agent_secret_env sets it
         plain[f"{AGENT_ENV_PREFIX}INTERNAL_AUTH"] = "secret"
+    if log_format is not None:
+        plain[LOG_FORMAT_ENV] = log_format
     env += [{"name": k, "value": v} for k, v in plain.items()]
     return env + agent_secret_env(pool.metadata.name, inside)
 
@@ -192,10 +198,13 @@ def plan_pool_objects(
     inside: InsideAuth = SECRET_MODE,
     *,
     merge: MergeStatus | None = None,
+    log_format: str | None = None,
 ) -> PoolObjects:
     """The pool's objects; `inside` says how its agents authenticate their callers (the
     operator's settings, from the chart's `internalAuth`); a merged pool's need its Ready
-    merge (see `ready_merge`)."""
+    merge (see `ready_merge`). `log_format` (the operator's own, lorafleet_core.logs) goes to
+    the agents as LORAFLEET_LOG_FORMAT; None leaves the agents' default and the pod template
+    as it was (no rollout of every replica when the operator is upgraded)."""
     name = pool.metadata.name
     merge = ready_merge(pool, merge)
     if pool.spec.merged is not None and merge is None:
@@ -229,7 +238,7 @@ def plan_pool_objects(
         "name": "agent",
         "image": engine.image,
         "command": [replica_pod.PYTHON, "-m", "lorafleet_agent"],
-        "env": replica_pod.merged_env(_agent_env(pool, inside, merge), pool),
+        "env": replica_pod.merged_env(_agent_env(pool, inside, merge, log_format), pool),
         **env_from,
         "ports": [
             {"name": "data", "containerPort": DATA_PORT},

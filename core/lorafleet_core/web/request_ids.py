@@ -7,13 +7,12 @@ generated id. The gateway sends the id to the agent in the same header, and the 
 (which uses `X-Request-Id` as its own request id, so its log lines carry it too).
 
 `current` holds the id of the request being served (a ContextVar: it follows the request's
-task and the tasks it starts), so error bodies (`openai_errors.error_body`) and log lines pick
-it up without every function passing it along.
+task and the tasks it starts), so error bodies (`openai_errors.error_body`) and log lines
+(lorafleet_core.logs) pick it up without every function passing it along.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -40,34 +39,6 @@ def accept_request_id(value: str | bytes | None) -> str:
     if value is not None and _SAFE.fullmatch(value):
         return value
     return new_request_id()
-
-
-class RequestIdFormatter(logging.Formatter):
-    """Appends ` request_id=<id>` to a line logged while serving a request.
-
-    The id is read when the record is made (a filter), not when it is formatted: a batching
-    handler may format on another thread, outside the request's context.
-    """
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        request_id = getattr(record, "request_id", None)
-        return line if request_id is None else f"{line} request_id={request_id}"
-
-
-class RequestIdFilter(logging.Filter):
-    """Stamps each record with the id of the request being served (None outside one)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not hasattr(record, "request_id"):
-            record.request_id = current.get()
-        return True
-
-
-def install(handler: logging.Handler, fmt: str) -> None:
-    """Make `handler` write `fmt` lines that name the request they were logged in."""
-    handler.addFilter(RequestIdFilter())
-    handler.setFormatter(RequestIdFormatter(fmt))
 
 
 _Scope = MutableMapping[str, Any]

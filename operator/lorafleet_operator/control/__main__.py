@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 
+from lorafleet_core import logs
 from lorafleet_operator.control.serve import run_alone
 from lorafleet_operator.settings import OperatorSettings
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure("INFO")
     asyncio.run(run_alone(OperatorSettings()))
 
 

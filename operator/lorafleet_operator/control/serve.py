@@ -91,7 +91,12 @@ class ControlServer:
         self.sock = bound_socket(host, port)
         self.port: int = self.sock.getsockname()[1]
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", http=control_protocol()
+            app,
+            log_level="warning",
+            access_log=False,
+            log_config=None,  # lines go through lorafleet_core.logs, not uvicorn's handlers
+            lifespan="off",
+            http=control_protocol(),
         )
         self.server = (_GuestServer if guest else uvicorn.Server)(config)
 
@@ -166,7 +171,7 @@ async def run_alone(settings: OperatorSettings) -> None:
         app = build_from_settings(settings, api, http)
         port = settings.control_port if settings.control_port is not None else 8102
         server = ControlServer(app, settings.control_host, port, guest=False)
-        print(f"lorafleet control API on http://{settings.control_host}:{server.port}", flush=True)
+        log.info("lorafleet control API on http://%s:%d", settings.control_host, server.port)
         try:
             await server.serve()
         finally:

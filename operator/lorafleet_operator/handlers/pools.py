@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from lorafleet_core.api.models import ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.api.names import GROUP, PLURAL_POOL, VERSION
+from lorafleet_core.logs import replica_log_format
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects
 from lorafleet_operator.errors import InvalidSpecError, describe, mapped
 from lorafleet_operator.handlers.merged import apply_merged_pool, ensure_internal_secret
@@ -79,7 +80,9 @@ async def pool_reconcile(
     else:
         # The autoscaler owns the count; a spec change only re-clamps it to new bounds.
         replicas = clamp_replicas(pool, current)
-    objects = plan_pool_objects(pool, namespace, replicas, runtime().settings.inside_auth())
+    objects = plan_pool_objects(
+        pool, namespace, replicas, runtime().settings.inside_auth(), log_format=replica_log_format()
+    )
     done = {
         "statefulset": await kube.apply_owned(namespace, objects.statefulset),
         "service": await kube.apply_owned(namespace, objects.service),
