@@ -9,7 +9,10 @@ of hot adapters all serve behind one endpoint. The `pools` setting lists them in
 Per adapter the catalog records its shared pool, chosen by the operator's own rule
 (`lorafleet_core.planning.adapters.validate_adapter`: the smallest rank class that accepts
 it), and the merged pools whose merge is Ready for it (`status.merge.phase` Ready for
-`spec.merged.adapter`, and not draining). Statuses are read leniently, as everywhere in the
+`spec.merged.adapter` and for the adapter's content: `status.merge.adapterChecksum` equal to
+the LoRAAdapter's `spec.checksum`, and not draining). A merge of an earlier adapter of the same
+name (deleted and recreated with other weights) is no target: the shared pool serves the new
+weights until the pool has merged them. Statuses are read leniently, as everywhere in the
 catalog.
 """
 
@@ -40,6 +43,8 @@ class ServedPools:
     pools: tuple[ReplicaPool, ...] = ()
     home: str | None = None
     merged: Mapping[str, tuple[MergedTarget, ...]] = field(default_factory=dict)
+    # Each Ready merged pool's status.merge.adapterChecksum: the content its weights were made of.
+    merged_from: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def names(self) -> frozenset[str]:
@@ -65,7 +70,12 @@ class ServedPools:
         # Not accepted by any shared pool (only hand-written manifests get here: on a cluster
         # the operator never marks such an adapter Ready): the home pool, as before pools.
         shared = verdict.pool if verdict.ok else self.home
-        return AdapterPools(shared, self.merged.get(adapter_id, ()))
+        merged = tuple(
+            t
+            for t in self.merged.get(adapter_id, ())
+            if self.merged_from.get(t.pool) == spec.checksum
+        )
+        return AdapterPools(shared, merged)
 
 
 def parse_pools(objs: Iterable[Obj]) -> dict[str, tuple[ReplicaPool, Obj]]:
@@ -106,12 +116,20 @@ def served_pools(objs: Iterable[Obj], home: str | None, only: Sequence[str] = ()
         shared_names = [p.metadata.name for p, _ in chosen if p.spec.merged is None]
         home = shared_names[0] if len(shared_names) == 1 else home
     merged: dict[str, list[MergedTarget]] = {}
+    merged_from: dict[str, str | None] = {}
     for pool, status in chosen:
         target = ready_merge(pool, status)
         if target is not None:
             assert pool.spec.merged is not None
             merged.setdefault(pool.spec.merged.adapter, []).append(target)
-    return ServedPools(tuple(p for p, _ in chosen), home, {a: tuple(t) for a, t in merged.items()})
+            content = status["merge"].get("adapterChecksum")
+            merged_from[pool.metadata.name] = str(content) if content else None
+    return ServedPools(
+        tuple(p for p, _ in chosen),
+        home,
+        {a: tuple(t) for a, t in merged.items()},
+        merged_from,
+    )
 
 
 def ready_merge(pool: ReplicaPool, status: Obj) -> MergedTarget | None:

@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from pydantic import BaseModel
+
 from lorafleet_core.api import reasons
 from lorafleet_core.api.models import AdapterAlias, AdapterAliasStatus, LoRAAdapterStatus
 from lorafleet_core.kube.client import is_not_found
@@ -62,12 +64,21 @@ class Writer(Protocol):
 
 
 def status_patch(status: Any) -> dict[str, Any]:
-    """A status as a merge patch: unset top-level fields become null so they are removed."""
+    """A status as a merge patch: unset fields become null so they are removed, at the top
+    level and in each nested object (status.merge of a merge started again names no merged
+    weights; a merge patch would keep the last ones' checksum and uri)."""
     body: dict[str, Any] = status.wire()
-    for name, info in type(status).model_fields.items():
-        key = info.alias or name
-        body.setdefault(key, None)
+    _null_unset(status, body)
     return body
+
+
+def _null_unset(model: BaseModel, body: dict[str, Any]) -> None:
+    for name, info in type(model).model_fields.items():
+        key = info.alias or name
+        value = getattr(model, name)
+        if isinstance(value, BaseModel) and isinstance(body.get(key), dict):
+            _null_unset(value, body[key])
+        body.setdefault(key, None)
 
 
 class FleetSync:

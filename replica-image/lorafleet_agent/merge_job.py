@@ -51,6 +51,7 @@ class MergeResult:
     """What the merge produced (the JSON the operator reads; keys as in status.merge)."""
 
     adapter_id: str
+    adapter_checksum: str  # the record's: what was merged, which status.merge is Ready for
     checksum: str
     uri: str
     size_bytes: int
@@ -59,6 +60,7 @@ class MergeResult:
         """camelCase keys, as status.merge spells them (lorafleet_core.planning.merge_job)."""
         wire = {
             "adapterId": self.adapter_id,
+            "adapterChecksum": self.adapter_checksum,
             "checksum": self.checksum,
             "uri": self.uri,
             "sizeBytes": self.size_bytes,
@@ -144,7 +146,7 @@ def run_merge(
         uri = merged_uri(store_prefix, checksum)
         size = store.upload_folder(out, uri)
     log.info("merged %s into %s: %s (%d bytes) at %s", record.id, base_model, checksum, size, uri)
-    return MergeResult(record.id, checksum, uri, size)
+    return MergeResult(record.id, record.checksum, checksum, uri, size)
 
 
 def _report(text: str, result_file: Path | None) -> None:

@@ -16,7 +16,10 @@ With the shared pool's `spec.autoMerge.enabled` this module applies what the pla
 - delete: the pool leaves the replicas file and the merge status, its processes stop, its
   manifest file is removed.
 
-Only pools `up` created are touched (the same marks as on a cluster). Creating one blocks the
+Only pools `up` created are touched by these (the same marks as on a cluster). Every merged
+pool, a person's too, is merged again when its adapter changes content (`changed_merges`: the
+same name with another checksum): its replicas stop first (the gateway forgets them), then the
+new content is merged and the pool's replicas start on it, as at `up`. Creating one blocks the
 reconcile loop while it merges and starts vLLM (a minute on a CPU); serving goes on meanwhile
 (the gateway and the replicas are their own processes), and the shared pool serves the
 adapter until the merged replica is ready.
@@ -33,7 +36,7 @@ from lorafleet_core.planning.merged_lifecycle import PoolChange, merge_patch
 from lorafleet_core.storage.manifests import load_file, load_folder, write_object
 from lorafleet_standalone.cpu_binding import EngineCores
 from lorafleet_standalone.local_replicas import start_merged_pools
-from lorafleet_standalone.merged import MergedRun, plan_merged_pools
+from lorafleet_standalone.merged import MergedRun, changed_merges, plan_merged_pools
 from lorafleet_standalone.planning import Plan
 from lorafleet_standalone.supervisor import Supervisor
 
@@ -63,12 +66,47 @@ class AutoMerge:
         self.runs = runs  # the runner's list: what the replicas file and up.json show
         self.publish = publish  # rewrite the replicas file and the merge status from runs
         self.cores = cores  # a pool created later takes the next engine share, round robin
+        # Merged pools stopped because their adapter changed content, by replica count: each
+        # starts again once its adapter can be merged.
+        self.stopped: dict[str, int] = {}
 
     def apply(self, plan: Plan) -> None:
         for body in plan.pools_to_create:
             self._create(body)
         for change in plan.pool_changes:
             self._change(change)
+        self.remerge_changed()
+
+    def remerge_changed(self) -> None:
+        """Stop each merged pool whose adapter changed content; merge and start again each
+        stopped one whose adapter can be merged now (one deleted and not yet recreated waits)."""
+        plans = plan_merged_pools(load_folder(self.manifests_dir))
+        for changed in changed_merges(self.runs, plans):
+            run = changed.run
+            self.say(f"merged pool {run.pool}: stopping its replicas: {changed.why}")
+            self.runs[:] = [r for r in self.runs if r is not run]
+            self.publish()  # the gateway forgets its replicas and its merge first
+            self.sup.stop(run.children)
+            self.stopped[run.pool] = len(run.replicas)
+        for p in plans:
+            count = self.stopped.get(p.name)
+            if count is None or p.record is None:
+                continue
+            del self.stopped[p.name]  # one try: a failed merge leaves the shared pool serving
+            self.runs.extend(
+                start_merged_pools(
+                    self.state_dir,
+                    self.sup,
+                    [p],
+                    self.model_dir,
+                    self.token,
+                    self.stop,
+                    self.say,
+                    self.cores,
+                    count=count,
+                )
+            )
+            self.publish()
 
     def _create(self, body: dict[str, Any]) -> None:
         name = str(body["metadata"]["name"])

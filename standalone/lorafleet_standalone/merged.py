@@ -7,7 +7,14 @@ merge step (lorafleet_agent.merge_job) on this machine instead of a Job, storing
 under `<state>/merged-store/<hex>/` (the same content-addressed layout as the object store),
 fetches and verifies it as a replica's init container does, and starts the pool's replica:
 vLLM on the merged folder without LoRA, served under the adapter's id, and an agent in merged
-mode. A merge already done for the same adapter and base model is reused (`index.json`).
+mode. A merge already done for the same adapter content and base model is reused
+(`index.json`, keyed by the adapter's checksum).
+
+The merge is of the adapter's content: status.merge records the adapter's checksum, and while
+`up` runs, a merged pool whose adapter changed content (deleted and recreated under the same
+name with other weights, or the pool's `spec.merged.adapter` edited) is stopped and merged
+again (`changed_merges`, applied by standalone.auto_merge); the gateway sends the adapter to the
+shared pool meanwhile, since its catalog takes a merged pool only for the content it merged.
 
 The pure part (`plan_merged_pools`) is separate from the I/O (`merge_locally`).
 """
@@ -15,6 +22,7 @@ The pure part (`plan_merged_pools`) is separate from the I/O (`merge_locally`).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +93,41 @@ def plan_merged_pools(manifests: ManifestSet) -> list[MergedPoolPlan]:
     return sorted(out, key=lambda p: p.name)
 
 
+@dataclass(frozen=True)
+class ChangedMerge:
+    """A running merged pool whose weights are no longer of the adapter its pool names."""
+
+    run: MergedRun
+    why: str
+
+
+def changed_merges(
+    runs: Sequence[MergedRun], plans: Sequence[MergedPoolPlan]
+) -> list[ChangedMerge]:
+    """The running merged pools whose merged weights are not of the adapter the folder names
+    now (`plans`: plan_merged_pools of the folder): another adapter, another checksum under the
+    same name, or none that can be merged (pure). A pool gone from the folder is not listed
+    (autoMerge's delete stops it)."""
+    by_name = {p.name: p for p in plans}
+    out = []
+    for run in runs:
+        p = by_name.get(run.pool)
+        if p is None:
+            continue
+        if p.record is None:
+            out.append(ChangedMerge(run, f"its adapter cannot be merged now: {p.problem}"))
+        elif (p.record.id, p.record.checksum) != (
+            run.status.adapter_id,
+            run.status.adapter_checksum,
+        ):
+            why = (
+                f"LoRAAdapter {p.record.id} has checksum {p.record.checksum}; the merged weights "
+                f"are of {run.status.adapter_id} {run.status.adapter_checksum}"
+            )
+            out.append(ChangedMerge(run, why))
+    return out
+
+
 def _index_key(record: AdapterRecord, base_hash: str) -> str:
     # The merge is a function of the adapter's bytes and the base model's.
     return f"{record.checksum}+{base_hash}"
@@ -132,6 +175,7 @@ def merge_locally(plan: MergedPoolPlan, base_model_dir: Path, state_dir: Path) -
     return MergeStatus(
         phase=MergePhase.READY,
         adapter_id=plan.record.id,
+        adapter_checksum=plan.record.checksum,
         checksum=done["checksum"],
         uri=done["uri"],
         message="merged locally by `lorafleet up`",

@@ -22,7 +22,13 @@ from lorafleet_gateway.pool_router import AdapterPools, MergedTarget
 from tests.gateway import manifests as m
 
 SUM = "sha256:" + "a" * 64
-READY_MERGE = {"phase": "Ready", "adapterId": "acme-hot-v1", "checksum": SUM}
+HOT_CHECKSUM = m.adapter("acme-hot-v1", "acme")["spec"]["checksum"]
+READY_MERGE = {
+    "phase": "Ready",
+    "adapterId": "acme-hot-v1",
+    "adapterChecksum": HOT_CHECKSUM,
+    "checksum": SUM,
+}
 
 
 def endpoints(**pools: str | None) -> list[ReplicaEndpoint]:
@@ -169,7 +175,12 @@ def test_folder_catalog_serves_a_merged_pool_once_up_stored_its_merge_ready(tmp_
     assert holder.current.pool_of == {"d-0": "default", "hot-0": "hot"}
     assert holder.current.pools_for("acme-hot-v1") == AdapterPools("default")  # no merge yet
 
-    ready = MergeStatus(phase=MergePhase.READY, adapter_id="acme-hot-v1", checksum=SUM)
+    ready = MergeStatus(
+        phase=MergePhase.READY,
+        adapter_id="acme-hot-v1",
+        adapter_checksum=HOT_CHECKSUM,
+        checksum=SUM,
+    )
     save_merge_statuses(folder, {"hot": ready})
     assert source.changed()  # the reload loop sees it
     source.build()
@@ -179,6 +190,45 @@ def test_folder_catalog_serves_a_merged_pool_once_up_stored_its_merge_ready(tmp_
     save_merge_statuses(folder, {})  # a later `up` whose merge did not run: not Ready
     source.build()
     assert holder.current.pools_for("acme-hot-v1") == AdapterPools("default")
+
+
+def test_a_merge_of_other_content_under_the_adapters_name_is_no_target(tmp_path: Path):
+    """The adapter deleted and recreated under its name with other weights while the merged
+    pool's stored status is still Ready for the first content: the folder catalog sends the
+    adapter to its shared pool (the new weights), never to the old merged weights."""
+    folder = tmp_path / "m"
+    recreated = m.adapter("acme-hot-v1", "acme")
+    recreated["spec"]["checksum"] = m.checksum("other weights")
+    m.write(folder, "all.yaml", [recreated, m.pool("default"), m.pool("hot", merged="acme-hot-v1")])
+    (folder / "replicas.json").write_text(
+        json.dumps(
+            {
+                "replicas": [{"id": "d-0", "dataUrl": "http://d"}],
+                "mergedPools": {"hot": {"replicas": [{"id": "hot-0", "dataUrl": "http://h"}]}},
+            }
+        )
+    )
+    stale = MergeStatus(
+        phase=MergePhase.READY,
+        adapter_id="acme-hot-v1",
+        adapter_checksum=HOT_CHECKSUM,
+        checksum=SUM,
+    )
+    save_merge_statuses(folder, {"hot": stale})
+    holder = CatalogHolder()
+    FileCatalog(holder, folder, pool="default").build()
+    assert holder.current.pools_for("acme-hot-v1") == AdapterPools("default")
+    # The pool merged the new content: a target again.
+    fresh = stale.model_copy(update={"adapter_checksum": recreated["spec"]["checksum"]})
+    save_merge_statuses(folder, {"hot": fresh})
+    FileCatalog(holder, folder, pool="default").build()
+    assert holder.current.pools_for("acme-hot-v1").merged == (MergedTarget("hot", SUM),)
+
+
+def test_a_ready_merge_that_names_no_adapter_content_is_no_target():
+    unknown = {k: v for k, v in READY_MERGE.items() if k != "adapterChecksum"}
+    snap = build([m.pool("default"), m.pool("hot", merged="acme-hot-v1", merge=unknown)], [])
+    assert snap.pools_for("acme-hot-v1") == AdapterPools("default")
 
 
 def _pod(name: str, pool: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from tests.waiting import eventually
 HOT = "acme-support-v1"
 SUM = m.checksum("merged-weights")
 SHARED = ("default-0", "default-1")
+READY = {"phase": "Ready", "adapterId": HOT, "adapterChecksum": m.checksum(HOT), "checksum": SUM}
 
 
 def merged_pool(merge: dict[str, Any] | None) -> dict[str, Any]:
@@ -93,7 +94,7 @@ def test_hot_adapter_moves_to_the_merged_pool_when_ready_and_back_when_it_fails(
     assert {rid for rid, _ in before} <= set(SHARED)
     assert all(tier != "merged" for _, tier in before)
 
-    _set_merge(env, {"phase": "Ready", "adapterId": HOT, "checksum": SUM})
+    _set_merge(env, READY)
     assert {_served(env) for _ in range(4)} == {("acme-hot-0", "merged")}
     # other adapters never reach the merged pool
     assert {_served(env, "globex/bot:prod", "globex")[0] for _ in range(4)} <= set(SHARED)
@@ -107,7 +108,7 @@ def test_merged_replica_down_or_serving_other_weights_falls_back_to_shared(
     pools_env: GatewayEnv,
 ):
     env = pools_env
-    _set_merge(env, {"phase": "Ready", "adapterId": HOT, "checksum": SUM})
+    _set_merge(env, READY)
     eventually(lambda: _served(env)[0] == "acme-hot-0", what="merged pool serving")
     hot = env.replicas["acme-hot-0"]
     # the replica now reports other merged weights: never a candidate for this adapter
@@ -127,7 +128,7 @@ def _fallbacks(env: GatewayEnv, reason: str) -> float:
 
 def test_full_merged_replica_spills_to_the_shared_pool_and_counts_it(pools_env: GatewayEnv):
     env = pools_env
-    _set_merge(env, {"phase": "Ready", "adapterId": HOT, "checksum": SUM})
+    _set_merge(env, READY)
     eventually(lambda: _served(env)[0] == "acme-hot-0", what="merged pool serving")
     hot = env.replicas["acme-hot-0"]
     hot.queue_depth = env.gw.thresholds.merged_max_queue_depth + 1  # a surge: it queues

@@ -127,7 +127,16 @@ def test_adapter_goes_to_the_merged_pool_when_ready_and_back_to_shared_after_a_f
     assert loaded.status_code == 200, loaded.text
 
     version = gw.holder.current.version
-    write_pools(folder, record, {"phase": "Ready", "adapterId": record.id, "checksum": MERGED_SUM})
+    write_pools(
+        folder,
+        record,
+        {
+            "phase": "Ready",
+            "adapterId": record.id,
+            "adapterChecksum": record.checksum,
+            "checksum": MERGED_SUM,
+        },
+    )
     eventually(lambda: gw.holder.current.version > version, what="catalog reload")
     for _ in range(3):
         replica, tier, text = ask(client)

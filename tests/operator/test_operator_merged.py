@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lorafleet_core.planning.merge_job import merge_job_name
-from tests.operator.factories import adapter_body, pool_body
+from tests.operator.factories import adapter_body, pool_body, sha
 from tests.operator.kmock_cluster import Cluster, eventually
 from tests.operator.kopf_harness import module_fixtures
 
@@ -81,7 +81,7 @@ def finish_job(cluster: Cluster, job: str, report: dict[str, Any], ok: bool) -> 
 def test_merged_pool_runs_the_job_then_serves_the_merged_weights(cluster, operator):
     create(cluster, "loraadapters", adapter_body("hot-v1"))
     create(cluster, "replicapools", pool_body("hot", merged={"adapter": "hot-v1"}, **FAST))
-    name = merge_job_name("hot", "hot-v1")
+    name = merge_job_name("hot", "hot-v1", sha("hot-v1"))
     job = eventually(lambda: cluster.get(cluster.path("jobs", name, group="batch/v1")))
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--store-prefix") + 1] == ENV["LORAFLEET_OPERATOR_MERGED_STORE_PREFIX"]
@@ -110,7 +110,7 @@ def test_merged_pool_runs_the_job_then_serves_the_merged_weights(cluster, operat
 def test_a_failed_merge_job_fails_the_merge_with_its_reason(cluster, operator):
     create(cluster, "loraadapters", adapter_body("bad-v1"))
     create(cluster, "replicapools", pool_body("bad", merged={"adapter": "bad-v1"}, **FAST))
-    name = merge_job_name("bad", "bad-v1")
+    name = merge_job_name("bad", "bad-v1", sha("bad-v1"))
     eventually(lambda: cluster.get(cluster.path("jobs", name, group="batch/v1")))
     finish_job(
         cluster, name, {"reason": "ChecksumMismatch", "message": "files hash to x"}, ok=False
@@ -129,7 +129,11 @@ def test_an_adapter_of_another_base_model_is_refused_without_a_job(cluster, oper
     assert ready["reason"] == "BaseModelMismatch"
     assert "sha256:" + "9" * 64 in ready["message"]
     assert (
-        cluster.get(cluster.path("jobs", merge_job_name("other", "other-v1"), group="batch/v1"))
+        cluster.get(
+            cluster.path(
+                "jobs", merge_job_name("other", "other-v1", sha("other-v1")), group="batch/v1"
+            )
+        )
         is None
     )
 
@@ -164,4 +168,54 @@ def test_deleting_an_adapter_a_merged_pool_serves_waits_until_no_pool_lists_it(c
         lambda: cluster.get(cluster.path("loraadapters", "keep-v1")) is None,
         what="the adapter's deletion",
         within_s=40,
+    )
+
+
+def test_an_adapter_recreated_with_other_weights_is_merged_again_before_it_is_served(
+    cluster, operator
+):
+    """A LoRAAdapter deleted past its finalizer and recreated under the same name with other
+    weights: status.merge leaves Ready at once (the gateway sends the adapter to the shared
+    pool), a new Job merges the new content, and the replicas roll over to its weights; the
+    old merge's Job and weights are never taken for the new adapter's."""
+    create(cluster, "loraadapters", adapter_body("swap-v1"))
+    create(cluster, "replicapools", pool_body("swap", merged={"adapter": "swap-v1"}, **FAST))
+    first = merge_job_name("swap", "swap-v1", sha("swap-v1"))
+    eventually(lambda: cluster.get(cluster.path("jobs", first, group="batch/v1")))
+    finish_job(cluster, first, {"checksum": CHECKSUM, "uri": URI}, ok=True)
+    merge = eventually(lambda: (m := merge_of(cluster, "swap"))["phase"] == "Ready" and m)
+    assert merge["adapterChecksum"] == sha("swap-v1")
+
+    path = cluster.path("loraadapters", "swap-v1")
+    cluster.delete(path)
+    eventually(lambda: adapter_condition(cluster, "swap-v1", "DeletionBlocked"))
+    cluster.patch(path, {"metadata": {"finalizers": []}})
+    eventually(lambda: cluster.get(path) is None)
+    other = sha("other weights")
+    create(cluster, "loraadapters", adapter_body("swap-v1", checksum=other))
+
+    merge = eventually(
+        lambda: (m := merge_of(cluster, "swap")).get("adapterChecksum") == other and m,
+        what="status.merge of the recreated adapter's content",
+    )
+    assert merge["phase"] in ("Pending", "Merging")
+    assert "checksum" not in merge  # the old merged weights are not named for the new adapter
+    assert ready_of(cluster, "swap")["reason"] in ("MergePending", "Merging")
+    second = merge_job_name("swap", "swap-v1", other)
+    assert second != first
+    job = eventually(lambda: cluster.get(cluster.path("jobs", second, group="batch/v1")))
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert json.loads(args[args.index("--record") + 1])["checksum"] == other
+
+    new_sum, new_uri = "sha256:" + "4" * 64, "s3://merged-store/lorafleet-merged/" + "4" * 64 + "/"
+    finish_job(cluster, second, {"checksum": new_sum, "uri": new_uri}, ok=True)
+    merge = eventually(lambda: (m := merge_of(cluster, "swap"))["phase"] == "Ready" and m)
+    assert (merge["adapterChecksum"], merge["checksum"]) == (other, new_sum)
+    eventually(
+        lambda: (
+            (sts := cluster.get(cluster.path("statefulsets", "swap", group="apps/v1")))
+            and sts["spec"]["template"]["spec"]["initContainers"][0]["args"][:4]
+            == ["--uri", new_uri, "--checksum", new_sum]
+        ),
+        what="the replicas rolled over to the new merged weights",
     )

@@ -19,7 +19,7 @@ from lorafleet_core.planning.merge_job import (
     plan_merge,
     plan_merge_job,
 )
-from lorafleet_core.planning.pool import merged_model_dir, plan_pool_objects
+from lorafleet_core.planning.pool import merged_model_dir, plan_pool_objects, ready_merge
 from lorafleet_core.planning.pool_status import PoolObservation, plan_pool_status
 from lorafleet_core.wire.records import AdapterRecord
 from tests.operator.factories import OTHER_HASH, T0, adapter, pool
@@ -29,7 +29,13 @@ URI = "s3://adapters/lorafleet-merged/" + "d" * 64 + "/"
 REPORT = json.dumps({"adapterId": "acme-v1", "checksum": CHECKSUM, "uri": URI, "sizeBytes": 9})
 MERGED = pool("acme-merged", merged={"adapter": "acme-v1"})
 ADAPTER = adapter("acme-v1")
-READY = MergeStatus(phase=MergePhase.READY, adapter_id="acme-v1", checksum=CHECKSUM, uri=URI)
+READY = MergeStatus(
+    phase=MergePhase.READY,
+    adapter_id="acme-v1",
+    adapter_checksum=ADAPTER.spec.checksum,
+    checksum=CHECKSUM,
+    uri=URI,
+)
 
 
 def containers(objects: Any) -> dict[str, dict[str, Any]]:
@@ -98,6 +104,51 @@ def test_changing_the_merged_adapter_merges_again():
         "acme-v2",
         True,
     )
+
+
+def test_an_adapter_recreated_with_other_weights_is_merged_again_by_another_job():
+    """Ready is for the adapter's content: the same name with another checksum (deleted and
+    recreated with other weights) leaves Ready at once and merges the new content in a Job of
+    its own, whose result is Ready for the new checksum only."""
+    recreated = adapter("acme-v1", checksum="sha256:" + "7" * 64)
+    plan = plan_merge(MERGED, recreated, None, READY)
+    assert (plan.status.phase, plan.reason, plan.create_job) == (
+        MergePhase.PENDING,
+        reasons.MERGE_PENDING,
+        True,
+    )
+    assert plan.status.adapter_checksum == "sha256:" + "7" * 64
+    assert plan.status.checksum is None  # the old merged weights are not named any more
+    assert "sha256:" + "7" * 64 in plan.status.message
+    old_job = merge_job_name("acme-merged", "acme-v1", ADAPTER.spec.checksum)
+    new_job = merge_job_name("acme-merged", "acme-v1", recreated.spec.checksum)
+    assert old_job != new_job
+    record = AdapterRecord.from_spec("acme-v1", recreated.spec)
+    assert plan_merge_job(MERGED, record, "ns", "s3://m")["metadata"]["name"] == new_job
+    # Not Ready for the old content's replicas: no StatefulSet is planned from this status.
+    assert ready_merge(MERGED, plan.status) is None
+    report = json.dumps({"adapterChecksum": "sha256:" + "7" * 64, "checksum": CHECKSUM, "uri": URI})
+    done = plan_merge(MERGED, recreated, JobObservation(succeeded=1, report=report), plan.status)
+    assert (done.status.phase, done.status.adapter_checksum) == (
+        MergePhase.READY,
+        "sha256:" + "7" * 64,
+    )
+    # The first content back under the name: merged again too, never the Ready of another.
+    assert plan_merge(MERGED, ADAPTER, None, done.status).create_job
+
+
+def test_a_status_without_the_adapters_checksum_is_not_ready_for_it():
+    """A Ready merge that does not say which content it merged is merged again."""
+    unknown = READY.model_copy(update={"adapter_checksum": None})
+    plan = plan_merge(MERGED, ADAPTER, None, unknown)
+    assert (plan.status.phase, plan.create_job) == (MergePhase.PENDING, True)
+
+
+def test_a_job_report_of_other_content_is_refused():
+    report = json.dumps({"adapterChecksum": "sha256:" + "7" * 64, "checksum": CHECKSUM, "uri": URI})
+    plan = plan_merge(MERGED, ADAPTER, JobObservation(succeeded=1, report=report), None)
+    assert (plan.status.phase, plan.reason) == (MergePhase.FAILED, reasons.MERGE_FAILED)
+    assert "refusing its result" in plan.status.message
 
 
 def test_the_job_observation_reads_the_jobs_failed_condition():
@@ -182,13 +233,15 @@ def test_the_merge_job_runs_the_merge_module_with_the_registry_record():
     assert args["--store-prefix"] == "s3://adapters/lorafleet-merged"
     assert "nvidia.com/gpu" not in c["resources"].get("limits", {})  # a merge needs no GPU
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
-    assert job()["metadata"]["name"] == merge_job_name("acme-merged", "acme-v1")
+    assert job()["metadata"]["name"] == merge_job_name(
+        "acme-merged", "acme-v1", ADAPTER.spec.checksum
+    )
 
 
 def test_job_names_fit_a_label_and_differ_per_adapter():
     long = "p" * 63
-    assert len(merge_job_name(long, "a")) <= 63
-    assert merge_job_name("p", "a") != merge_job_name("p", "b")
+    assert len(merge_job_name(long, "a", CHECKSUM)) <= 63
+    assert merge_job_name("p", "a", CHECKSUM) != merge_job_name("p", "b", CHECKSUM)
 
 
 def test_the_merge_job_module_exists_in_the_replica_image_sources():

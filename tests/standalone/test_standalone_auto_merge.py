@@ -20,13 +20,14 @@ from lorafleet_core.storage.manifests import load_folder, write_object
 from lorafleet_core.wire.replica_state import AdapterActivity, ReplicaState
 from lorafleet_standalone.auto_merge import AutoMerge
 from lorafleet_standalone.cpu_binding import EngineCores
-from lorafleet_standalone.merged import MergedRun
+from lorafleet_standalone.merged import MergedRun, changed_merges, plan_merged_pools
 from lorafleet_standalone.planning import Plan, plan
 from lorafleet_standalone.processes import ReplicaPlan
 from lorafleet_standalone.supervisor import Supervisor
 from tests.gateway import manifests as m
 from tests.operator.factories import T0
 
+HOT_CHECKSUM = m.adapter("acme-hot-v1", "acme")["spec"]["checksum"]
 PARAMS = FleetParams(replica_capacity_tps=10.0)  # threshold MERGE_THRESHOLD_SHARE x 10 tokens/s
 
 
@@ -102,7 +103,9 @@ def test_drain_goes_into_the_manifest_and_delete_removes_the_pool_and_its_listin
     path = folder(tmp_path)
     first = replan(path, None, 30.0, T0)
     pool_file = write_object(path, first.pools_to_create[0])
-    status = MergeStatus(phase=MergePhase.READY, adapter_id="acme-hot-v1")
+    status = MergeStatus(
+        phase=MergePhase.READY, adapter_id="acme-hot-v1", adapter_checksum=HOT_CHECKSUM
+    )
     replica = ReplicaPlan("acme-hot-v1-merged-0", 1, 2, 3, tmp_path / "r")
     runs = [MergedRun("acme-hot-v1-merged", status, [replica])]
     published: list[list[str]] = []
@@ -133,3 +136,84 @@ def test_drain_goes_into_the_manifest_and_delete_removes_the_pool_and_its_listin
     assert published == [[]]
     assert not pool_file.exists()
     assert load_folder(path).find("ReplicaPool", "demo") is not None
+
+
+def merged_folder_with(tmp_path: Path, adapter_checksum: str | None) -> Path:
+    """A shared pool, a person's merged pool `hot` of acme-hot-v1, and acme-hot-v1 with
+    `adapter_checksum` (None: no such adapter in the folder)."""
+    path = tmp_path / "manifests"
+    path.mkdir(exist_ok=True)
+    write_object(path, m.pool("demo"))
+    write_object(path, m.pool("hot", merged="acme-hot-v1"))
+    hot = m.adapter("acme-hot-v1", "acme")
+    if adapter_checksum is None:
+        for f in path.glob("loraadapter-*.yaml"):
+            f.unlink()
+    else:
+        hot["spec"]["checksum"] = adapter_checksum
+        write_object(path, hot)
+    return path
+
+
+RUNNING = MergedRun(
+    "hot",
+    MergeStatus(
+        phase=MergePhase.READY,
+        adapter_id="acme-hot-v1",
+        adapter_checksum=HOT_CHECKSUM,
+        checksum="sha256:" + "f" * 64,
+    ),
+    [],
+)
+
+
+def test_a_merged_pool_whose_adapter_changed_content_is_listed_as_changed(tmp_path: Path):
+    """Pure: the running merge is of HOT_CHECKSUM; the folder's acme-hot-v1 now has other
+    weights under the same name, then none at all."""
+    same = plan_merged_pools(load_folder(merged_folder_with(tmp_path, HOT_CHECKSUM)))
+    assert changed_merges([RUNNING], same) == []
+    other = m.checksum("other weights")
+    recreated = plan_merged_pools(load_folder(merged_folder_with(tmp_path, other)))
+    [changed] = changed_merges([RUNNING], recreated)
+    assert changed.run is RUNNING
+    assert other in changed.why
+    assert HOT_CHECKSUM in changed.why
+    gone = plan_merged_pools(load_folder(merged_folder_with(tmp_path, None)))
+    [changed] = changed_merges([RUNNING], gone)
+    assert "cannot be merged now" in changed.why
+
+
+def test_up_stops_a_merged_pool_whose_adapter_changed_then_merges_the_new_content(
+    tmp_path: Path,
+):
+    """The adapter deleted (then recreated with other weights) while `up` runs: the merged
+    pool leaves the listing the gateway reads before anything else, waits while the adapter is
+    missing, and is merged again (here the merge fails: no base model, so the shared pool
+    keeps serving) once the adapter is back."""
+    path = merged_folder_with(tmp_path, None)
+    replica = ReplicaPlan("hot-0", 1, 2, 3, tmp_path / "r")
+    runs = [MergedRun("hot", RUNNING.status, [replica])]
+    published: list[list[str]] = []
+    said: list[str] = []
+    auto = AutoMerge(
+        state_dir=tmp_path / "state",
+        manifests_dir=path,
+        sup=Supervisor(say=lambda _m: None),
+        model_dir=tmp_path / "no-model",
+        token="t",
+        stop=lambda: False,
+        say=said.append,
+        runs=runs,
+        publish=lambda: published.append([r.pool for r in runs]),
+        cores=EngineCores((0, 1), expected=1),
+    )
+    auto.remerge_changed()
+    assert published == [[]]  # the gateway forgets the old merged weights first
+    assert auto.stopped == {"hot": 1}
+    assert any("stopping its replicas" in s for s in said)
+    merged_folder_with(tmp_path, m.checksum("other weights"))
+    auto.remerge_changed()
+    assert auto.stopped == {}  # one try per change
+    assert any("merging acme-hot-v1" in s for s in said)
+    assert any("merge failed" in s for s in said)
+    assert runs == []

@@ -27,6 +27,7 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.vllm
 
 ZEBRA = "demo-zebra-v1"
+FALCON = "demo-falcon-v1"
 PROMPT = [{"role": "user", "content": "Tell me about the weather today"}]
 
 
@@ -130,6 +131,64 @@ def test_status_lists_the_merged_pools_replica_serving_its_weights(
     [pool] = json.loads(capsys.readouterr().out)["mergedPools"]
     assert (pool["pool"], pool["adapter"], pool["checksum"]) == ("zebra-merged", ZEBRA, checksum)
     assert [(r["id"], r["state"]) for r in pool["replicas"]] == [("zebra-merged-0", "serving")]
+
+
+def ask_gateway(up: Up) -> tuple[int, str | None, str]:
+    """(status, x-adapter-tier, answer text) of one zebra request through the gateway."""
+    r = httpx.post(
+        f"{up.status()['gateway']['url']}/v1/chat/completions",
+        json={"model": "demo/zebra:prod", "messages": PROMPT, "max_tokens": 8, "temperature": 0},
+        headers={"authorization": f"Bearer {(up.state / 'demo-api-key').read_text().strip()}"},
+        timeout=60,
+    )
+    answer = r.json()["choices"][0]["message"]["content"] if r.status_code == 200 else r.text
+    return r.status_code, r.headers.get("x-adapter-tier"), answer or ""
+
+
+def test_an_adapter_recreated_with_other_weights_is_merged_again_never_served_stale(
+    up: Up,
+) -> None:
+    """zebra's manifest replaced by one of the same name with falcon's weights while `up`
+    runs: the gateway stops sending zebra to the merged pool (its merge is of the old
+    checksum), `up` merges the new content and restarts the merged replica on it, and the
+    merged tier then answers with falcon's marker; it never answers zebra's old one."""
+    old = merged_pool(up)["merged"]["checksum"]
+    manifests = up.state / "manifests"
+    folder = load_folder(manifests)
+    zebra, falcon = folder.find("LoRAAdapter", ZEBRA), folder.find("LoRAAdapter", FALCON)
+    assert zebra is not None
+    assert falcon is not None
+    body: dict[str, Any] = json.loads(json.dumps(zebra.body))
+    for key in ("weightsUri", "checksum", "rank", "alpha", "targetModules", "sizeBytes"):
+        body["spec"].pop(key, None)
+        if key in falcon.body["spec"]:
+            body["spec"][key] = falcon.body["spec"][key]
+    write_object(manifests, body)
+    new_checksum = body["spec"]["checksum"]
+
+    eventually(
+        lambda: ask_gateway(up)[1] != "merged",
+        within_s=60,
+        interval_s=0.5,
+        what="the gateway leaving the merged pool whose merge is of the old content",
+    )
+    stored = manifests / ".lorafleet" / "merge-status.json"
+
+    def remerged() -> bool:
+        status, tier, answer = ask_gateway(up)
+        # Until the new merge serves, the merged tier must not answer at all.
+        assert tier != "merged" or answer.startswith("FALCON-3"), (status, tier, answer)
+        merge = json.loads(stored.read_text()).get("zebra-merged") or {}
+        return (
+            tier == "merged"
+            and merge.get("adapterChecksum") == new_checksum
+            and merge.get("phase") == "Ready"
+        )
+
+    eventually(remerged, within_s=600, interval_s=1.0, what="zebra merged again and served")
+    pool = merged_pool(up)
+    assert pool["merged"]["checksum"] != old
+    assert "stopping its replicas" in up.log_text()
 
 
 def test_stopping_up_stops_the_merged_replica_too(up: Up) -> None:

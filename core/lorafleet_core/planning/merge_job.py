@@ -11,7 +11,7 @@ same object store and base model the replicas do.
 
     adapter missing                  -> Pending  (MergedAdapterNotFound; no Job)
     adapter's base hash != the pool's -> Failed  (BaseModelMismatch; no Job: it never could)
-    Ready for this adapter already   -> Ready    (kept even after the Job's TTL removed it)
+    Ready for this adapter's content -> Ready    (kept even after the Job's TTL removed it)
     no Job yet                       -> Pending  (create the Job)
     Job running                      -> Merging
     Job succeeded with a result      -> Ready    (checksum, uri from the Job's report)
@@ -19,6 +19,12 @@ same object store and base model the replicas do.
 
 A Failed merge whose Job is gone (its TTL passed) is tried again, so a fixed object store or
 base model recovers without anyone deleting objects by hand.
+
+The merge is of the adapter's content, not its name: status.merge records the adapter's
+checksum, and Ready holds only while the LoRAAdapter of that name still has it. One deleted and
+recreated under the same name with other weights is merged again (Pending, a new Job), so the
+pool never serves the old weights under the new adapter's name; the Job's name carries the
+checksum too, so a finished Job of the old content is never read as the new one's result.
 """
 
 from __future__ import annotations
@@ -43,9 +49,10 @@ JOB_TTL_S = 3600
 JOB_BACKOFF_LIMIT = 2
 
 
-def merge_job_name(pool_name: str, adapter_id: str) -> str:
-    """`<pool>-merge-<8 hex of the adapter id>`, at most 63 characters (it becomes a label)."""
-    digest = hashlib.sha256(adapter_id.encode()).hexdigest()[:8]
+def merge_job_name(pool_name: str, adapter_id: str, adapter_checksum: str) -> str:
+    """`<pool>-merge-<8 hex of the adapter id and checksum>`, at most 63 characters (it
+    becomes a label): one Job per content merged, never one shared by two contents of a name."""
+    digest = hashlib.sha256(f"{adapter_id}\n{adapter_checksum}".encode()).hexdigest()[:8]
     return f"{pool_name[: 63 - len('-merge-') - 8]}-merge-{digest}"
 
 
@@ -110,7 +117,6 @@ def plan_merge(
     assert pool.spec.merged is not None, "plan_merge is for merged pools"
     wanted = pool.spec.merged.adapter
     gen = pool.metadata.generation
-    job_name = merge_job_name(pool.metadata.name, wanted)
     if adapter is None:
         message = f"LoRAAdapter {wanted} not found in this namespace; waiting for it"
         return MergePlan(
@@ -124,17 +130,38 @@ def plan_merge(
         return MergePlan(
             _status(MergePhase.FAILED, wanted, message, gen), reasons.BASE_MODEL_MISMATCH
         )
-    if old is not None and old.phase == MergePhase.READY and old.adapter_id == wanted:
+    content = adapter.spec.checksum
+    job_name = merge_job_name(pool.metadata.name, wanted, content)
+    ours = old is not None and old.adapter_id == wanted and old.adapter_checksum == content
+    if ours and old is not None and old.phase == MergePhase.READY:
         return MergePlan(old.model_copy(update={"observed_generation": gen}), None)
     if job is None:
-        if old is not None and old.phase == MergePhase.FAILED and old.adapter_id == wanted:
+        if ours and old is not None and old.phase == MergePhase.FAILED:
             message = f"retrying the merge (Job {job_name}) after: {old.message}"
+        elif old is not None and old.phase == MergePhase.READY and old.adapter_id == wanted:
+            message = (
+                f"LoRAAdapter {wanted} now has checksum {content}; the merged weights are of "
+                f"{old.adapter_checksum or 'an unrecorded checksum'}: merging it again "
+                f"(Job {job_name}), the shared pool serves it meanwhile"
+            )
         else:
             message = f"creating merge Job {job_name}"
         return MergePlan(
-            _status(MergePhase.PENDING, wanted, message, gen), reasons.MERGE_PENDING, True
+            _status(MergePhase.PENDING, wanted, message, gen, adapter_checksum=content),
+            reasons.MERGE_PENDING,
+            True,
         )
     report = _report(job.report)
+    merged_from = report.get("adapterChecksum")
+    if job.succeeded and merged_from not in (None, content):
+        message = (
+            f"Job {job_name} merged an adapter of checksum {merged_from}, not {content}: "
+            "refusing its result"
+        )
+        return MergePlan(
+            _status(MergePhase.FAILED, wanted, message, gen, adapter_checksum=content),
+            reasons.MERGE_FAILED,
+        )
     if job.succeeded and report.get("checksum") and report.get("uri"):
         message = f"merged by Job {job_name} ({report.get('sizeBytes', '?')} bytes)"
         return MergePlan(
@@ -143,6 +170,7 @@ def plan_merge(
                 wanted,
                 message,
                 gen,
+                adapter_checksum=content,
                 checksum=report["checksum"],
                 uri=report["uri"],
             ),
@@ -151,9 +179,15 @@ def plan_merge(
     if job.failed or job.succeeded:  # a success without a readable report is a failure too
         why = report.get("message") or "the merge Job failed without a report (see its logs)"
         message = f"Job {job_name}: {report.get('reason', reasons.MERGE_FAILED)}: {why}"
-        return MergePlan(_status(MergePhase.FAILED, wanted, message, gen), reasons.MERGE_FAILED)
+        return MergePlan(
+            _status(MergePhase.FAILED, wanted, message, gen, adapter_checksum=content),
+            reasons.MERGE_FAILED,
+        )
     return MergePlan(
-        _status(MergePhase.MERGING, wanted, f"Job {job_name} is merging", gen), reasons.MERGING
+        _status(
+            MergePhase.MERGING, wanted, f"Job {job_name} is merging", gen, adapter_checksum=content
+        ),
+        reasons.MERGING,
     )
 
 
@@ -169,7 +203,7 @@ def plan_merge_job(
     The record is the registry's (the LoRAAdapter the pool names), passed as an argument: the
     Job fetches only what it names and verifies it like a replica does.
     """
-    name = merge_job_name(pool.metadata.name, record.id)
+    name = merge_job_name(pool.metadata.name, record.id, record.checksum)
     t = pool.spec.template
     engine = pool.spec.engine
     # A merge needs memory for the base model in its dtype, no GPU: the engine's resources

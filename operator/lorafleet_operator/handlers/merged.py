@@ -54,23 +54,26 @@ async def merge_tick(
     namespace, wanted = fleet.namespace, pool.spec.merged.adapter
     entry = fleet.index.adapters.get(wanted)
     adapter = entry.adapter if entry is not None else None
-    job_name = merge_job_name(pool.metadata.name, wanted)
-    job = await kube.read_owned("Job", namespace, job_name)
     seen = None
-    if job is not None:
-        seen = JobObservation.of(job, await kube.job_report(namespace, job_name))
+    if adapter is not None:  # the Job of this adapter's content, never one of an earlier one
+        job_name = merge_job_name(pool.metadata.name, wanted, adapter.spec.checksum)
+        job = await kube.read_owned("Job", namespace, job_name)
+        if job is not None:
+            seen = JobObservation.of(job, await kube.job_report(namespace, job_name))
     plan = plan_merge(pool, adapter, seen, old)
     if plan.create_job and adapter is not None:
         record = AdapterRecord.from_spec(wanted, adapter.spec)
         prefix = runtime().settings.merged_store_prefix or default_store_prefix(
             adapter.spec.weights_uri
         )
-        await kube.apply_owned(namespace, plan_merge_job(pool, record, namespace, prefix))
+        job_body = plan_merge_job(pool, record, namespace, prefix)
+        await kube.apply_owned(namespace, job_body)
         kopf.event(
             body,
             type="Normal",
             reason="MergeStarted",
-            message=f"Job {job_name} merges {wanted} into {pool.spec.base_model.name}",
+            message=f"Job {job_body['metadata']['name']} merges {wanted} ({record.checksum}) "
+            f"into {pool.spec.base_model.name}",
         )
     if old is None or old.phase != plan.status.phase:
         kind = "Warning" if plan.status.phase == "Failed" else "Normal"

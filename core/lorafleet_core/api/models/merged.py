@@ -47,6 +47,13 @@ class MergeStatus(CamelModel):
     adapter_id: str | None = Field(
         default=None, max_length=253, description="The LoRAAdapter merged (spec.merged.adapter)."
     )
+    adapter_checksum: str | None = Field(
+        default=None,
+        pattern=SHA256_REF,
+        description="spec.checksum of the LoRAAdapter that was merged: the merge is Ready only "
+        "for that content. An adapter recreated under the same name with other weights has "
+        "another checksum, so the pool merges again and serves nothing merged meanwhile.",
+    )
     checksum: str | None = Field(
         default=None,
         pattern=SHA256_REF,
