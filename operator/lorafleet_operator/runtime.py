@@ -16,6 +16,7 @@ import kopf
 
 from lorafleet_core.api.names import API_VERSION, PLURAL_ADAPTER, PLURAL_ALIAS, PLURAL_POOL
 from lorafleet_core.planning.fleet import FleetParams
+from lorafleet_operator.access_review import AccessReviews
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.metrics import OperatorMetrics
 from lorafleet_operator.settings import OperatorSettings
@@ -74,6 +75,10 @@ class Runtime:
         self.metrics = OperatorMetrics(lambda: self.fleets)
         self.metrics_server: Any = None
         self.control: OperatorControl | None = None
+        self.access = AccessReviews(self.settings.access_review_interval_seconds)
+        # (namespace, Secret) -> when the gateway pool's Secret was last made sure of
+        # (handlers.internal_secret).
+        self.secret_checked: dict[tuple[str, str], float] = {}
 
     def serve_metrics(self) -> int | None:
         """Start /metrics on settings.metrics_port (a thread); returns the bound port."""

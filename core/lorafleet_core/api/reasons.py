@@ -16,6 +16,7 @@ DEPLOYED = "Deployed"
 CONFLICT = "Conflict"
 SCALING = "Scaling"
 MERGED_POOL_RECOMMENDED = "MergedPoolRecommended"
+AGENT_PERMISSIONS = "AgentPermissions"
 
 # Validation of an adapter against a pool (planner: Validated condition; agent: refusal code).
 VALID = "Valid"
@@ -78,6 +79,11 @@ NOTHING_TO_SERVE = "NothingToServe"
 REPLICAS_READY = "ReplicasReady"
 AUTOSCALING_DISABLED = "AutoscalingDisabled"
 NO_METRICS = "NoMetrics"
+
+# ReplicaPool AgentPermissions (tokenReview mode; planning.agent_access).
+PERMISSIONS_GRANTED = "PermissionsGranted"
+MISSING_PERMISSIONS = "MissingPermissions"
+ACCESS_REVIEW_FAILED = "AccessReviewFailed"
 
 # ReplicaPool merged mode (Ready condition while the merge is not done; status.merge).
 MERGE_PENDING = "MergePending"
