@@ -3,8 +3,8 @@
 kopf watches and patches the objects it handles through its own API access; `Kube` writes
 everything else: pods' owned-adapters annotation, the status of every lorafleet resource, the
 StatefulSet / Service / PodDisruptionBudget a pool owns, a merged pool's merge Job (and the
-report its pod leaves), the StatefulSet's replica count and the SubjectAccessReviews of pools'
-ServiceAccounts.
+report its pod leaves), the StatefulSet's replica count, the SubjectAccessReviews of pools'
+ServiceAccounts and Events about the CRDs (read at start: lorafleet_operator.crd_check).
 The patch strategy of each write is the one a real API server wants (see kube_client); every
 write names the operator's field manager, so `kubectl get -o yaml --show-managed-fields` says
 who wrote what.
@@ -18,6 +18,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -48,6 +49,7 @@ class Kube:
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.authorization = client.AuthorizationV1Api(api)
+        self.extensions = client.ApiextensionsV1Api(api)
         policy = client.PolicyV1Api(api)
         batch = client.BatchV1Api(api)
         self._owned = {
@@ -131,6 +133,27 @@ class Kube:
         async with resp:
             answer = json.loads(await resp.read())
         return bool((answer.get("status") or {}).get("allowed"))
+
+    async def post_event(
+        self, namespace: str, involved: dict[str, Any], type_: str, reason: str, message: str
+    ) -> None:
+        """An Event about an object kopf does not handle (a cluster-scoped CRD), in `namespace`."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": "lorafleet-", "namespace": namespace},
+            "involvedObject": involved,
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.core.create_namespaced_event(namespace, body, field_manager=FIELD_MANAGER)
 
     # --- built-in objects the operator touches: strategic merge patch -----------------------
 

@@ -61,6 +61,8 @@ MERGED_POOL_DRAIN_CANCELLED = "MergedPoolDrainCancelled"
 MERGED_POOL_DELETED = "MergedPoolDeleted"
 INTERNAL_SECRET_CREATED = "InternalSecretCreated"  # noqa: S105 (a reason, not a secret)
 INTERNAL_SECRET_MISSING = "InternalSecretMissing"  # noqa: S105 (a reason, not a secret)
+# Event about an installed CRD older than the operator's models (lorafleet_operator.crd_check).
+CRD_OUTDATED = "CRDOutdated"
 
 # AdapterAlias Deployed / Ready / Conflict.
 ADAPTER_NOT_FOUND = "AdapterNotFound"
