@@ -3,7 +3,8 @@
 kopf watches and patches the objects it handles through its own API access; `Kube` writes
 everything else: pods' owned-adapters annotation, the status of every lorafleet resource, the
 StatefulSet / Service / PodDisruptionBudget a pool owns, a merged pool's merge Job (and the
-report its pod leaves) and the StatefulSet's replica count.
+report its pod leaves), the StatefulSet's replica count, the SubjectAccessReviews of pools'
+ServiceAccounts and Events about the CRDs (read at start: lorafleet_operator.crd_check).
 The patch strategy of each write is the one a real API server wants (see kube_client); every
 write names the operator's field manager, so `kubectl get -o yaml --show-managed-fields` says
 who wrote what.
@@ -17,6 +18,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -46,6 +48,8 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.authorization = client.AuthorizationV1Api(api)
+        self.extensions = client.ApiextensionsV1Api(api)
         policy = client.PolicyV1Api(api)
         batch = client.BatchV1Api(api)
         self._owned = {
@@ -121,6 +125,35 @@ class Kube:
     async def create_secret(self, namespace: str, body: dict[str, Any]) -> None:
         """Create a Secret (a merged pool's inside Secret); the operator never reads one."""
         await self.core.create_namespaced_secret(namespace, body, field_manager=FIELD_MANAGER)
+
+    async def review_access(self, body: dict[str, Any]) -> bool:
+        """Whether the API server allows what a SubjectAccessReview asks (the server stores
+        none: the answer is the review's status)."""
+        resp = await self.authorization.create_subject_access_review(body, _preload_content=False)
+        async with resp:
+            answer = json.loads(await resp.read())
+        return bool((answer.get("status") or {}).get("allowed"))
+
+    async def post_event(
+        self, namespace: str, involved: dict[str, Any], type_: str, reason: str, message: str
+    ) -> None:
+        """An Event about an object kopf does not handle (a cluster-scoped CRD), in `namespace`."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": "lorafleet-", "namespace": namespace},
+            "involvedObject": involved,
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self.core.create_namespaced_event(namespace, body, field_manager=FIELD_MANAGER)
 
     # --- built-in objects the operator touches: strategic merge patch -----------------------
 

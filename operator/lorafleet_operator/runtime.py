@@ -16,7 +16,8 @@ import kopf
 
 from lorafleet_core.api.names import API_VERSION, PLURAL_ADAPTER, PLURAL_ALIAS, PLURAL_POOL
 from lorafleet_core.planning.fleet import FleetParams
-from lorafleet_operator.kube import HOLDER
+from lorafleet_operator.access_review import AccessReviews
+from lorafleet_operator.kube import HOLDER, OperatorStoppingError
 from lorafleet_operator.metrics import OperatorMetrics
 from lorafleet_operator.settings import OperatorSettings
 from lorafleet_operator.sync import FleetSync
@@ -70,10 +71,15 @@ class Runtime:
     def __init__(self) -> None:
         self.settings = OperatorSettings()
         self.fleets: dict[str, FleetSync] = {}
-        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}  # each namespace's sync loop
+        self.crd_check: asyncio.Task[None] | None = None
         self.metrics = OperatorMetrics(lambda: self.fleets)
         self.metrics_server: Any = None
         self.control: OperatorControl | None = None
+        self.access = AccessReviews(self.settings.access_review_interval_seconds)
+        # (namespace, Secret) -> when the gateway pool's Secret was last made sure of
+        # (handlers.internal_secret).
+        self.secret_checked: dict[tuple[str, str], float] = {}
 
     def serve_metrics(self) -> int | None:
         """Start /metrics on settings.metrics_port (a thread); returns the bound port."""
@@ -101,6 +107,23 @@ class Runtime:
 
         self.control = OperatorControl()
         return self.control.start(self.settings, api)
+
+    def check_crds(self) -> None:
+        """Compare the installed CRDs with this operator's models, in the background (it waits
+        for the login); a failure is logged, never fatal: the operator works without it."""
+        from lorafleet_operator.crd_check import check_crds
+
+        async def run() -> None:
+            try:
+                await check_crds(self.settings.control_namespace_name())
+            except OperatorStoppingError:
+                return
+            except Exception:
+                log.warning(
+                    "could not compare the installed CRDs with the operator's", exc_info=True
+                )
+
+        self.crd_check = asyncio.get_running_loop().create_task(run(), name="lorafleet-crd-check")
 
     def fleet(self, namespace: str, indexing: bool = False) -> FleetSync:
         """The namespace's FleetSync (created on first use).
@@ -144,9 +167,10 @@ class Runtime:
         if self.control is not None:
             await self.control.stop()
             self.control = None
-        for task in self.tasks.values():
+        tasks = [*self.tasks.values(), *([self.crd_check] if self.crd_check else [])]
+        for task in tasks:
             task.cancel()
-        for task in self.tasks.values():
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.tasks.clear()

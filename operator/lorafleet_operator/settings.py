@@ -144,6 +144,13 @@ class OperatorSettings(BaseSettings):
         "data-token), created with new tokens when it is missing; unset: someone else creates "
         "it.",
     )
+    internal_secret_recheck_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often the operator makes sure internal_secret exists (a create that "
+        "conflicts when it does): a deleted Secret is recreated, with new tokens, within this "
+        "time.",
+    )
 
     # How the replica pods this operator renders authenticate their callers (chart value
     # `internalAuth`; planning.replica_config.InsideAuth).
@@ -164,6 +171,14 @@ class OperatorSettings(BaseSettings):
         default=None,
         description="The agents' ServiceAccount (RBAC for TokenReview and Events); set: the "
         "agents post Events. A pool's spec.template.serviceAccountName wins over it.",
+    )
+    access_review_interval_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        description="tokenReview: how long the answer of a SubjectAccessReview of a pool's "
+        "ServiceAccount is kept (every pool of one account shares it) before it is asked "
+        "again; a fixed RBAC binding shows on the pool's AgentPermissions condition within "
+        "this time.",
     )
 
     def inside_auth(self) -> InsideAuth:

@@ -155,6 +155,28 @@ def test_agents_get_an_account_allowed_to_review_tokens_and_post_events():
     ]
 
 
+def test_the_operator_may_review_pools_accounts_in_token_review_mode_only():
+    """The operator's SubjectAccessReviews of each pool's ServiceAccount (its AgentPermissions
+    condition) need `create` on subjectaccessreviews; the secret mode checks nothing."""
+    sar = {
+        "apiGroups": ["authorization.k8s.io"],
+        "resources": ["subjectaccessreviews"],
+        "verbs": ["create"],
+    }
+
+    def operator_rules(values: dict[str, Any]) -> list[dict[str, Any]]:
+        (role,) = [
+            r
+            for r in by_kind(render(values), "ClusterRole")
+            if r["metadata"]["name"].startswith("lf-lorafleet-operator")
+        ]
+        rules: list[dict[str, Any]] = role["rules"]
+        return rules
+
+    assert sar in operator_rules({})
+    assert sar not in operator_rules({"internalAuth": {"mode": "secret"}})
+
+
 def test_operator_tells_the_pod_planner_the_mode_the_callers_and_the_agent_account():
     for mode in ("tokenReview", "secret"):
         operator = deployment(render({"internalAuth": {"mode": mode}}), "-operator")

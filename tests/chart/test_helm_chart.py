@@ -16,6 +16,8 @@ import pytest
 import yaml
 
 from lorafleet_core.api import crd_validation
+from lorafleet_core.api.models import ReplicaPool
+from lorafleet_core.planning.pool import plan_pool_objects
 from tests.chart.chart_render import (
     ALL_ON,
     CHART,
@@ -87,12 +89,30 @@ def test_a_replica_pool_whose_extra_args_open_vllm_renders_an_object_the_crd_ref
         {"replicaPool": {"name": "p" * 53}},
         {"gateway": {"pool": "llama.7b"}},
         {"gateway": {"pools": ["ok", "9lives"]}},
+        # The replicas' PodDisruptionBudget: a count of replicas, not a word or a negative.
+        {"replicaPool": {"spec": {"disruptionBudget": {"maxUnavailable": "two"}}}},
+        {"replicaPool": {"spec": {"disruptionBudget": {"maxUnavailable": -1}}}},
     ],
 )
 def test_values_schema_refuses_bad_values(values):
     chart = helm_python.Chart.load(CHART)
     with pytest.raises(helm_python.HelmError):
         chart.validate_schema(values)
+
+
+def test_the_replica_pools_disruption_budget_is_a_value_the_crd_accepts():
+    """replicaPool.spec.disruptionBudget.maxUnavailable reaches the ReplicaPool the chart
+    creates, passes the CRD, and sets its PodDisruptionBudget; unset, the budget stays 1."""
+    spec: dict[str, Any] = {**copy.deepcopy(POOL_SPEC), "disruptionBudget": {"maxUnavailable": 3}}
+    values = {**ALL_ON, "replicaPool": {"create": True, "name": "main", "spec": spec}}
+    (pool,) = by_kind(render(values), "ReplicaPool")
+    assert pool["spec"]["disruptionBudget"] == {"maxUnavailable": 3}
+    assert crd_validation.validate(crd_validation.schema_of("ReplicaPool"), pool) == []
+    parsed = ReplicaPool.model_validate(pool)
+    assert plan_pool_objects(parsed, "ns", 1).pdb["spec"]["maxUnavailable"] == 3
+    (default,) = by_kind(render(ALL_ON), "ReplicaPool")
+    pdb = plan_pool_objects(ReplicaPool.model_validate(default), "ns", 1).pdb
+    assert pdb["spec"]["maxUnavailable"] == 1
 
 
 def test_replica_pool_needs_a_base_model():

@@ -87,8 +87,10 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             await asyncio.sleep(self.list_delay_s[plural])
         if method in {"POST", "PATCH", "PUT", "DELETE"} and self.write_delay_s:
             await asyncio.sleep(self.write_delay_s)  # before it is logged and applied
-        if method == "POST" and request.url.path.endswith("/tokenreviews"):
-            # A real API server stores no TokenReview; kmock stores every create under its
+        if method == "POST" and request.url.path.endswith(
+            ("/tokenreviews", "/subjectaccessreviews")
+        ):
+            # A real API server stores no review; kmock stores every create under its
             # name, and a second nameless review would be refused with 409: name each one.
             request.data.setdefault("metadata", {})
         meta = request.data.get("metadata") if isinstance(request.data, dict) else None

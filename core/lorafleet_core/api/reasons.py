@@ -16,6 +16,7 @@ DEPLOYED = "Deployed"
 CONFLICT = "Conflict"
 SCALING = "Scaling"
 MERGED_POOL_RECOMMENDED = "MergedPoolRecommended"
+AGENT_PERMISSIONS = "AgentPermissions"
 
 # Validation of an adapter against a pool (planner: Validated condition; agent: refusal code).
 VALID = "Valid"
@@ -60,6 +61,8 @@ MERGED_POOL_DRAIN_CANCELLED = "MergedPoolDrainCancelled"
 MERGED_POOL_DELETED = "MergedPoolDeleted"
 INTERNAL_SECRET_CREATED = "InternalSecretCreated"  # noqa: S105 (a reason, not a secret)
 INTERNAL_SECRET_MISSING = "InternalSecretMissing"  # noqa: S105 (a reason, not a secret)
+# Event about an installed CRD older than the operator's models (lorafleet_operator.crd_check).
+CRD_OUTDATED = "CRDOutdated"
 
 # AdapterAlias Deployed / Ready / Conflict.
 ADAPTER_NOT_FOUND = "AdapterNotFound"
@@ -81,6 +84,11 @@ NOTHING_TO_SERVE = "NothingToServe"
 REPLICAS_READY = "ReplicasReady"
 AUTOSCALING_DISABLED = "AutoscalingDisabled"
 NO_METRICS = "NoMetrics"
+
+# ReplicaPool AgentPermissions (tokenReview mode; planning.agent_access).
+PERMISSIONS_GRANTED = "PermissionsGranted"
+MISSING_PERMISSIONS = "MissingPermissions"
+ACCESS_REVIEW_FAILED = "AccessReviewFailed"
 
 # ReplicaPool merged mode (Ready condition while the merge is not done; status.merge).
 MERGE_PENDING = "MergePending"

@@ -325,7 +325,10 @@ def plan_pool_objects(
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _meta(pool, namespace),
-        # One replica at a time: its adapters' other owners keep them warm meanwhile.
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+        # Default one replica at a time: its adapters' other owners keep them warm meanwhile.
+        "spec": {
+            "maxUnavailable": pool.spec.disruption_budget.max_unavailable,
+            "selector": {"matchLabels": labels},
+        },
     }
     return PoolObjects(statefulset=statefulset, service=service, pdb=pdb)

@@ -18,8 +18,9 @@ from datetime import datetime
 from lorafleet_core.api import reasons
 from lorafleet_core.api.models import ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.api.names import ANNOTATION_DRAINING_SINCE
+from lorafleet_core.planning.agent_access import AccessCheck, access_condition
 from lorafleet_core.planning.autoscale import Load, ScaleState, recommend, stabilize
-from lorafleet_core.planning.conditions import condition, merge_conditions
+from lorafleet_core.planning.conditions import condition, merge_conditions, without
 from lorafleet_core.planning.merge_job import MergePlan
 from lorafleet_core.planning.merged_lifecycle import draining
 from lorafleet_core.planning.pool import clamp_replicas, selector_string
@@ -72,6 +73,9 @@ class PoolObservation:
     current: int | None = None  # the StatefulSet's spec.replicas; None before it exists
     scale: ScalePlan | None = None
     merge: MergePlan | None = None  # merged pools: this tick's planning.merge_job.plan_merge
+    # tokenReview mode: what the pods' ServiceAccount may do (planning.agent_access); None:
+    # nothing to check (secret mode), and no AgentPermissions condition.
+    access: AccessCheck | None = None
 
 
 def plan_pool_status(
@@ -134,13 +138,18 @@ def plan_pool_status(
                 gen,
             )
         )
+    kept = old.conditions
+    if seen.access is None:
+        kept = without(kept, reasons.AGENT_PERMISSIONS)
+    else:
+        conds.append(access_condition(seen.access, now, gen))
     return old.model_copy(
         update={
             "replicas": seen.pods,
             "ready_replicas": seen.ready,
             "desired_replicas": desired,
             "selector": selector_string(name),
-            "conditions": merge_conditions(old.conditions, conds),
+            "conditions": merge_conditions(kept, conds),
             "observed_generation": gen,
             "merge": merge if pool.spec.merged is not None else None,
         }

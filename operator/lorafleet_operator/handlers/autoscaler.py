@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from lorafleet_core.api import reasons
 from lorafleet_core.api.models import ConditionStatus, ReplicaPool, ReplicaPoolStatus
 from lorafleet_core.api.names import GROUP, PLURAL_POOL, VERSION
+from lorafleet_core.planning.agent_access import AccessCheck, needed, pool_account
 from lorafleet_core.planning.autoscale import ScaleState
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.pool_status import (
@@ -35,6 +36,7 @@ from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_operator.errors import describe
 from lorafleet_operator.fleet_index import Endpoint
 from lorafleet_operator.handlers import merged
+from lorafleet_operator.handlers.internal_secret import ensure_gateway_secret
 from lorafleet_operator.handlers.pools import parse_pool
 from lorafleet_operator.kube import HOLDER, OperatorStoppingError
 from lorafleet_operator.runtime import runtime
@@ -122,7 +124,9 @@ async def _tick(
     fleet.index.set_states(name, states)
 
     merge = None
-    # Once per pool object and process (a Secret deleted later comes back on a restart).
+    # The gateway pool's: re-checked on a timer (a deleted one comes back); a merged pool's:
+    # once per pool object and process.
+    await ensure_gateway_secret(pool, body, namespace)
     await merged.ensure_internal_secret(pool, body, namespace)
     if pool.spec.merged is not None:
         old = ReplicaPoolStatus.model_validate(body.get("status") or {}).merge
@@ -156,9 +160,22 @@ async def _tick(
         current=current,
         scale=scale,
         merge=merge,
+        access=await _access(pool, namespace),
     )
     last_status = await _write_status(name, namespace, body, pool, None, seen, last_status)
     return state, last_status
+
+
+async def _access(pool: ReplicaPool, namespace: str) -> AccessCheck | None:
+    """What the pool's ServiceAccount may not do of what its agents ask (tokenReview mode),
+    from the runtime's cache of SubjectAccessReviews; None when the agents ask nothing."""
+    inside = runtime().settings.inside_auth()
+    perms = needed(inside)
+    if not perms:
+        return None
+    kube = await HOLDER.client()
+    account = pool_account(pool, inside)
+    return await runtime().access.check(kube.review_access, namespace, account, perms)
 
 
 async def _write_status(
@@ -190,6 +207,7 @@ async def _write_status(
         kube = await HOLDER.client()
         await kube.patch_status(PLURAL_POOL, namespace, name, status_patch(status))
         _warn_if_newly_invalid(body, old, status)
+        _warn_if_newly_missing(body, old, status, last_status)
     return comparable
 
 
@@ -203,6 +221,24 @@ def _warn_if_newly_invalid(body: kopf.Body, old: ReplicaPoolStatus, new: Replica
     if before is not None and (before.status, before.reason) == (now.status, now.reason):
         return  # already reported (this run, or the run before a restart)
     kopf.event(body, type="Warning", reason=reasons.INVALID_SPEC, message=now.message)
+
+
+def _warn_if_newly_missing(
+    body: kopf.Body, old: ReplicaPoolStatus, new: ReplicaPoolStatus, last: Any
+) -> None:
+    """A Warning Event when the pool's ServiceAccount turns out to lack what its agents need:
+    once per finding, not per tick. Both the object's status and this loop's last write are
+    consulted, as the body may not show that write yet (the watch event lags the patch)."""
+    now = find(new.conditions, reasons.AGENT_PERMISSIONS)
+    if now is None or now.status == ConditionStatus.TRUE:
+        return
+    before = find(old.conditions, reasons.AGENT_PERMISSIONS)
+    if before is not None and (before.status, before.message) == (now.status, now.message):
+        return
+    written = (last or {}).get("conditions") or []
+    if (now.type, now.status, now.reason, now.message) in written:
+        return
+    kopf.event(body, type="Warning", reason=now.reason, message=now.message)
 
 
 def _comparable(status: ReplicaPoolStatus) -> dict[str, Any]:

@@ -20,6 +20,7 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     runtime.reset()
     runtime.runtime().serve_metrics()
     runtime.runtime().serve_control()
+    runtime.runtime().check_crds()
     # Our own finalizer and annotation prefix, and no `status.kopf`: the CRD schemas do not
     # declare it, so a real API server would prune it anyway.
     settings.persistence.finalizer = FINALIZER

@@ -1,8 +1,8 @@
 """Merged pools on a cluster: run the merge Job, then apply the pool's replicas.
 
 A merged pool the operator created (autoMerge) also gets its `<pool>-internal` Secret here
-(planning.merged_lifecycle.plan_internal_secret), before its replicas that read it exist; so
-does the gateway pool when its Secret is missing (planning.replica_config).
+(planning.merged_lifecycle.plan_internal_secret), before its replicas that read it exist (the
+gateway pool's own Secret: handlers.internal_secret).
 
 Called by the per-pool loop (handlers.autoscaler, the one writer of ReplicaPool status) on each
 tick of a merged pool, and by pool_reconcile on a spec change. The decisions are the pure
@@ -31,10 +31,6 @@ from lorafleet_core.planning.merge_job import (
 )
 from lorafleet_core.planning.merged_lifecycle import auto_created, plan_internal_secret
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects, ready_merge
-from lorafleet_core.planning.replica_config import (
-    internal_secret_name,
-    plan_shared_internal_secret,
-)
 from lorafleet_core.storage.merged_weights import default_store_prefix
 from lorafleet_core.web.secret_file import bearer_token_reader
 from lorafleet_core.wire.records import AdapterRecord
@@ -87,20 +83,15 @@ _SECRETS_DONE: set[tuple[str, str, str]] = set()
 
 
 async def ensure_internal_secret(pool: ReplicaPool, body: kopf.Body, namespace: str) -> None:
-    """Create the gateway pool's Secret (settings.internal_secret) when it is missing, with new
-    tokens; and the Secret of a merged pool the operator created, owned by the pool, with a
+    """Create the Secret of a merged pool the operator created, owned by the pool, with a
     Warning Event when it cannot (no agents' data token, or secret mode and no agents' token,
-    to copy). Any other pool a person created brings its own Secret
-    (docs/reference/operator.md)."""
+    to copy). The gateway pool's Secret is handlers.internal_secret's; any other pool a person
+    created brings its own Secret (docs/reference/operator.md)."""
     uid = str(body.get("metadata", {}).get("uid") or "")
     key = (namespace, pool.metadata.name, uid)
     if not uid or key in _SECRETS_DONE:
         return
     settings = runtime().settings
-    if settings.internal_secret == internal_secret_name(pool.metadata.name):
-        await _ensure_shared_secret(body, namespace, settings.internal_secret)
-        _SECRETS_DONE.add(key)
-        return
     if not auto_created(pool):
         return
     token = bearer_token_reader(settings.replica_token, settings.replica_token_file)()
@@ -125,21 +116,6 @@ async def ensure_internal_secret(pool: ReplicaPool, body: kopf.Body, namespace: 
         if not is_conflict(exc):
             raise
     _SECRETS_DONE.add(key)
-
-
-async def _ensure_shared_secret(body: kopf.Body, namespace: str, name: str) -> None:
-    """Create the gateway pool's Secret unless it exists (the operator has `create` on Secrets,
-    never `get`: a conflict says it exists, and its tokens are kept)."""
-    kube = await HOLDER.client()
-    tokens = (secrets.token_urlsafe(36) for _ in range(3))
-    try:
-        await kube.create_secret(namespace, plan_shared_internal_secret(name, *tokens))
-    except Exception as exc:
-        if not is_conflict(exc):
-            raise
-        return
-    message = f"Secret {name} created with new tokens (the gateway and operator read it as files)"
-    kopf.event(body, type="Normal", reason=reasons.INTERNAL_SECRET_CREATED, message=message)
 
 
 async def apply_merged_pool(

@@ -16,6 +16,7 @@ from lorafleet_core.api.names import GROUP, PLURAL_POOL, VERSION
 from lorafleet_core.logs import replica_log_format
 from lorafleet_core.planning.pool import clamp_replicas, plan_pool_objects
 from lorafleet_operator.errors import InvalidSpecError, describe, mapped
+from lorafleet_operator.handlers.internal_secret import ensure_gateway_secret
 from lorafleet_operator.handlers.merged import apply_merged_pool, ensure_internal_secret
 from lorafleet_operator.kube import HOLDER
 from lorafleet_operator.runtime import runtime
@@ -62,6 +63,7 @@ async def pool_reconcile(
         raise InvalidSpecError(describe(exc)) from exc  # the status loop reports it
     runtime().fleet(namespace).index.upsert_pool(pool)
     # Before the replicas that read it exist (they wait for it otherwise).
+    await ensure_gateway_secret(pool, body, namespace)
     await ensure_internal_secret(pool, body, namespace)
     if pool.spec.merged is not None:
         # The replicas need the merged weights: applied once the merge is Ready (here on a

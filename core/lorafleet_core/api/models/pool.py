@@ -144,6 +144,19 @@ class AutoMergeSpec(SpecModel):
     )
 
 
+class DisruptionBudgetSpec(SpecModel):
+    """The PodDisruptionBudget of the pool's replicas (node drains, cluster upgrades)."""
+
+    max_unavailable: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Replicas a voluntary disruption may take down at once. 1 (default): one "
+        "at a time, so every adapter keeps a warm owner with ownersPerAdapter >= 2; more "
+        "drains a large pool faster at the price of cold adapters; 0 blocks node drains.",
+    )
+
+
 class ReplicaPoolSpec(SpecModel):
     """A pool of identical replicas serving one base model and many adapters."""
 
@@ -169,6 +182,10 @@ class ReplicaPoolSpec(SpecModel):
         "the layout `lorafleet adapter push` writes, so no tenant can point a replica at "
         "another tenant's files or anywhere else. Empty: the pool takes no adapter (each "
         "stays Pending, NoAdapterSources).",
+    )
+    disruption_budget: DisruptionBudgetSpec = Field(
+        default_factory=DisruptionBudgetSpec,
+        description="The replicas' PodDisruptionBudget.",
     )
     template: ReplicaPodTemplate = Field(
         default_factory=ReplicaPodTemplate,
