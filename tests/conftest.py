@@ -385,10 +385,11 @@ def copy_adapter(src: Path, dest: Path) -> Path:
     return dest
 
 
-# `make test` runs two pytest-xdist workers, each given whole files (`--dist loadfile`) in
-# collection order. These files take minutes each (the slowest 30 durations of a full run), so
-# they go first, longest first: a worker that draws a long file late would finish alone while
-# the other idles. Everything else keeps its order behind them.
+# `make pytest TEST_WORKERS=2` runs two pytest-xdist workers, each given whole files (`--dist
+# loadfile`) in collection order. These files take minutes each (the slowest 30 durations of a
+# full run), so under xdist they go first, longest first: a worker that draws a long file late
+# would finish alone while the other idles. Everything else keeps its order behind them; a run
+# in one process keeps the collection order.
 SLOW_FILES_FIRST = (
     "tests/verification/test_canary_isolation.py",  # ~15 min: 10,000 requests, two engines
     "tests/standalone/test_up_auto_merge_e2e.py",
@@ -405,5 +406,7 @@ SLOW_FILES_FIRST = (
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if _XDIST_WORKER is None:
+        return
     rank = {path: i for i, path in enumerate(SLOW_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

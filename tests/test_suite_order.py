@@ -9,7 +9,10 @@ def test_every_file_the_suite_starts_first_exists_once():
     assert len(set(SLOW_FILES_FIRST)) == len(SLOW_FILES_FIRST)
 
 
-def test_make_test_runs_two_workers_by_whole_file_in_the_listed_order():
-    pytest_rule = (REPO / "Makefile").read_text().split("\npytest:", 1)[1].split("\n\n", 1)[0]
-    assert "--dist loadfile" in pytest_rule  # module fixtures (engines, fleets) start once
-    assert "--no-loadscope-reorder" in pytest_rule  # xdist would sort files by test count
+def test_make_pytest_with_workers_runs_them_by_whole_file_in_the_listed_order():
+    makefile = (REPO / "Makefile").read_text()
+    parallel = makefile.split("\nPARALLEL := ", 1)[1].split("\n", 1)[0]
+    assert "-n $(TEST_WORKERS)" in parallel
+    assert "--dist loadfile" in parallel  # module fixtures (engines, fleets) start once
+    assert "--no-loadscope-reorder" in parallel  # xdist would sort files by test count
+    assert "$(BIN)/pytest $(PARALLEL)" in makefile
