@@ -9,6 +9,7 @@ import httpx
 import openai
 import pytest
 
+from lorafleet_core.logs import ContextFilter
 from lorafleet_core.wire.agent_api import AGENT_ONLY_METRICS
 from lorafleet_core.wire.headers import HEADER_TOKENS_ESTIMATE
 from tests.agent.conftest import load, metric, state, unload
@@ -359,6 +360,9 @@ def test_disk_budget_evicts_the_least_recently_used_idle_adapter_only(
 def test_the_request_id_reaches_vllm_and_comes_back(run_agent, make_record, caplog):
     rec = make_record("zebra", unique_id("reqid"))
     caplog.set_level("INFO", logger="lorafleet.agent.requests")
+    # The request's fields are stamped on a line as a handler takes it, as the process's own
+    # handler does (lorafleet_core.logs.configure).
+    caplog.handler.addFilter(ContextFilter())
     with run_agent() as agent:
         assert load(agent, rec).status_code == 200
         raw = client(agent).completions.with_raw_response.create(
