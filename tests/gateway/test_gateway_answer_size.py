@@ -38,16 +38,32 @@ def _pad_all(env: GatewayEnv, pad: int) -> None:
         replica.answer_pad = pad
 
 
+def _long_held_answers(env: GatewayEnv) -> threading.Event:
+    """2 MB answers whose replica sends its first piece, then waits for the event."""
+    _pad_all(env, 2 * 2**20)
+    hold = threading.Event()
+    for replica in env.replicas.values():
+        replica.hold_streams = hold
+    return hold
+
+
+def _metered(env: GatewayEnv) -> tuple[float, float, float]:
+    """acme's prompt and completion usage, and the gateway's completion tokens."""
+    labels = {"tenant": "acme", "adapter": "acme-support-v1"}
+    return (
+        _sample(env, "lorafleet_gateway_usage_prompt_tokens_total", **labels),
+        _sample(env, "lorafleet_gateway_usage_completion_tokens_total", **labels),
+        _sample(env, "lorafleet_gateway_tokens_total", kind="completion"),
+    )
+
+
 def test_a_long_answer_reaches_the_client_while_the_replica_is_still_sending_it(
     env: GatewayEnv,
 ) -> None:
     """Held whole, 64 answers of 10 MB were 640 MB in a gateway pod limited to 1 GiB: the
     client reads the first part while the replica holds back the rest, and the answer is
     still metered by the usage at its end, with the headers it always had."""
-    _pad_all(env, 2 * 2**20)
-    hold = threading.Event()
-    for replica in env.replicas.values():
-        replica.hold_streams = hold
+    hold = _long_held_answers(env)
     url = f"{env.base_url}/chat/completions"
     try:
         with httpx.stream("POST", url, json=BODY, headers=HEADERS, timeout=10) as resp:
@@ -63,7 +79,6 @@ def test_a_long_answer_reaches_the_client_while_the_replica_is_still_sending_it(
     assert resp.headers["x-replica-id"] in env.replicas
     assert resp.headers["x-adapter-id"] == "acme-support-v1"
     usage = json.loads(raw)["usage"]
-    labels = {"tenant": "acme", "adapter": "acme-support-v1"}
     # Accounted once the last byte has gone: the client may have it a moment before.
     eventually(
         lambda: (
@@ -71,11 +86,7 @@ def test_a_long_answer_reaches_the_client_while_the_replica_is_still_sending_it(
         ),
         what="the request counted as answered",
     )
-    metered = (
-        _sample(env, "lorafleet_gateway_usage_prompt_tokens_total", **labels),
-        _sample(env, "lorafleet_gateway_usage_completion_tokens_total", **labels),
-        _sample(env, "lorafleet_gateway_tokens_total", kind="completion"),
-    )
+    metered = _metered(env)
     assert metered == (usage["prompt_tokens"], usage["completion_tokens"],
                        usage["completion_tokens"])  # fmt: skip
 
@@ -115,10 +126,7 @@ def test_a_long_answer_its_client_leaves_early_is_billed_the_engines_usage(
 ) -> None:
     """The usage of a non-stream answer is at its end: a client that reads the first part and
     leaves used to be billed no completion at all. The gateway reads the rest for its usage."""
-    _pad_all(env, 2 * 2**20)
-    hold = threading.Event()
-    for replica in env.replicas.values():
-        replica.hold_streams = hold
+    hold = _long_held_answers(env)
     url = f"{env.base_url}/chat/completions"
     try:
         with httpx.stream("POST", url, json=BODY, headers=HEADERS, timeout=10) as resp:
@@ -136,12 +144,7 @@ def test_a_long_answer_its_client_leaves_early_is_billed_the_engines_usage(
     )  # fmt: skip
     replica = env.replicas[resp.headers["x-replica-id"]]
     usage = {"prompt_tokens": 7, "completion_tokens": replica.n_tokens}
-    labels = {"tenant": "acme", "adapter": "acme-support-v1"}
-    metered = (
-        _sample(env, "lorafleet_gateway_usage_prompt_tokens_total", **labels),
-        _sample(env, "lorafleet_gateway_usage_completion_tokens_total", **labels),
-        _sample(env, "lorafleet_gateway_tokens_total", kind="completion"),
-    )
+    metered = _metered(env)
     assert metered == (usage["prompt_tokens"], usage["completion_tokens"],
                        usage["completion_tokens"])  # fmt: skip
     assert usage["completion_tokens"] > 0
