@@ -20,7 +20,7 @@ from lorafleet_gateway.catalog import AliasTarget, CatalogSnapshot, ReplicaEndpo
 from lorafleet_gateway.catalog_pools import served_pools
 from lorafleet_gateway.pool_router import AdapterPools
 
-log = logging.getLogger("lorafleet.gateway.catalog")
+log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
 

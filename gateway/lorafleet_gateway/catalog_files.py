@@ -53,7 +53,7 @@ from lorafleet_core.storage.standalone_state import (
 from lorafleet_gateway.catalog import CatalogHolder, CatalogSource
 from lorafleet_gateway.catalog_build import build_snapshot
 
-log = logging.getLogger("lorafleet.gateway.catalog")
+log = logging.getLogger(__name__)
 
 
 def read_alias_statuses(folder: Path) -> dict[str, dict[str, Any]]:

@@ -34,7 +34,7 @@ from lorafleet_gateway.catalog import (
 )
 from lorafleet_gateway.catalog_build import build_snapshot
 
-log = logging.getLogger("lorafleet.gateway.catalog")
+log = logging.getLogger(__name__)
 
 KINDS = ("adapters", "aliases", "pools", "pods", "secrets")
 Obj = Mapping[str, Any]

@@ -31,7 +31,7 @@ from lorafleet_core.planning.adapters import shared_pools, validate_adapter
 from lorafleet_core.planning.merged_lifecycle import draining
 from lorafleet_gateway.pool_router import AdapterPools, MergedTarget
 
-log = logging.getLogger("lorafleet.gateway.catalog")
+log = logging.getLogger(__name__)
 
 Obj = Mapping[str, Any]
 

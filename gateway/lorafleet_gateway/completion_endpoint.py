@@ -35,7 +35,7 @@ from lorafleet_gateway.runtime import Gateway
 from lorafleet_gateway.upstream import Opened
 from lorafleet_gateway.validation import CompletionRequest, check_body_headers, parse_request
 
-_log = logging.getLogger("lorafleet.gateway")
+_log = logging.getLogger(__name__)
 
 # The parameter that bounds a request's output, by endpoint (set when a request has none).
 OUTPUT_BOUND = {"chat": "max_tokens", "completion": "max_tokens", "responses": "max_output_tokens"}

@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 
 from lorafleet_gateway.ratelimit import Decision, Limits
 
-log = logging.getLogger("lorafleet.gateway.ratelimit")
+log = logging.getLogger(__name__)
 
 # KEYS[1] tenant hash; ARGV: request rate, request burst, token rate (per s), token burst,
 # estimated tokens. Returns {status, wait_s as string, limit}: 1 admitted, 0 refused, 2 too

@@ -38,7 +38,7 @@ from lorafleet_gateway.errors import sse_error_event
 from lorafleet_gateway.replica_errors import drop_connection
 from lorafleet_gateway.upstream import Opened
 
-log = logging.getLogger("lorafleet.gateway.relay")
+log = logging.getLogger(__name__)
 _DECODER = json.JSONDecoder()
 
 

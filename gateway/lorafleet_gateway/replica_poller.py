@@ -30,7 +30,7 @@ from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_gateway.catalog import ReplicaEndpoint
 from lorafleet_gateway.router import ReplicaView, blended_tokens
 
-log = logging.getLogger("lorafleet.gateway.replicas")
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from lorafleet_gateway.settings import GatewaySettings
 from lorafleet_gateway.upstream import Upstream
 from lorafleet_gateway.validation import Bounds
 
-log = logging.getLogger("lorafleet.gateway")
+log = logging.getLogger(__name__)
 
 
 def source_from_settings(settings: GatewaySettings, holder: CatalogHolder) -> CatalogSource:

@@ -50,7 +50,7 @@ from lorafleet_gateway.replica_poller import ReplicaTracker
 from lorafleet_gateway.reservation import Reservation
 from lorafleet_gateway.validation import CompletionRequest
 
-log = logging.getLogger("lorafleet.gateway.upstream")
+log = logging.getLogger(__name__)
 
 PATHS = {
     "chat": "/v1/chat/completions",

@@ -94,7 +94,7 @@ def test_key_listed_under_two_tenants_is_refused_for_both_and_reported(
     caplog: pytest.LogCaptureFixture,
 ):
     shared, own = generate_key(), generate_key()
-    with caplog.at_level(logging.ERROR, logger="lorafleet.apikeys"):
+    with caplog.at_level(logging.ERROR, logger="lorafleet_core.api.apikeys"):
         index = KeyIndex(
             [
                 TenantKeys(tenant="acme", key_hashes=(hash_key(shared), hash_key(own))),

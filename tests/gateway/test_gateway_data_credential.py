@@ -56,7 +56,7 @@ def test_a_replica_refusing_the_credential_is_a_502_and_an_error_log(
         replica = env.replicas["replica-0"]
         replica.fail_status, replica.fail_code = 401, "unauthorized"
         with (
-            caplog.at_level(logging.ERROR, "lorafleet.gateway.upstream"),
+            caplog.at_level(logging.ERROR, "lorafleet_gateway.upstream"),
             pytest.raises(openai.APIStatusError) as err,
         ):
             env.client().chat.completions.create(model="acme/support:prod", messages=MSG_DEFAULT)

@@ -107,7 +107,7 @@ def test_gateway_process_serves_and_logs_json(tmp_path: Path):
     assert (request["request_id"], request["tenant"]) == ("log-format-1", "acme")
     assert (request["adapter_id"], request["replica"]) == ("acme-support-v1", "replica-0")
     (skipped,) = [x for x in lines if "broken.yaml" in x["message"]]
-    assert (skipped["level"], skipped["logger"]) == ("WARNING", "lorafleet.gateway.catalog")
+    assert (skipped["level"], skipped["logger"]) == ("WARNING", "lorafleet_gateway.catalog_files")
     assert KEYS["acme"] not in log_path.read_text()
 
 

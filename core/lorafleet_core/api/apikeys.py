@@ -34,7 +34,7 @@ from lorafleet_core.api.names import API_KEYS_SECRET_LABEL
 
 KEY_PREFIX = "lf-"
 
-log = logging.getLogger("lorafleet.apikeys")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

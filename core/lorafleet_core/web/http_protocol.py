@@ -65,7 +65,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from lorafleet_core.wire.openai_errors import error_body
 
-_log = logging.getLogger("lorafleet.http")
+_log = logging.getLogger(__name__)
 
 # (status, code) of a request the protocol refused or cut: 408, 431, 400, "client_stalled".
 RefusalLog = Callable[[int | str, str], None]
