@@ -18,12 +18,19 @@ SAMPLE_SUFFIXES = {
 }
 
 
+def agent_metrics() -> AgentMetrics:
+    """The agent's registry with its opt-in families on (the residency info), as documented."""
+    agent = AgentMetrics()
+    agent.residency.info = True
+    return agent
+
+
 def exported_families() -> dict[str, str]:
     """Family name -> type: the agent's, the gateway's and the operator's registries, and the
     canary probe's textfile."""
     families: dict[str, str] = {}
     registries: list[CollectorRegistry] = [
-        AgentMetrics().registry,
+        agent_metrics().registry,
         GatewayMetrics().registry,
         OperatorMetrics(dict).registry,
     ]

@@ -36,6 +36,7 @@ from lorafleet_core.wire.agent_api import LOAD_ROUTE, METRICS_ROUTE, STATE_ROUTE
 from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
+from lorafleet_core.wire.tiers import Tier
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +47,15 @@ MAX_LOAD_BODY_BYTES = 1 << 20  # a load carries one adapter record: a few hundre
 def replica_state(
     manager: AdapterManager, stats: RequestStats, replica_id: str, warming: bool = False
 ) -> ReplicaState:
+    resident = manager.resident()
     return ReplicaState(
         replica_id=replica_id,
-        # A merged pool's adapter is in the weights: always "gpu", so routing needs no load.
-        gpu_adapters=[manager.merged.adapter_id, *manager.slots.gpu()]
-        if manager.merged
-        else manager.slots.gpu(),
+        gpu_adapters=resident[Tier.GPU],
         merged=MergedServing(adapter_id=manager.merged.adapter_id, checksum=manager.merged.checksum)
         if manager.merged
         else None,
-        ram_adapters=manager.slots.ram_only(),
-        disk_adapters=manager.disk_only(),
+        ram_adapters=resident[Tier.RAM],
+        disk_adapters=resident[Tier.DISK],
         failed_adapters=dict(manager.failed),
         queue_depth=max(stats.queued, 0),
         running_requests=max(stats.running, 0),

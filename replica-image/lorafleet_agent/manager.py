@@ -126,6 +126,18 @@ class AdapterManager(HeldRecords):
     def disk_only(self) -> list[str]:
         return [a for a in self.disk.lru.order() if not self.slots.is_registered(a)]
 
+    def resident(self) -> dict[Tier, list[str]]:
+        """Adapter ids by the fastest tier each is held in (/state and the residency metrics).
+
+        A merged pool's adapter is in the weights: always gpu, so routing needs no load.
+        """
+        gpu = self.slots.gpu()
+        return {
+            Tier.GPU: [self.merged.adapter_id, *gpu] if self.merged is not None else gpu,
+            Tier.RAM: self.slots.ram_only(),
+            Tier.DISK: self.disk_only(),
+        }
+
     # ---------------------------------------------------------------- requests
 
     async def acquire(self, adapter_id: str, *, loaded_from: Tier | None = None) -> Lease:

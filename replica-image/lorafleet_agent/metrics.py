@@ -7,6 +7,7 @@ from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from lorafleet_agent.residency_metrics import ResidencyCollector
 from lorafleet_core.web import exposition
 from lorafleet_core.wire import metric_names
 
@@ -107,6 +108,9 @@ class AgentMetrics:
             "Data-port requests refused for a missing or wrong credential",
             registry=r,
         )
+        # Read from the manager at scrape time (lorafleet_agent.residency_metrics).
+        self.residency = ResidencyCollector()
+        r.register(self.residency)
 
 
 class RateWindow:

@@ -155,6 +155,11 @@ class AgentSettings(BaseSettings):
         default=None, description="explicit API server URL (tests); unset: in-cluster config"
     )
     kube_events: bool = Field(default=False, description="post Kubernetes Events (needs RBAC)")
+    residency_info: bool = Field(
+        default=False,
+        description="export lorafleet_agent_adapter_residency_info: the ids in the gpu and ram "
+        "tiers, for an external scheduler (kilobytes of label values, a new series per change)",
+    )
     kube_event_interval_s: float = Field(
         default=30.0, gt=0, description="at most one write per Event per interval (count grows)"
     )

@@ -63,7 +63,7 @@ def test_first_request_is_remote_then_gpu_and_after_a_restart_disk(
 ):
     rec = make_record("zebra", unique_id("zebra"))
     cache = tmp_path / "replica-cache"
-    with run_agent(cache_dir=cache) as agent:
+    with run_agent(cache_dir=cache, residency_info=True) as agent:
         assert gateway_style_load(agent, rec)["from"] == "remote"
         headers, text = complete(agent, rec.id, loaded_from="remote")
         assert headers["x-adapter-tier"] == "remote"
@@ -81,6 +81,20 @@ def test_first_request_is_remote_then_gpu_and_after_a_restart_disk(
         assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 1
         assert metric(agent, "lorafleet_agent_requests_total", tier="gpu") == 1
         assert rec.id in vllm_server.lora_names()
+        # Residency as an external scheduler reads it (lorafleet_agent.residency_metrics).
+        scrape = Scrape.of(f"{agent.internal_url}/metrics")
+        assert scrape.by_label("lorafleet_agent_resident_adapters", "tier") == {
+            "gpu": 1,
+            "ram": 0,
+            "disk": 0,
+        }
+        listed = {
+            sample.labels["tier"]: sample.labels
+            for sample in scrape.families["lorafleet_agent_adapter_residency_info"]
+        }
+        assert listed["gpu"]["adapters"] == rec.id
+        assert listed["gpu"]["max_adapters"] == str(agent.agent.settings.gpu_slots)
+        assert listed["ram"]["adapters"] == ""
     assert (cache / rec.id / "adapter_model.safetensors").is_file()
 
     with run_agent(cache_dir=cache) as agent:
@@ -92,6 +106,9 @@ def test_first_request_is_remote_then_gpu_and_after_a_restart_disk(
         assert headers["x-adapter-tier"] == "disk"
         assert text.startswith("ZEBRA-7")
         assert metric(agent, "lorafleet_agent_adapter_loads_total", source_tier="remote") == 0
+        scrape = Scrape.of(f"{agent.internal_url}/metrics")
+        assert scrape.value("lorafleet_agent_resident_adapters", tier="gpu") == 1
+        assert "lorafleet_agent_adapter_residency_info" not in scrape.families  # opt-in
 
 
 def test_evictions_never_touch_an_adapter_with_a_request_in_flight(

@@ -30,7 +30,6 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_core.logs import LogSettings
 from lorafleet_gateway.metrics import GatewayMetrics
@@ -40,6 +39,7 @@ from lorafleet_operator.metrics import OperatorMetrics
 from lorafleet_operator.settings import OperatorSettings
 from lorafleet_operator.sync import FleetSync
 from lorafleet_standalone.up_options import StandaloneSettings
+from tests.exported_metrics import agent_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS_PAGE = ROOT / "docs" / "reference" / "settings.md"
@@ -327,6 +327,7 @@ def metric_sections() -> list[tuple[str, str, list[Family]]]:
     operator = OperatorMetrics(lambda: fleets)
     tally = AliasTally(hits=1, ttfts=[0.1], answered={"adapter": 1})
     canary_text = prometheus_textfile({"acme/bot:prod": tally}, 0, 0.0)
+    agent = agent_metrics()  # its opt-in families too, listed with the setting that turns them on
     canary = [
         Family(
             f.name,
@@ -345,7 +346,7 @@ def metric_sections() -> list[tuple[str, str, list[Family]]]:
         (
             "Agent",
             "each replica's internal port (`/metrics`, 8101)",
-            list(_families(AgentMetrics().registry)),
+            list(_families(agent.registry)),
         ),
         ("Operator", "the operator's metrics port (9090)", list(_families(operator.registry))),
         ("Canary probe", "the textfile `lorafleet canary --textfile` writes", canary),
@@ -375,8 +376,9 @@ ENGINE_SECTION = [
     "Bounded: `_created` samples are dropped, and of `vllm:lora_requests_info` only the newest "
     "sample passes (vLLM keeps one per set of running and waiting adapters it has seen). One "
     "CPU replica of vLLM 0.32 after one adapter request served 316 `vllm:` samples next to "
-    "the agent's 28 (before: the agent's 28 plus 11 `_created`); most are histogram buckets, "
-    "and the count does not grow with tenants or adapters.",
+    "the agent's 28 (before: the agent's 28 plus 11 `_created`), and the agent now adds 3 "
+    "residency counts; most are histogram buckets, and the count does not grow with tenants "
+    "or adapters (the opt-in residency info adds 2 series whose labels do).",
 ]
 
 
