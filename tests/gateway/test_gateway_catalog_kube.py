@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from kubernetes_asyncio import client as k8s
 from lorafleet_gateway.catalog import CatalogHolder
 from lorafleet_gateway.catalog_kube import KubeCatalog
 from tests.gateway import manifests as m
+from tests.operator.kmock_cluster import Cluster
 from tests.waiting import eventually_async
 
 NS = "serving"
@@ -164,3 +166,71 @@ async def test_kube_catalog_lists_and_follows_watches(emulator: Emulator):
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await api.close()
+
+
+# A watch event reaches the catalog in tens of milliseconds; a re-list waits 1 s after the
+# stream ends. A few seconds is ample on a loaded machine and still says "followed".
+FOLLOWS_WITHIN_S = 5.0
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    """kmock behind the shared harness, which reads `?watch=True` as a watch as the API server
+    does (kubernetes_asyncio's spelling; bare kmock answered it with a plain list)."""
+    c = Cluster(NS)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+async def test_a_deploy_reaches_the_catalog_through_the_watch_without_a_re_list(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+):
+    """An alias moved after start-up (a deploy, then a rollback) reaches the catalog as a watch
+    event: the watch streams stay open, so the gateway never logs a re-list. Before the harness
+    read `watch=True` as a watch, every stream ended at once and the catalog only caught up by
+    re-listing each kind in a loop."""
+    caplog.set_level(logging.INFO, logger="lorafleet.gateway.catalog")
+    cluster.create(cluster.path("replicapools"), m.pool(owners=1))
+    for version in ("acme-a-v1", "acme-a-v2"):
+        cluster.create(
+            cluster.path("loraadapters"), m.adapter(version, "acme", status={"phase": "Ready"})
+        )
+    cluster.create(
+        cluster.path("adapteraliases"),
+        m.alias("acme/a:prod", "acme-a-v1", status={"adapter": "acme-a-v1", "conditions": READY}),
+    )
+    api = k8s.ApiClient(k8s.Configuration(host=cluster.url))
+    holder = CatalogHolder()
+    source = KubeCatalog(holder, namespace=NS, pool="default", api_client=api, debounce_s=0.01)
+    await source.load_once()
+
+    def serves() -> str | None:
+        target = holder.current.resolve("acme", "acme/a:prod")
+        return target.adapter_id if target is not None else None
+
+    async def follows(version: str) -> None:
+        await eventually_async(
+            lambda: serves() == version,
+            within_s=FOLLOWS_WITHIN_S,
+            what=f"the catalog to serve {version}",
+        )
+
+    assert serves() == "acme-a-v1"
+    task = asyncio.create_task(source.run())
+    try:
+        for version in ("acme-a-v2", "acme-a-v1"):  # a deploy, then a rollback
+            await asyncio.to_thread(
+                cluster.patch,
+                cluster.path("adapteraliases", "acme-a-prod"),
+                {"spec": {"adapter": version}, "status": {"adapter": version}},
+            )
+            await follows(version)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await api.close()
+    relists = [r.getMessage() for r in caplog.records if "re-listing" in r.getMessage()]
+    assert relists == []

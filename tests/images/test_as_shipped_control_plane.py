@@ -4,13 +4,16 @@ The operator and the gateway run from a clean venv installed by the control-plan
 own `pip install` line (tests/images/as_shipped.py), started with the command, environment,
 volumes and Secrets the rendered chart gives their Deployments, against the kmock API emulator
 (no cluster here). A fine-tuning pipeline registers an adapter over the control API, deploys an
-alias, and a tenant reads it back through the gateway's /v1/models.
+alias, and a tenant reads it back through the gateway's /v1/models and an answer; then it
+deploys a second version and rolls back, and the gateway follows each move through its watch.
 
 Where this differs from a cluster: credentials come from a kubeconfig naming the emulator (a pod
 uses its ServiceAccount; `load_configuration` tries that first and falls back to the
-kubeconfig), the pods' ports are mapped to free local ports, volumes are local folders, the
-interpreter is the one running the tests (the image's is Python 3.11 from its base), and the
-replica is a stand-in agent (tests/gateway/fake_replica.py), not the replica image.
+kubeconfig), the pods' ports are mapped to free local ports (the replica's data and internal
+ports, which the gateway takes from its settings, both to the stand-in's one port), volumes are
+local folders, the interpreter is the one running the tests (the image's is Python 3.11 from its
+base), and the replica is a stand-in agent (tests/gateway/fake_replica.py), not the replica
+image.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ POOL = "default"  # the chart's gateway.pool
 ADMIN_TOKEN = "pipeline-admin-token"
 TENANT_KEY = "lf-as-shipped-tenant-key"
 AGENT_AUDIENCE = "lorafleet-agent"
+# From the operator moving the alias's status to the gateway answering from the new version: a
+# watch event arrives in well under a second; 20 s is slack for a loaded machine, not a wait.
+FOLLOWS_WITHIN_S = 20.0
 VALUES = {
     "operator": {"control": {"enabled": True, "tokenSecret": "lf-control-token"}},
 }
@@ -99,7 +105,8 @@ def cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="module")
-def replica(cluster: Cluster) -> Iterator[FakeReplica]:
+def replica(cluster: Cluster) -> Iterator[tuple[FakeReplica, int]]:
+    """The stand-in replica and its one port (data and internal)."""
     fake = FakeReplica(f"{POOL}-0")
     with ServerThread(fake.app()) as server:
         pool = pool_body(POOL)
@@ -108,7 +115,7 @@ def replica(cluster: Cluster) -> Iterator[FakeReplica]:
         cluster.create(
             cluster.path("pods", group="v1"), pod_body(f"{POOL}-0", POOL, server.ports[0])
         )
-        yield fake
+        yield fake, server.ports[0]
 
 
 def _kubeconfig(path: Path, url: str) -> Path:
@@ -151,10 +158,15 @@ def _stop(p: subprocess.Popen[bytes]) -> int:
 
 
 @pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The processes' homes and their logs (`<part>.log`)."""
+    return tmp_path_factory.mktemp("as-shipped")
+
+
+@pytest.fixture(scope="module")
 def control_plane(
-    venv: Path, cluster: Cluster, replica: FakeReplica, tmp_path_factory: pytest.TempPathFactory
+    venv: Path, cluster: Cluster, replica: tuple[FakeReplica, int], work: Path
 ) -> Iterator[dict[str, Process]]:
-    work = tmp_path_factory.mktemp("as-shipped")
     docs = render(VALUES)
     image_env = CONTROL.final.env()
     image_env["PATH"] = image_env["PATH"].replace("$PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -178,6 +190,9 @@ def control_plane(
                 free_port=free_port,
             )
             proc.env["KUBECONFIG"] = str(kubeconfig)
+            if part == "gateway":  # the replica pod's ports, mapped to the stand-in's port
+                proc.env["LORAFLEET_GATEWAY_REPLICA_DATA_PORT"] = str(replica[1])
+                proc.env["LORAFLEET_GATEWAY_REPLICA_INTERNAL_PORT"] = str(replica[1])
             procs[part] = proc
             running[part] = _start(proc, work / f"{part}.log", home)
         yield procs
@@ -199,7 +214,9 @@ def test_operator_and_gateway_run_from_the_image_environment(control_plane, venv
         assert ".venv" not in proc.env["PATH"]
 
 
-def test_pipeline_registers_deploys_and_the_gateway_lists_the_alias(control_plane, cluster):
+def test_pipeline_registers_deploys_and_the_gateway_follows_the_alias(
+    control_plane, cluster, replica, work
+):
     operator, gateway = control_plane["operator"], control_plane["gateway"]
     control = _url(operator, 8102, "")
     auth = {"authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -208,30 +225,49 @@ def test_pipeline_registers_deploys_and_the_gateway_lists_the_alias(control_plan
         within_s=90,
         ignore=(httpx.HTTPError,),
     )
-    registered = eventually(
-        lambda: httpx.post(
-            f"{control}/internal/adapters", json=registration("ship-v1"), headers=auth, timeout=10
-        ),
-        within_s=60,
-        ignore=(httpx.HTTPError,),
-    )
-    assert registered.status_code == 201, registered.text
-    eventually(
-        lambda: (
-            (cluster.get(cluster.path("loraadapters", "ship-v1")) or {})
-            .get("status", {})
-            .get("phase")
-            == "Ready"
-        ),
-        within_s=60,
-    )
-    deployed = httpx.put(
-        f"{control}/internal/aliases/acme/ship:prod",
-        json={"adapter_id": "ship-v1"},
-        headers=auth,
-        timeout=10,
-    )
-    assert deployed.status_code == 200, deployed.text
+
+    def register(adapter_id: str) -> None:
+        registered = eventually(
+            lambda: httpx.post(
+                f"{control}/internal/adapters",
+                json=registration(adapter_id),
+                headers=auth,
+                timeout=10,
+            ),
+            within_s=60,
+            ignore=(httpx.HTTPError,),
+        )
+        assert registered.status_code == 201, registered.text
+        eventually(
+            lambda: (
+                (cluster.get(cluster.path("loraadapters", adapter_id)) or {})
+                .get("status", {})
+                .get("phase")
+                == "Ready"
+            ),
+            within_s=60,
+        )
+
+    def deploy(adapter_id: str) -> None:
+        deployed = httpx.put(
+            f"{control}/internal/aliases/acme/ship:prod",
+            json={"adapter_id": adapter_id},
+            headers=auth,
+            timeout=10,
+        )
+        assert deployed.status_code == 200, deployed.text
+        eventually(  # the operator's part: the alias serves it once a replica verified it
+            lambda: (
+                (cluster.get(cluster.path("adapteraliases", "acme-ship-prod")) or {})
+                .get("status", {})
+                .get("adapter")
+                == adapter_id
+            ),
+            within_s=60,
+        )
+
+    register("ship-v1")
+    deploy("ship-v1")
     key = {"authorization": f"Bearer {TENANT_KEY}"}
 
     def listed() -> list[str]:
@@ -242,6 +278,39 @@ def test_pipeline_registers_deploys_and_the_gateway_lists_the_alias(control_plan
     eventually(lambda: "acme/ship:prod" in listed(), within_s=60, ignore=(httpx.HTTPError,))
     other = httpx.get(_url(gateway, 8080, "/v1/models"), headers={"authorization": "Bearer x"})
     assert other.status_code == 401
+
+    def served_by() -> str:
+        """The adapter that answered (the stand-in replica's reply begins `[replica|adapter]`)."""
+        resp = httpx.post(
+            _url(gateway, 8080, "/v1/chat/completions"),
+            headers=key,
+            json={"model": "acme/ship:prod", "messages": [{"role": "user", "content": "hi"}]},
+            timeout=10,
+        )
+        resp.raise_for_status()
+        text: str = resp.json()["choices"][0]["message"]["content"]
+        return text.removeprefix("[").split("]", 1)[0].split("|", 1)[1]
+
+    def answers_from(version: str, within_s: float) -> None:
+        eventually(
+            lambda: served_by() == version,
+            within_s=within_s,
+            what=f"the gateway to answer from {version}",
+            ignore=(httpx.HTTPError,),
+        )
+
+    answers_from("ship-v1", within_s=60)  # the gateway may not have polled the replica yet
+    # A second version, then a rollback: each reaches the gateway through its watch.
+    fake, _ = replica
+    register("ship-v2")
+    fake.registered.add("ship-v2")  # its files verified on the replica, as a pre-warm does
+    for version in ("ship-v2", "ship-v1"):
+        deploy(version)
+        answers_from(version, within_s=FOLLOWS_WITHIN_S)
+    assert listed() == ["acme/ship:prod"]
+    log = (work / "gateway.log").read_text().splitlines()
+    relists = [line for line in log if "re-listing" in line]  # the watches never broke
+    assert relists == [], relists[:3]
     # Every HTTP probe the chart declares answers, on the port it names.
     docs = render(VALUES)
     for part, proc in control_plane.items():

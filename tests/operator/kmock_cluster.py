@@ -7,6 +7,10 @@ What kmock needs to host kopf, and the gaps worked around here (see docs/referen
   object must exist, else kopf waits silently;
 - kmock 0.8 cannot parse the cluster-scoped path `/api/v1/namespaces` (it reads it as a
   namespaced path with no namespace and answers 500); `_parse_path` below fixes that path;
+- kmock takes a GET as a watch only for `?watch=true` exactly, and answers any other spelling
+  with a plain list; kubernetes_asyncio sends `?watch=True`, so its watch stream ended at once
+  ("Malformed JSON response") and a client re-listed in a loop instead of following events.
+  `_guess_k8s` below reads `watch` as the API server does (`watching`);
 - no label selectors on list/watch (kopf filters by labels itself), no StatefulSet
   controller (tests create the replica pods), no garbage collection by ownerReferences,
   no schema/CEL validation, no resourceVersion at all (kopf 1.45 guards JSON patches with a
@@ -23,7 +27,7 @@ import functools
 import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -46,6 +50,29 @@ def _parse_path(path: str) -> parsing.ParsedPath:
 
 
 parsing.parse_path = _parse_path
+
+
+def watching(query: Mapping[str, str]) -> bool:
+    """Whether a request's query asks for a watch, read as the API server reads a boolean query
+    parameter (apimachinery's `Convert_Slice_string_To_bool`): present and neither `0` nor
+    `false` in any case, so `true`, `True` and `1` all watch."""
+    value = query.get("watch")
+    return value is not None and value != "0" and value.lower() != "false"
+
+
+_original_guess_k8s = parsing.guess_k8s
+
+
+def _guess_k8s(
+    k8s: parsing.ParsedPath, method: kmock.method, query: dict[str, str]
+) -> kmock.action | None:
+    # kmock's own check is `query.get('watch') == 'true'`: hand it the spelling it knows.
+    if "watch" in query:
+        query = {**query, "watch": "true" if watching(query) else "false"}
+    return _original_guess_k8s(k8s, method, query)
+
+
+parsing.guess_k8s = _guess_k8s
 
 
 @attrs.define(kw_only=True)
@@ -78,12 +105,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             del self._requests[:-32]
         method = request.method.value
         plural = request.resource.plural if request.resource is not None else None
-        if (
-            method == "GET"
-            and plural in self.list_delay_s
-            and request.name is None
-            and request.params.get("watch") not in {"true", "1"}
-        ):
+        # A list, not a watch (`_guess_k8s` above decided which, as the API server does).
+        if request.action == kmock.action.LIST and plural in self.list_delay_s:
             await asyncio.sleep(self.list_delay_s[plural])
         if method in {"POST", "PATCH", "PUT", "DELETE"} and self.write_delay_s:
             await asyncio.sleep(self.write_delay_s)  # before it is logged and applied
