@@ -17,7 +17,6 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
@@ -32,6 +31,7 @@ from lorafleet_core.api.models import (
     ReplicaPool,
 )
 from lorafleet_core.planning.adapters import validate_adapter
+from lorafleet_core.planning.base_model import base_model_source
 from lorafleet_core.storage import objectstore
 from lorafleet_core.storage.adapter_files import (
     AdapterFormatError,
@@ -49,11 +49,10 @@ class PushRefused(RuntimeError):
 
 def local_model_dir(uri: str) -> Path | None:
     """The base model folder when the pool's baseModel.uri is on this machine."""
-    parsed = urlparse(uri)
-    path = Path(parsed.path) if parsed.scheme == "file" else Path(uri)
-    if parsed.scheme not in ("", "file") or not (path / "config.json").is_file():
+    local = base_model_source(uri).local_dir
+    if local is None or not (Path(local) / "config.json").is_file():
         return None
-    return path
+    return Path(local)
 
 
 def pool_problems(

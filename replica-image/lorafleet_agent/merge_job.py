@@ -37,6 +37,7 @@ from lorafleet_agent.settings import AgentSettings
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
 from lorafleet_core.api import reasons
 from lorafleet_core.api.models import ALL_TARGET_MODULES
+from lorafleet_core.planning.base_model import BaseModelKind, base_model_source
 from lorafleet_core.storage.adapter_files import BaseModelDims, base_model_hash
 from lorafleet_core.storage.merged_weights import merged_checksum, merged_uri
 from lorafleet_core.wire.records import AdapterRecord
@@ -92,9 +93,17 @@ def merge_folders(base_dir: Path, adapter_dir: Path, out: Path) -> None:
 
 
 def _local_base(base_model: str, store: ObjectStore, work: Path) -> Path:
-    """The base model folder: a path as it is, an s3:// or file:// prefix fetched into `work`."""
-    if not base_model.startswith(("s3://", "file://")):
-        return Path(base_model)
+    """The base model folder: a local one (/p, file:///p) as it is, an s3:// prefix fetched
+    into `work`; a hub id cannot be hashed against the pool's baseModel.hash here."""
+    source = base_model_source(base_model)
+    if source.local_dir is not None:
+        return Path(source.local_dir)
+    if source.kind is not BaseModelKind.OBJECT_STORE:
+        raise MergeError(
+            reasons.MERGE_FAILED,
+            f"base model {base_model} is neither a folder nor an s3:// prefix: the merge must "
+            "hash its files against baseModel.hash",
+        )
     dest = work / "base"
     dest.mkdir()
     store.fetch_folder(base_model, dest)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
+from lorafleet_core.planning.base_model import base_model_source
 from lorafleet_standalone.guards import UpError
 
 
@@ -55,9 +55,9 @@ class UpOptions:
 
 
 def model_dir_of(uri: str) -> Path:
-    parsed = urlparse(uri)
-    if parsed.scheme not in ("", "file"):
+    local = base_model_source(uri).local_dir
+    if local is None:
         raise UpError(
             f"the pool's baseModel.uri {uri} is not local; pass --model DIR with the model files"
         )
-    return Path(parsed.path)
+    return Path(local)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lorafleet_agent.merge_job import MergeError, MergeResult, main, run_merge
+from lorafleet_agent.merge_job import MergeError, MergeResult, _local_base, main, run_merge
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_core.api import reasons
 from lorafleet_core.storage.merged_weights import (
@@ -150,3 +150,16 @@ def test_the_command_reports_a_refusal_as_json_with_its_reason(
     )
     assert code == 2
     assert json.loads(result.read_text())["reason"] == reasons.CHECKSUM_MISMATCH
+
+
+def test_a_local_base_model_is_read_in_place_and_a_hub_id_is_refused(tmp_path: Path):
+    """file:///p is the folder /p (before: copied through the object store into the work
+    volume); a hub id cannot be hashed against the pool's baseModel.hash."""
+    store = ObjectStore(ObjectStoreConfig())
+    work = tmp_path / "work"
+    work.mkdir()
+    assert _local_base(f"file://{tmp_path}", store, work) == tmp_path
+    assert _local_base(str(tmp_path), store, work) == tmp_path
+    assert list(work.iterdir()) == []
+    with pytest.raises(MergeError, match="neither a folder nor an s3:// prefix"):
+        _local_base("meta-llama/Llama-2-7b-hf", store, work)

@@ -92,6 +92,7 @@ def test_a_replica_pool_whose_extra_args_open_vllm_renders_an_object_the_crd_ref
         # The replicas' PodDisruptionBudget: a count of replicas, not a word or a negative.
         {"replicaPool": {"spec": {"disruptionBudget": {"maxUnavailable": "two"}}}},
         {"replicaPool": {"spec": {"disruptionBudget": {"maxUnavailable": -1}}}},
+        {"replicaPool": {"spec": {"disruptionBudget": {"maxUnavailable": "101%"}}}},
     ],
 )
 def test_values_schema_refuses_bad_values(values):
@@ -100,16 +101,21 @@ def test_values_schema_refuses_bad_values(values):
         chart.validate_schema(values)
 
 
-def test_the_replica_pools_disruption_budget_is_a_value_the_crd_accepts():
-    """replicaPool.spec.disruptionBudget.maxUnavailable reaches the ReplicaPool the chart
-    creates, passes the CRD, and sets its PodDisruptionBudget; unset, the budget stays 1."""
-    spec: dict[str, Any] = {**copy.deepcopy(POOL_SPEC), "disruptionBudget": {"maxUnavailable": 3}}
+@pytest.mark.parametrize("budget", [3, "25%"])
+def test_the_replica_pools_disruption_budget_is_a_value_the_crd_accepts(budget):
+    """replicaPool.spec.disruptionBudget.maxUnavailable (a count or a percentage) reaches the
+    ReplicaPool the chart creates, passes the CRD, and sets its PodDisruptionBudget; unset, the
+    budget stays 1."""
+    spec: dict[str, Any] = {
+        **copy.deepcopy(POOL_SPEC),
+        "disruptionBudget": {"maxUnavailable": budget},
+    }
     values = {**ALL_ON, "replicaPool": {"create": True, "name": "main", "spec": spec}}
     (pool,) = by_kind(render(values), "ReplicaPool")
-    assert pool["spec"]["disruptionBudget"] == {"maxUnavailable": 3}
+    assert pool["spec"]["disruptionBudget"] == {"maxUnavailable": budget}
     assert crd_validation.validate(crd_validation.schema_of("ReplicaPool"), pool) == []
     parsed = ReplicaPool.model_validate(pool)
-    assert plan_pool_objects(parsed, "ns", 1).pdb["spec"]["maxUnavailable"] == 3
+    assert plan_pool_objects(parsed, "ns", 1).pdb["spec"]["maxUnavailable"] == budget
     (default,) = by_kind(render(ALL_ON), "ReplicaPool")
     pdb = plan_pool_objects(ReplicaPool.model_validate(default), "ns", 1).pdb
     assert pdb["spec"]["maxUnavailable"] == 1

@@ -87,8 +87,9 @@ def test_replica_pods_run_the_images_interpreter_and_modules():
     # source roots) on top of the vLLM base.
     assert {c["image"] for c in containers.values()} == {pool("p").spec.engine.image}
     install = " ".join(REPLICA.final.all("RUN"))
-    # The agent, and peft for a merged pool's merge Job, which runs in this image too.
-    assert "lorafleet-*.whl)[agent,merge]" in install
+    # The agent, peft for a merged pool's merge Job, which runs in this image too, and the
+    # streamer for an s3:// base model.
+    assert "lorafleet-*.whl)[agent,merge,streamer]" in install
 
 
 def test_the_merge_job_and_fetch_of_merged_pools_run_the_replica_images_modules():

@@ -4,7 +4,10 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from pydantic import ValidationError
 
+from lorafleet_core.api import crd_validation
+from lorafleet_core.api.models import ReplicaPool
 from lorafleet_core.api.names import LABEL_POOL
 from lorafleet_core.planning.pool import (
     ANNOTATIONS_FILE,
@@ -12,7 +15,7 @@ from lorafleet_core.planning.pool import (
     plan_pool_objects,
     selector_string,
 )
-from tests.operator.factories import pool
+from tests.operator.factories import pool, pool_body
 
 POOL = pool(
     "gpu-a",
@@ -90,6 +93,29 @@ def test_owner_references_when_the_pool_has_a_uid():
 def test_manifests_pass_the_kubernetes_schema(kind):
     obj = getattr(plan_pool_objects(POOL, "ns", 3), kind)
     kubernetes_validate.validate(obj, "1.30", strict=True)
+
+
+@pytest.mark.parametrize("budget", [0, 3, "0%", "25%", "100%"])
+def test_the_disruption_budget_is_a_count_or_a_percentage_as_a_pdb_takes_it(budget):
+    """Before: only an integer; a percentage was refused by the model and the CRD."""
+    body = pool_body("p", disruptionBudget={"maxUnavailable": budget})
+    assert crd_validation.validate(crd_validation.schema_of("ReplicaPool"), body) == []
+    pdb = plan_pool_objects(ReplicaPool.model_validate(body), "ns", 3).pdb
+    assert pdb["spec"]["maxUnavailable"] == budget
+    kubernetes_validate.validate(pdb, "1.30", strict=True)
+
+
+@pytest.mark.parametrize("budget", [-1, 1001, "101%", "1000%", "25", "25 %", "%", True, 2.5])
+def test_a_disruption_budget_neither_count_nor_percentage_is_refused_by_model_and_crd(budget):
+    body = pool_body("p", disruptionBudget={"maxUnavailable": budget})
+    assert crd_validation.validate(crd_validation.schema_of("ReplicaPool"), body) != []
+    with pytest.raises(ValidationError):
+        ReplicaPool.model_validate(body)
+
+
+def test_the_disruption_budget_defaults_to_one_replica_at_a_time():
+    assert POOL.spec.disruption_budget.max_unavailable == 1
+    assert plan_pool_objects(POOL, "ns", 3).pdb["spec"]["maxUnavailable"] == 1
 
 
 def test_replicas_are_clamped():

@@ -79,6 +79,7 @@ _ALLOWED_KEYS = frozenset(
 _DROPPED_KEYS = frozenset({"title", "examples", "$defs", "readOnly", "writeOnly", "deprecated"})
 
 _RULES = "x-kubernetes-validations"
+_INT_OR_STRING = "x-kubernetes-int-or-string"
 _API_VERSION_DESCRIPTION = (
     "APIVersion defines the versioned schema of this representation of an object. "
     "Servers should convert recognized schemas to the latest internal value, and may reject "
@@ -109,6 +110,8 @@ def _merge(inner: Schema, outer: Schema) -> Schema:
 def _resolve(node: Schema, defs: dict[str, Schema]) -> Schema:
     """Replace `$ref` / single-branch `allOf` / `anyOf [X, null]` by X, keeping outer keys."""
     while True:
+        if node.get(_INT_OR_STRING):
+            return node  # its anyOf integer/string is the structural form itself
         if "$ref" in node:
             ref = node["$ref"]
             prefix = "#/$defs/"
@@ -164,11 +167,11 @@ def _structural(node: Schema, defs: dict[str, Schema], path: str) -> Schema:
                 out["x-kubernetes-preserve-unknown-fields"] = True
             else:
                 out[key] = _structural(value, defs, f"{path}{{}}")
-        elif key in _ALLOWED_KEYS:
+        elif key in _ALLOWED_KEYS or (key == "anyOf" and node.get(_INT_OR_STRING)):
             out[key] = copy.deepcopy(value)
         else:
             raise ValueError(f"{path}: schema keyword {key!r} has no CRD equivalent")
-    if "type" not in out:
+    if "type" not in out and not out.get(_INT_OR_STRING):
         raise ValueError(f"{path}: every node of a structural schema needs a type")
     if out.get("x-kubernetes-preserve-unknown-fields") and out["type"] == "object":
         out.pop("additionalProperties", None)  # preserve-unknown-fields already says it all.

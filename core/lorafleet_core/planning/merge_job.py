@@ -38,6 +38,7 @@ from lorafleet_core.api import reasons
 from lorafleet_core.api.models import LoRAAdapter, MergePhase, MergeStatus, ReplicaPool
 from lorafleet_core.api.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
+from lorafleet_core.planning.base_model import base_model_source
 from lorafleet_core.planning.pool import pool_refs
 from lorafleet_core.wire.records import AdapterRecord
 
@@ -220,7 +221,8 @@ def plan_merge_job(
             "--record",
             record.model_dump_json(exclude_none=True),
             "--base-model",
-            pool.spec.base_model.uri,
+            # A local folder by its path (read where it is, not copied), else the uri.
+            base_model_source(pool.spec.base_model.uri).location,
             "--base-model-hash",
             pool.spec.base_model.hash,
             "--store-prefix",

@@ -18,6 +18,7 @@ from typing import Any
 from lorafleet_core.api.models import MergePhase, MergeStatus, ReplicaPool
 from lorafleet_core.api.names import LABEL_COMPONENT, LABEL_POOL
 from lorafleet_core.planning import replica_pod
+from lorafleet_core.planning.base_model import base_model_source, model_args, object_store_env
 from lorafleet_core.planning.pods import COMPONENT_REPLICA
 from lorafleet_core.planning.replica_config import (
     AGENT_ENV_PREFIX,
@@ -79,12 +80,14 @@ def clamp_replicas(pool: ReplicaPool, wanted: int | None) -> int:
 def engine_args(pool: ReplicaPool, merge: MergeStatus | None = None) -> list[str]:
     """vLLM command line: the base model on localhost plus the pool's multi-LoRA flags; for a
     merged pool the merged weights served under the adapter's id (what requests name)."""
-    model, served = pool.spec.base_model.uri, pool.spec.base_model.name
+    model, served = (
+        model_args(base_model_source(pool.spec.base_model.uri)),
+        pool.spec.base_model.name,
+    )
     if merge is not None and merge.checksum and pool.spec.merged is not None:
-        model, served = merged_model_dir(merge.checksum), pool.spec.merged.adapter
+        model, served = ["--model", merged_model_dir(merge.checksum)], pool.spec.merged.adapter
     args = [
-        "--model",
-        model,
+        *model,
         "--served-model-name",
         served,
         "--host",
@@ -152,7 +155,7 @@ def _agent_env(
         data_port=DATA_PORT,
         internal_port=INTERNAL_PORT,
         # A folder inside the image: the agent reads its config.json for tensor shapes.
-        base_model_dir=spec.base_model.uri if spec.base_model.uri.startswith("/") else None,
+        base_model_dir=base_model_source(spec.base_model.uri).local_dir,
     )
     env: list[dict[str, Any]] = [
         # The replica id is the pod name: stable under a StatefulSet, hashed by placement.
@@ -218,12 +221,16 @@ def plan_pool_objects(
     env_from = {"envFrom": list(template.env_from) or None}
     # Runtime LoRA loading only where LoRA is on (not in a merged pool).
     lora_env = [] if merge else [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "True"}]
+    # An s3:// base model is streamed by vLLM, which reads the AWS names of the S3 settings;
+    # a merged pool's vLLM reads the merged weights from its cache volume instead.
+    source = base_model_source(pool.spec.base_model.uri)
+    streamer_env = [] if merge else object_store_env(source, template.env)
     vllm = {
         "name": "vllm",
         "image": engine.image,
         "command": [replica_pod.PYTHON, "-m", "vllm.entrypoints.openai.api_server"],
         "args": engine_args(pool, merge),
-        "env": replica_pod.merged_env([*lora_env, *vllm_secret_env(name)], pool),
+        "env": replica_pod.merged_env([*lora_env, *vllm_secret_env(name), *streamer_env], pool),
         **env_from,
         "resources": replica_pod.engine_resources(pool),
         **replica_pod.engine_probes(pool),

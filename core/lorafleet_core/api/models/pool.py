@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, StringConstraints, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, WithJsonSchema, model_validator
 
 from lorafleet_core.api.models.common import (
     MAX_BYTES,
@@ -144,15 +144,35 @@ class AutoMergeSpec(SpecModel):
     )
 
 
+# A share of the replicas, as a PodDisruptionBudget takes it: "0%" to "100%".
+PERCENT = r"^(100|[1-9]?[0-9])%$"
+MAX_UNAVAILABLE = 1000
+# A count or a percentage, as the PDB's own maxUnavailable (an IntOrString). The CRD gets the
+# one untyped form a structural schema allows; OpenAPI applies minimum/maximum to integers
+# only and pattern to strings only, so one node carries both branches' bounds.
+MaxUnavailable = Annotated[
+    Annotated[int, Field(ge=0, le=MAX_UNAVAILABLE)]
+    | Annotated[str, StringConstraints(pattern=PERCENT)],
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+            "minimum": 0,
+            "maximum": MAX_UNAVAILABLE,
+            "pattern": PERCENT,
+        }
+    ),
+]
+
+
 class DisruptionBudgetSpec(SpecModel):
     """The PodDisruptionBudget of the pool's replicas (node drains, cluster upgrades)."""
 
-    max_unavailable: int = Field(
+    max_unavailable: MaxUnavailable = Field(
         default=1,
-        ge=0,
-        le=1000,
-        description="Replicas a voluntary disruption may take down at once. 1 (default): one "
-        "at a time, so every adapter keeps a warm owner with ownersPerAdapter >= 2; more "
+        description="Replicas a voluntary disruption may take down at once: a count (0 to "
+        '1000) or a share of the replicas ("25%", rounded up by Kubernetes). 1 (default): '
+        "one at a time, so every adapter keeps a warm owner with ownersPerAdapter >= 2; more "
         "drains a large pool faster at the price of cold adapters; 0 blocks node drains.",
     )
 

@@ -36,8 +36,9 @@ class BaseModelRef(SpecModel):
         ),
     )
     uri: str = Field(
-        description="Where replicas load the base model from (s3://, file:// or a "
-        "path inside the image).",
+        description="Where replicas load the base model from: file:///p or /p (a folder in "
+        "the image or on a template volume), s3://bucket/prefix/ (streamed by vLLM, "
+        "--load-format runai_streamer), or a Hugging Face id (given to vLLM as it is).",
         min_length=1,
         max_length=2048,
     )
