@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -41,7 +40,7 @@ from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lorafleet_core.wire.openai_errors import error_body
+from lorafleet_core.web.asgi_edge import declared_length_over, replay, send_error
 from lorafleet_gateway.auth import bearer_token
 from lorafleet_gateway.body_budget import BodyBudget
 from lorafleet_gateway.metrics import GatewayMetrics
@@ -219,10 +218,10 @@ class EdgeMiddleware:
             if scope["method"] in _BODY_METHODS or _declares_body(scope):
                 if self._without_valid_key(scope):
                     unread = True
-                    inner_receive = _replay(b"", receive)  # answered (401, 404...) unread
+                    inner_receive = replay(b"", receive)  # answered (401, 404...) unread
                 else:
                     body = await self._read_body(scope, receive)
-                    inner_receive = _replay(body, receive)
+                    inner_receive = replay(body, receive)
             await self.app(scope, inner_receive, watched_send)
         except _Refused as refused:
             await self._refuse(scope, watched_send, refused, t0)
@@ -251,9 +250,8 @@ class EdgeMiddleware:
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.limits.max_body_bytes
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                raise _too_large(limit)
+        if declared_length_over(scope, limit):
+            raise _too_large(limit)
         # Counted against the key's and the pod's bytes in transit until the body is whole
         # or refused (body_budget.py: a key's trickled bodies once had no bound in all).
         key = _key_ident(_presented_key(scope) or "")
@@ -307,7 +305,7 @@ class EdgeMiddleware:
         )
         if not isinstance(refused.status, int):
             return  # nobody is left to answer
-        await _send_error(send, refused.status, refused.message, refused.code, refused.headers)
+        await send_error(send, refused.status, refused.message, refused.code, refused.headers)
 
 
 def _declares_body(scope: Scope) -> bool:
@@ -342,31 +340,6 @@ def _too_many_bodies(over: str, budget: BodyBudget) -> _Refused:
         "server_busy",
         headers,
     )
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that hands the app the body already read, then passes through (disconnects)."""
-    pending: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replayed() -> Message:
-        if pending:
-            return pending.pop()
-        return await receive()
-
-    return replayed
-
-
-async def _send_error(
-    send: Send, status: int, message: str, code: str, headers: dict[str, str]
-) -> None:
-    content = json.dumps(error_body(status, message, code=code or None)).encode()
-    raw: list[tuple[bytes, bytes]] = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(content)).encode()),
-    ]
-    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": content})
 
 
 def edge_limits(settings: GatewaySettings) -> EdgeLimits:

@@ -23,13 +23,12 @@ reading are the HTTP protocol's: `control_protocol()` is the gateway's and agent
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from lorafleet_core.web.asgi_edge import declared_length_over, replay, send_error
 from lorafleet_core.web.http_protocol import hardened_protocol
-from lorafleet_core.wire.openai_errors import error_body
 
 MAX_BODY_BYTES = 1_048_576  # a registration is a few hundred bytes
 MAX_HEADER_BYTES = 32_768
@@ -79,16 +78,7 @@ class ControlEdge:
         except _Refused as refused:
             await _answer(send, refused)
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()  # after the body: only the disconnect is left to hear
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(body, receive), send)
 
     async def _authenticate(self, scope: Scope) -> None:
         values = [v for n, v in scope.get("headers", ()) if n == b"authorization"]
@@ -106,9 +96,8 @@ class ControlEdge:
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
         limit = self.max_body_bytes
         too_large = _Refused(413, f"request body exceeds {limit} bytes", "request_too_large")
-        for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                raise too_large
+        if declared_length_over(scope, limit):
+            raise too_large
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -125,13 +114,7 @@ class ControlEdge:
 
 
 async def _answer(send: Send, refused: _Refused) -> None:
-    body = json.dumps(error_body(refused.status, refused.message, code=refused.code)).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),  # the body may be unread: never parse it as a request
-    ]
+    headers = {"connection": "close"}  # the body may be unread: never parse it as a request
     if refused.status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
-    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+        headers["www-authenticate"] = "Bearer"
+    await send_error(send, refused.status, refused.message, refused.code, headers)
