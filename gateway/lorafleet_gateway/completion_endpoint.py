@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import Span, Status, StatusCode
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
@@ -95,16 +95,16 @@ class CompletionEndpoint:
         out = _Outcome(self.kind)
         # The request's span, a child of the client's `traceparent` when it sent one; ended in
         # _finish, after the last byte of a relayed stream.
-        out.span = _tracer.start_span(
+        out.span = tracing.start(
+            _tracer,
             "POST " + PATHS[self.kind],
-            context=tracing.extract(Headers(scope=scope)),
-            kind=SpanKind.SERVER,
+            Headers(scope=scope),
             attributes={"gen_ai.operation.name": GEN_AI_OPERATION[self.kind]},
         )
         gw.metrics.in_flight.inc()  # decremented in _finish, which every path reaches once
         watched = _WatchedSend(send)
         try:
-            with trace.use_span(out.span, record_exception=False, set_status_on_exception=False):
+            with tracing.current(out.span):
                 await self._serve(Request(scope, receive), out, scope, receive, watched)
         except APIError as exc:
             if isinstance(exc, RateLimited | ConcurrencyLimited):
@@ -137,7 +137,7 @@ class CompletionEndpoint:
     ) -> None:
         gw = self.gw
         snap = gw.holder.current  # this request's catalog version, whatever changes later
-        with _tracer.start_as_current_span("auth", record_exception=False):
+        with tracing.span(_tracer, "auth"):
             tenant = authenticate_request(snap, request)  # its errors name no key
         out.log["tenant"] = tenant.tenant
         logs.bind(tenant=tenant.tenant)  # every line logged for this request names them
@@ -170,7 +170,7 @@ class CompletionEndpoint:
             concurrency=gw.concurrency,
             max_concurrent=gw.max_concurrent_for(tenant),
         ) as held:
-            with _tracer.start_as_current_span("route") as span:
+            with tracing.span(_tracer, "route") as span:
                 plan = plan_pool_route(
                     record.id,
                     snap.pools_for(record.id),

@@ -173,7 +173,8 @@ class Upstream:
             try:
                 # One span per attempt, to the answer's first byte; the agent's request span
                 # is its child (try_replica sends its traceparent).
-                with _tracer.start_as_current_span(
+                with tracing.span(
+                    _tracer,
                     "upstream attempt",
                     kind=SpanKind.CLIENT,
                     attributes={"lorafleet.replica_id": replica_id, "lorafleet.attempt": tried},

@@ -88,14 +88,14 @@ def build_data_app(
     async def proxy(request: Request, path: str) -> Response:
         """`serve` inside the request's span, which ends with the response, or with the relay
         of a streamed one."""
-        span = _tracer.start_span(
+        span = tracing.start(
+            _tracer,
             "POST " + path,
-            context=tracing.extract(request.headers),
-            kind=SpanKind.SERVER,
+            request.headers,
             attributes={"lorafleet.replica_id": replica_id},
         )
         try:
-            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+            with tracing.current(span):
                 response = await serve(request, path, span)
         except BaseException:
             span.end()
@@ -138,7 +138,7 @@ def build_data_app(
         lease: Lease | None = None
         try:
             try:
-                with _tracer.start_as_current_span("adapter acquire") as acquiring:
+                with tracing.span(_tracer, "adapter acquire") as acquiring:
                     lease = await manager.acquire(adapter_id, loaded_from=loaded_from)
                     acquiring.set_attribute("lorafleet.adapter.tier", lease.tier.value)
             except VerificationError as exc:
@@ -183,7 +183,7 @@ def build_data_app(
                 # stops generating (nothing else here would notice before the answer starts).
                 with (
                     waits.on_engine(),  # failed if vLLM stays hung (engine_waits)
-                    _tracer.start_as_current_span("engine", kind=SpanKind.CLIENT) as engine,
+                    tracing.span(_tracer, "engine", kind=SpanKind.CLIENT) as engine,
                 ):  # to vLLM's answer headers; its traceparent goes with the request
                     resp = await unless_client_leaves(
                         request.receive, manager.open_completion(adapter_id, path, body)

@@ -21,17 +21,22 @@ assert type(trace.get_tracer_provider()).__name__ == "ProxyTracerProvider"
 sdk = ("opentelemetry.sdk", "opentelemetry.exporter")
 loaded = sorted(m for m in sys.modules if m.startswith(sdk))
 assert loaded == [], loaded
+tracer = trace.get_tracer("probe")
+client = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+request = tracing.start(tracer, "request", client)
 headers = {}
-with trace.get_tracer("probe").start_as_current_span("request"):
+with tracing.current(request), tracing.span(tracer, "attempt"):
     tracing.inject(headers)
 assert headers == {}, headers
+assert not request.get_span_context().is_valid
 """
 
 
 def test_without_otel_variables_no_sdk_no_provider_and_no_header():
     """The gateway's and agent's modules loaded, `setup` called as their mains call it: no SDK
     or exporter module is imported, the global provider stays the API's proxy (no-op), and a
-    span started on the request path puts no traceparent on an upstream request."""
+    request that came with a client's traceparent sends none upstream (the API's no-op tracer
+    alone would pass the client's on)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run(
         [sys.executable, "-c", _OFF], env=env, cwd=REPO, capture_output=True, text=True
