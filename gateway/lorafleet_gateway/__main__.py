@@ -11,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from lorafleet_core.web import tracing
 from lorafleet_core.web.http_protocol import hardened_protocol
 from lorafleet_gateway.reqlog import configure_logging, log_request
 from lorafleet_gateway.routes import create_internal_app, create_public_app
@@ -124,6 +125,7 @@ def main() -> None:
     configure_logging()  # first: a setting that fails to parse is a line of the log too
     settings = settings_from_env()
     configure_logging(settings.log_level)
+    tracing.setup("lorafleet-gateway")  # only with an OTLP endpoint in the OTEL_* variables
     # uvloop when installed (as uvicorn.run would pick it): it roughly halves the event loop's
     # per-request cost, most of what a proxy spends.
     try:

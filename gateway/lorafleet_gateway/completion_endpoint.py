@@ -7,12 +7,16 @@ import logging
 import time
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core import logs
 from lorafleet_core.api.apikeys import TenantKeys
+from lorafleet_core.web import tracing
 from lorafleet_core.web.client_gone import unless_client_leaves
 from lorafleet_core.wire.headers import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
 from lorafleet_core.wire.openai_stream import answer_usage, usage_tokens
@@ -32,10 +36,26 @@ from lorafleet_gateway.relay import (
 from lorafleet_gateway.reqlog import log_request
 from lorafleet_gateway.reservation import RateLimited, Reservation
 from lorafleet_gateway.runtime import Gateway
-from lorafleet_gateway.upstream import Opened
+from lorafleet_gateway.upstream import PATHS, Opened
 from lorafleet_gateway.validation import CompletionRequest, check_body_headers, parse_request
 
 _log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("lorafleet_gateway")
+
+# The GenAI semantic conventions' operation of each endpoint (a Responses request is a chat).
+GEN_AI_OPERATION = {"chat": "chat", "completion": "text_completion", "responses": "chat"}
+# What the request span says at its end, from its log line: never the key, never the prompt.
+_SPAN_ATTRIBUTES = {
+    "model": "gen_ai.request.model",  # the alias the client sent
+    "adapter_id": "gen_ai.response.model",  # the immutable adapter that served it
+    "prompt_tokens": "gen_ai.usage.input_tokens",
+    "completion_tokens": "gen_ai.usage.output_tokens",
+    "tenant": "lorafleet.tenant",
+    "route": "lorafleet.route",
+    "replica": "lorafleet.replica_id",
+    "tier": "lorafleet.adapter.tier",
+    "attempts": "lorafleet.attempts",
+}
 
 # The parameter that bounds a request's output, by endpoint (set when a request has none).
 OUTPUT_BOUND = {"chat": "max_tokens", "completion": "max_tokens", "responses": "max_output_tokens"}
@@ -73,10 +93,19 @@ class CompletionEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gw = self.gw
         out = _Outcome(self.kind)
+        # The request's span, a child of the client's `traceparent` when it sent one; ended in
+        # _finish, after the last byte of a relayed stream.
+        out.span = tracing.start(
+            _tracer,
+            "POST " + PATHS[self.kind],
+            Headers(scope=scope),
+            attributes={"gen_ai.operation.name": GEN_AI_OPERATION[self.kind]},
+        )
         gw.metrics.in_flight.inc()  # decremented in _finish, which every path reaches once
         watched = _WatchedSend(send)
         try:
-            await self._serve(Request(scope, receive), out, scope, receive, watched)
+            with tracing.current(out.span):
+                await self._serve(Request(scope, receive), out, scope, receive, watched)
         except APIError as exc:
             if isinstance(exc, RateLimited | ConcurrencyLimited):
                 gw.metrics.child(gw.metrics.rate_limited, exc.limit).inc()
@@ -108,7 +137,8 @@ class CompletionEndpoint:
     ) -> None:
         gw = self.gw
         snap = gw.holder.current  # this request's catalog version, whatever changes later
-        tenant = authenticate_request(snap, request)
+        with tracing.span(_tracer, "auth"):
+            tenant = authenticate_request(snap, request)  # its errors name no key
         out.log["tenant"] = tenant.tenant
         logs.bind(tenant=tenant.tenant)  # every line logged for this request names them
         check_body_headers(request.headers)  # 415 for a body that is not plain JSON
@@ -140,14 +170,19 @@ class CompletionEndpoint:
             concurrency=gw.concurrency,
             max_concurrent=gw.max_concurrent_for(tenant),
         ) as held:
-            plan = plan_pool_route(
-                record.id,
-                snap.pools_for(record.id),
-                gw.tracker.views(),
-                snap.pool_of,
-                snap.owner_count(record.id),
-                gw.thresholds,
-            )
+            with tracing.span(_tracer, "route") as span:
+                plan = plan_pool_route(
+                    record.id,
+                    snap.pools_for(record.id),
+                    gw.tracker.views(),
+                    snap.pool_of,
+                    snap.owner_count(record.id),
+                    gw.thresholds,
+                )
+                span.set_attribute("lorafleet.route", plan.outcome)
+                span.set_attribute("lorafleet.route.candidates", plan.candidates)
+                if plan.fallback is not None:
+                    span.set_attribute("lorafleet.route.merged_fallback", plan.fallback)
             gw.metrics.child(gw.metrics.routing, plan.outcome).inc()
             out.log["route"] = plan.outcome
             if plan.fallback is not None:  # a Ready merged pool could not take it
@@ -315,7 +350,22 @@ class CompletionEndpoint:
         out.log["duration_ms"] = round(duration * 1000, 2)
         if out.error:
             out.log["error"] = out.error
+        _end_span(out.span, out.log, status)
         log_request(**out.log)
+
+
+def _end_span(span: Span, log: dict[str, Any], status: int | str) -> None:
+    if span.is_recording():
+        for field, name in _SPAN_ATTRIBUTES.items():
+            if (value := log.get(field)) is not None:
+                span.set_attribute(name, value)
+        if isinstance(status, int):
+            span.set_attribute("http.response.status_code", status)
+        if status != 200:
+            error = log.get("error") or str(status)
+            span.set_attribute("error.type", error)
+            span.set_status(Status(StatusCode.ERROR, error))
+    span.end()
 
 
 def _relay_outcome(result: RelayResult, out: _Outcome) -> None:
@@ -329,10 +379,11 @@ def _relay_outcome(result: RelayResult, out: _Outcome) -> None:
 class _Outcome:
     """What one request's log line and request counter will say."""
 
-    __slots__ = ("error", "log", "status", "t0")
+    __slots__ = ("error", "log", "span", "status", "t0")
 
     def __init__(self, kind: str) -> None:
         self.t0 = time.perf_counter()
+        self.span: Span = trace.INVALID_SPAN
         self.log: dict[str, Any] = {"endpoint": kind, "tenant": None, "model": None}
         self.status: int | str | None = None
         self.error: str | None = None

@@ -14,7 +14,9 @@ replica failing inside it is still retried; a longer one is relayed as it arrive
 
 Every data request carries the gateway's token estimate (`HEADER_TOKENS_ESTIMATE`), which the
 agent counts as the request's tokens in flight, and the agents' data credential (`data_token`,
-lorafleet_agent.data_auth); the client's own Authorization header never goes upstream.
+lorafleet_agent.data_auth); the client's own Authorization header never goes upstream. With
+tracing on (lorafleet_core.web.tracing) each candidate is an `upstream attempt` span, and the
+request to the agent carries its `traceparent`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import httpx
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
-from lorafleet_core.web import request_ids
+from lorafleet_core.web import request_ids, tracing
 from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.headers import (
     HEADER_ADAPTER_TIER,
@@ -51,6 +55,7 @@ from lorafleet_gateway.reservation import Reservation
 from lorafleet_gateway.validation import CompletionRequest
 
 log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("lorafleet_gateway")
 
 PATHS = {
     "chat": "/v1/chat/completions",
@@ -166,9 +171,17 @@ class Upstream:
                 self.on_outcome("retry")
             tried += 1
             try:
-                opened = await self.try_replica(
-                    ep, req, record, content, held, load=replica_id not in no_load
-                )
+                # One span per attempt, to the answer's first byte; the agent's request span
+                # is its child (try_replica sends its traceparent).
+                with tracing.span(
+                    _tracer,
+                    "upstream attempt",
+                    kind=SpanKind.CLIENT,
+                    attributes={"lorafleet.replica_id": replica_id, "lorafleet.attempt": tried},
+                ):
+                    opened = await self.try_replica(
+                        ep, req, record, content, held, load=replica_id not in no_load
+                    )
             except TryNext as exc:
                 last_error = str(exc)
                 codes.append(exc.code)
@@ -197,6 +210,7 @@ class Upstream:
         request_id = request_ids.current.get()
         if request_id is not None:  # the agent's and vLLM's log lines carry the same id
             headers[HEADER_REQUEST_ID] = request_id
+        tracing.inject(headers)  # the agent's span joins the request's trace
         try:
             return await self._send(ep, req, content, headers)
         except _NotRegistered:

@@ -10,6 +10,9 @@ request retried after the gateway's on-demand load, the tier that load found the
 The request reports the slower of it and where it found the adapter itself (`x-adapter-tier`).
 And `x-request-id` (lorafleet_core.web.request_ids): the request's id, echoed, named in the
 agent's error bodies and log lines, and passed to vLLM, which takes it as its request id.
+With tracing on (lorafleet_core.web.tracing) a request is a span continuing the gateway's
+`traceparent`, with children for the adapter's acquire and the engine call, whose `traceparent`
+goes to vLLM (which joins the trace when it exports its own).
 
 Every route but `/healthz` requires the gateway's data credential first (lorafleet_agent.data_auth
 says why it is its own token): 401 before the body is read.
@@ -24,6 +27,8 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
 
 from lorafleet_agent.engine_waits import EngineHung, EngineWaits
 from lorafleet_agent.http_edge import APP_OPTIONS, error_response, install_openai_errors, read_json
@@ -33,7 +38,7 @@ from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats, SseTokenCounter, request_tokens
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_core.web import request_ids
+from lorafleet_core.web import request_ids, tracing
 from lorafleet_core.web.client_gone import ClientDisconnect, unless_client_leaves
 from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.headers import (
@@ -47,6 +52,7 @@ from lorafleet_core.wire.openai_stream import AnswerUsage, usage_tokens
 from lorafleet_core.wire.tiers import parse_tier
 
 log = logging.getLogger("lorafleet.agent.requests")
+_tracer = trace.get_tracer("lorafleet_agent")
 
 
 # Bodies come from the gateway (at most its max_body_bytes, 1 MiB by default, re-encoded as
@@ -80,12 +86,33 @@ def build_data_app(
         )  # fmt: skip
 
     async def proxy(request: Request, path: str) -> Response:
+        """`serve` inside the request's span, which ends with the response, or with the relay
+        of a streamed one."""
+        span = tracing.start(
+            _tracer,
+            "POST " + path,
+            request.headers,
+            attributes={"lorafleet.replica_id": replica_id},
+        )
+        try:
+            with tracing.current(span):
+                response = await serve(request, path, span)
+        except BaseException:
+            span.end()
+            raise
+        span.set_attribute("http.response.status_code", response.status_code)
+        if not isinstance(response, StreamingResponse):  # else the relay ends it
+            span.end()
+        return response
+
+    async def serve(request: Request, path: str, span: Span) -> Response:
         if (refused := unauthorized(request)) is not None:
             return refused
         body: Any = await read_json(request, max_body_bytes)  # BodyRefused: 413 or 400
         if not isinstance(body, dict) or not isinstance(body.get("model"), str):
             return error_response(400, "`model` (the adapter id) is required", "invalid_request")
         adapter_id: str = body["model"]
+        span.set_attribute("lorafleet.adapter_id", adapter_id)
         base = {HEADER_ADAPTER_ID: adapter_id, HEADER_REPLICA_ID: replica_id}
         if not manager.ready:
             return error_response(
@@ -111,7 +138,9 @@ def build_data_app(
         lease: Lease | None = None
         try:
             try:
-                lease = await manager.acquire(adapter_id, loaded_from=loaded_from)
+                with tracing.span(_tracer, "adapter acquire") as acquiring:
+                    lease = await manager.acquire(adapter_id, loaded_from=loaded_from)
+                    acquiring.set_attribute("lorafleet.adapter.tier", lease.tier.value)
             except VerificationError as exc:
                 return error_response(
                     422,
@@ -152,10 +181,14 @@ def build_data_app(
                 # Retries once after a resync when vLLM lost the registration (it restarted).
                 # A gateway that hangs up meanwhile cancels it: vLLM sees its client leave and
                 # stops generating (nothing else here would notice before the answer starts).
-                with waits.on_engine():  # failed if vLLM stays hung (engine_waits)
+                with (
+                    waits.on_engine(),  # failed if vLLM stays hung (engine_waits)
+                    tracing.span(_tracer, "engine", kind=SpanKind.CLIENT) as engine,
+                ):  # to vLLM's answer headers; its traceparent goes with the request
                     resp = await unless_client_leaves(
                         request.receive, manager.open_completion(adapter_id, path, body)
                     )
+                    engine.set_attribute("http.response.status_code", resp.status_code)
             except ClientDisconnect:
                 return Response(status_code=499)  # nobody is left to read it
             except EngineHung:
@@ -185,7 +218,7 @@ def build_data_app(
                     headers["content-length"] = resp.headers["content-length"]
                 handed_off = True
                 return StreamingResponse(
-                    _relay_answer(resp, manager, stats, waits, lease, tokens),
+                    _relay_answer(resp, manager, stats, waits, lease, tokens, span),
                     media_type=media,
                     headers=headers,
                 )
@@ -201,7 +234,7 @@ def build_data_app(
                 )
             handed_off = True
             return StreamingResponse(
-                _relay(resp, manager, stats, waits, lease, tokens),
+                _relay(resp, manager, stats, waits, lease, tokens, span),
                 media_type="text/event-stream",
                 headers=headers,
             )
@@ -235,6 +268,7 @@ async def _relay(
     waits: EngineWaits,
     lease: Lease,
     tokens: int,
+    span: Span,
 ) -> AsyncIterator[bytes]:
     counter = SseTokenCounter()
     try:
@@ -245,6 +279,7 @@ async def _relay(
         try:
             await resp.aclose()
         finally:
+            span.end()
             await _settle(manager, stats, lease, tokens, started=True)
 
 
@@ -255,6 +290,7 @@ async def _relay_answer(
     waits: EngineWaits,
     lease: Lease,
     tokens: int,
+    span: Span,
 ) -> AsyncIterator[bytes]:
     """A non-stream answer passed on as it arrives; its completion tokens are counted from
     its usage at the end (AnswerUsage: bounded memory, never a parse of the whole)."""
@@ -270,6 +306,7 @@ async def _relay_answer(
         try:
             await resp.aclose()
         finally:
+            span.end()
             await _settle(manager, stats, lease, tokens, started=True)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from lorafleet_core.web import request_ids
+from lorafleet_core.web import request_ids, tracing
 
 
 class VllmError(RuntimeError):
@@ -101,8 +101,11 @@ class VllmClient:
         """Open a completion (streamed read); the caller closes the response.
 
         Carries the request's id (lorafleet_core.web.request_ids) as `X-Request-Id`, which vLLM
-        takes as its own request id: its log lines and the completion's `id` name it."""
+        takes as its own request id: its log lines and the completion's `id` name it. And the
+        current span's `traceparent` (lorafleet_core.web.tracing), which a vLLM started with
+        `--otlp-traces-endpoint` continues."""
         request_id = request_ids.current.get()
-        headers = {"X-Request-Id": request_id} if request_id else None
+        headers = {"X-Request-Id": request_id} if request_id else {}
+        tracing.inject(headers)
         request = self.http.build_request("POST", path, json=body, headers=headers)
         return await self.http.send(request, stream=True)
