@@ -9,10 +9,10 @@ exception, `StateUnavailable`, that says whether the replica was merely slow (`t
 may still be there) or answered badly or not at all.
 
 Load, unload and forget (`post_load`, `post_unload`, sent by the gateway's on-demand load and
-the control API; `post_forget`, sent by the operator and the standalone runner when an adapter
-is deleted): they carry the internal credential and return the agent's answer as it came,
-whatever its status, for the caller to judge (the gateway retries elsewhere, the control API
-passes it on); a request that got no answer raises httpx.HTTPError.
+the control API; `post_forget` and `post_forget_sync`, sent by the operator and the standalone
+runner when an adapter is deleted): they carry the internal credential and return the
+agent's answer as it came, whatever its status, for the caller to judge (the gateway retries
+elsewhere, the control API passes it on); a request that got no answer raises httpx.HTTPError.
 """
 
 from __future__ import annotations
@@ -130,3 +130,10 @@ async def post_forget(
     return await client.post(
         forget_url(internal_url, replica_id, adapter_id), headers=_credential(token)
     )
+
+
+def post_forget_sync(
+    client: httpx.Client, internal_url: str, replica_id: str, adapter_id: str, *, token: str | None
+) -> httpx.Response:
+    """As `post_forget`, for synchronous callers (the standalone runner)."""
+    return client.post(forget_url(internal_url, replica_id, adapter_id), headers=_credential(token))
