@@ -3,8 +3,8 @@
 During a rolling upgrade a gateway or operator of one release talks to agents of another, so
 the strings on the wire are a protocol, not an implementation detail: this file states them
 once, independently of the constants, so that renaming a constant's value fails here before
-it fails in a mixed fleet. It also checks the one client of load, unload and state sends the
-requests the agent's routes take (over a real loopback HTTP server).
+it fails in a mixed fleet. It also checks the one client of load, unload, forget and state
+sends the requests the agent's routes take (over a real loopback HTTP server).
 """
 
 from __future__ import annotations
