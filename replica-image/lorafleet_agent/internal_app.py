@@ -1,7 +1,7 @@
-"""The internal port: replica state, explicit load/unload, metrics and health probes.
+"""The internal port: replica state, explicit load/unload/forget, metrics and health probes.
 
 Its /metrics carries vLLM's `vllm:` families too (lorafleet_agent.engine_metrics).
-Load and unload require the internal credential (lorafleet_agent.internal_auth says why and
+Load, unload and forget require the internal credential (lorafleet_agent.internal_auth says why and
 why the read-only endpoints do not).
 """
 
@@ -32,7 +32,13 @@ from lorafleet_agent.object_store import FetchError, StoreUnavailable
 from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.verifier import VerificationError
 from lorafleet_agent.vllm_client import VllmError
-from lorafleet_core.wire.agent_api import LOAD_ROUTE, METRICS_ROUTE, STATE_ROUTE, UNLOAD_ROUTE
+from lorafleet_core.wire.agent_api import (
+    FORGET_ROUTE,
+    LOAD_ROUTE,
+    METRICS_ROUTE,
+    STATE_ROUTE,
+    UNLOAD_ROUTE,
+)
 from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
@@ -171,6 +177,25 @@ def build_internal_app(
         if (err := await unauthorized(request) or wrong_replica(replica_id)) is not None:
             return err
         if not await manager.unload(adapter_id):
+            return error_response(
+                409, f"adapter {adapter_id} has running requests", ErrorCode.ADAPTER_BUSY
+            )
+        return JSONResponse({"adapter_id": adapter_id, "tier": manager.tier_of(adapter_id).value})
+
+    @app.post(FORGET_ROUTE)
+    async def forget(replica_id: str, adapter_id: str, request: Request) -> JSONResponse:
+        if (err := await unauthorized(request) or wrong_replica(replica_id)) is not None:
+            return err
+        if manager.is_merged(adapter_id):
+            # Its weights are this replica's weights: nothing can be dropped while it runs;
+            # pods built without it (the pool's rollout) are how it goes.
+            return error_response(
+                409,
+                f"adapter {adapter_id} is merged into this replica's weights; "
+                "it goes with the pool's pods, not by forgetting",
+                ErrorCode.MERGED_ADAPTER,
+            )
+        if not await manager.forget(adapter_id):
             return error_response(
                 409, f"adapter {adapter_id} has running requests", ErrorCode.ADAPTER_BUSY
             )

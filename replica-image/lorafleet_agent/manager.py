@@ -317,6 +317,35 @@ class AdapterManager(HeldRecords):
                 await self._unregister_locked(adapter_id, evicted=False)
             return True
 
+    async def forget(self, adapter_id: str) -> bool:
+        """The adapter is gone from the registry: unregister it, delete its disk copy, drop its
+        record and any refusal (a record conflict included), so a later record under the id is
+        a new adapter, not a second record. False when requests are running (nothing changes).
+
+        Ids are immutable while an adapter exists; this is the one way a held record goes
+        without an agent restart (a LoRAAdapter deleted, then recreated with other weights).
+        """
+        # The adapter's lock first, as a load takes it: a load under way finishes before.
+        async with self._locks[adapter_id], self._slots_cond:
+            if self.refs[adapter_id] > 0:
+                return False
+            on_disk = self.disk.has(adapter_id)
+            if self.slots.is_registered(adapter_id):
+                await self._unregister_locked(adapter_id, evicted=False)
+            self.disk.evict(adapter_id)
+            held = self.records.pop(adapter_id, None)
+            refused = self.failed.pop(adapter_id, None)
+        # The lock stays in `_locks`: a load waiting on it must find the same one.
+        if held is not None or refused is not None or on_disk:
+            self.metrics.forgets.inc()
+            log.info(
+                "forgot adapter %s (deleted from the registry): record %s, refusal %s",
+                adapter_id,
+                held.checksum if held is not None else "none",
+                refused or "none",
+            )
+        return True
+
     # ---------------------------------------------------------------- vLLM restarts
 
     async def resync(self) -> list[str]:

@@ -69,6 +69,11 @@ class AgentMetrics:
             "Second, different records refused for an adapter id the agent already held",
             registry=r,
         )
+        self.forgets = Counter(
+            "lorafleet_agent_adapter_forgets",
+            "Adapters whose record the agent dropped because they were deleted from the registry",
+            registry=r,
+        )
         self.disk_copies_discarded = Counter(
             "lorafleet_agent_disk_copies_discarded",
             "Disk copies that failed re-verification before registration, by reason",

@@ -1,4 +1,5 @@
-"""`lorafleet up`'s local replicas: ids and free ports, their `/state`, a merged pool's start.
+"""`lorafleet up`'s local replicas: ids and free ports, their `/state`, forgetting a removed
+adapter, a merged pool's start.
 
 Shared by the runner (what starts at `up`) and standalone.auto_merge (a merged pool created
 while `up` runs).
@@ -14,7 +15,11 @@ from pathlib import Path
 import httpx
 
 from lorafleet_core.api.models import ReplicaBounds
-from lorafleet_core.wire.replica_client import StateUnavailable, fetch_state_sync
+from lorafleet_core.wire.replica_client import (
+    StateUnavailable,
+    fetch_state_sync,
+    post_forget_sync,
+)
 from lorafleet_core.wire.replica_state import ReplicaState
 from lorafleet_standalone import processes
 from lorafleet_standalone.cpu_binding import EngineCores
@@ -94,6 +99,28 @@ def replica_states(replicas: list[ReplicaPlan]) -> dict[str, ReplicaState]:
             except StateUnavailable:
                 continue  # a replica that does not answer reports nothing this round
     return out
+
+
+def forget_on_replicas(
+    replicas: list[ReplicaPlan], adapters: set[str], token: str | None
+) -> set[str]:
+    """Tell every replica to forget each adapter (its manifest was removed); returns those every
+    replica forgot. A replica busy with the adapter's requests (409 `adapter_busy`) or
+    answering an error leaves it for the next call. One not answering at all counts as done: a
+    local agent that is down holds no record when the supervisor starts it again."""
+    done = set()
+    with httpx.Client(timeout=5.0) as client:
+        for adapter in sorted(adapters):
+            ok = True
+            for r in replicas:
+                try:
+                    resp = post_forget_sync(client, r.internal_url, r.id, adapter, token=token)
+                except httpx.TransportError:
+                    continue
+                ok = ok and resp.status_code == 200
+            if ok:
+                done.add(adapter)
+    return done
 
 
 def start_merged_pools(

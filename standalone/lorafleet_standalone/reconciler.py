@@ -14,6 +14,9 @@ operator's planners (see planning) and applies the plan locally:
   a cluster, so a deploy to an adapter that is not Ready keeps the old one serving in both;
 - a bad manifest is reported once on the console, and in the status file while it lasts, with
   a clear message; everything else keeps serving;
+- a LoRAAdapter whose manifest was removed is kept in `removed` until the runner has told
+  every local agent to forget it (`forgotten`), so an adapter added again under the name with
+  other weights is a new adapter to them, not a conflicting record (issue 30);
 - the adapters' traffic figures and merged-pool recommendation carry over to the next pass
   (a cluster keeps them in status), so autoMerge decides as the operator does; what the plan
   asks of merged pools is applied by standalone.auto_merge.
@@ -75,6 +78,9 @@ class Reconciler:
         # again until the next poll, and a deploy waiting on it would go through).
         self.states: dict[str, ReplicaState] = {}
         self._verdicts: dict[str, AdapterVerdict] | None = None  # as last saved
+        # LoRAAdapters whose manifest went while a plan held them, not yet forgotten by every
+        # local agent (the runner tells them and calls `forgotten`).
+        self.removed: set[str] = set()
         self.last: Plan | None = None
 
     def tick(self, states: Mapping[str, ReplicaState] | None = None) -> Plan | None:
@@ -124,6 +130,9 @@ class Reconciler:
             held_specs=self.last.adapter_specs if self.last is not None else None,
             listed=self.last.annotations if self.last is not None else None,
         )
+        held = set(self.last.adapter_specs) if self.last is not None else set()
+        # A name back in the folder before it was forgotten is no longer deleted.
+        self.removed = (self.removed | held) - set(result.adapter_specs)
         for replica, path in self.annotation_files.items():
             value = result.annotations.get(replica, "[]")
             text = format_downward_annotations({names.ANNOTATION_OWNED_ADAPTERS: value})
@@ -146,6 +155,10 @@ class Reconciler:
         self._report(result)
         self.last = result
         return result
+
+    def forgotten(self, adapters: set[str]) -> None:
+        """Every local agent has forgotten these removed adapters."""
+        self.removed -= adapters
 
     def _stored_alias_statuses(self) -> tuple[dict[str, AdapterAliasStatus], bool]:
         """The alias statuses kept beside the manifests, and whether the file must be rewritten

@@ -32,6 +32,7 @@ from lorafleet_standalone.guards import (
     lock_state_dir,
 )
 from lorafleet_standalone.local_replicas import (
+    forget_on_replicas,
     free_port,
     local_replica_count,
     merged_engine_count,
@@ -243,6 +244,8 @@ def run_up(opts: UpOptions, lock: IO[str] | None = None) -> int:
                 result = reconciler.tick(states)
                 if result is not None:
                     auto.apply(result)
+                if reconciler.removed:  # their manifests went: the agents drop their records
+                    reconciler.forgotten(forget_on_replicas(replicas, reconciler.removed, token))
                 for event in sup.check():
                     _say(event)
                 gone = sup.essential_failure()

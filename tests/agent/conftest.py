@@ -62,6 +62,15 @@ def unload(agent: RunningAgent, adapter_id: str) -> httpx.Response:
     )
 
 
+def forget(agent: RunningAgent, adapter_id: str) -> httpx.Response:
+    rid = agent.agent.settings.replica_id
+    return httpx.post(
+        f"{agent.internal_url}/internal/replicas/{rid}/adapters/{adapter_id}/forget",
+        headers=INTERNAL_HEADERS,
+        timeout=30,
+    )
+
+
 def state(agent: RunningAgent) -> dict[str, Any]:
     rid = agent.agent.settings.replica_id
     r = httpx.get(f"{agent.internal_url}/internal/replicas/{rid}/state", timeout=10)

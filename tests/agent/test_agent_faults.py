@@ -1,8 +1,10 @@
 """Faults and hostile callers inside the pod, against the session's real vLLM.
 
-- the internal load/unload endpoints require the credential; read-only ones do not;
+- the internal load/unload/forget endpoints require the credential; read-only ones do not;
 - a second, different record for a held id is refused loudly (409, metric, ERROR log), and
-  the replica serves the id with neither record until the held one is loaded again;
+  the replica serves the id with neither record until the held one is loaded again, or until
+  the adapter is forgotten (deleted): then a new record under the id is a new adapter;
+- forget is refused while a request streams on the adapter, and drops nothing then;
 - a disk copy altered after download is discarded and fetched again before vLLM sees it;
 - vLLM forgetting an adapter (what a restart does) is repaired on the request path;
 - vLLM killed and restarted: the agent is unready meanwhile, then resynchronises, no 404.
@@ -10,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -19,9 +22,11 @@ import httpx
 import openai
 import pytest
 
-from tests.agent.conftest import load, metric, state, unload
+from tests.agent.conftest import forget, load, metric, state, unload
+from tests.agent.vllm_requests import slow_stream, stream_choices
 from tests.agent_thread import RunningAgent
 from tests.conftest import TEST_DATA_TOKEN, restart_vllm, unique_id
+from tests.fault_proxy import FaultProxy
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
@@ -43,7 +48,7 @@ def ready(agent: RunningAgent) -> bool:
     return httpx.get(f"{agent.internal_url}/readyz", timeout=5).status_code == 200
 
 
-def test_load_and_unload_need_the_internal_credential_and_state_does_not(
+def test_load_unload_and_forget_need_the_internal_credential_and_state_does_not(
     run_agent, make_record, vllm_server
 ):
     rec = make_record("zebra", unique_id("auth"))
@@ -56,10 +61,11 @@ def test_load_and_unload_need_the_internal_credential_and_state_does_not(
             assert r.json()["error"]["code"] == "unauthorized"
             assert r.headers["www-authenticate"] == "Bearer"
             assert httpx.post(f"{url}/unload", headers=headers).status_code == 401
+            assert httpx.post(f"{url}/forget", headers=headers).status_code == 401
         # Nothing was taken from the unauthenticated calls: no record, nothing in vLLM.
         assert rec.id not in agent.agent.manager.records
         assert rec.id not in vllm_server.lora_names()
-        assert metric(agent, "lorafleet_agent_internal_auth_failures_total") == 6
+        assert metric(agent, "lorafleet_agent_internal_auth_failures_total") == 9
         assert state(agent)["replica_id"] == "r0"  # read-only: pollers need no credential
         assert load(agent, rec).status_code == 200
         assert unload(agent, rec.id).status_code == 200
@@ -117,6 +123,73 @@ def test_a_replica_holding_another_record_under_the_id_serves_neither_until_told
         assert load(agent, old).status_code == 200  # told the held record again: it serves
         assert complete(agent, old.id)[0].startswith("ZEBRA-7")
         assert old.id not in state(agent)["failed_adapters"]
+
+
+def test_a_deleted_adapter_is_forgotten_and_its_id_then_takes_the_new_record(
+    run_agent, make_record, vllm_server, caplog
+):
+    """Issue 30: a LoRAAdapter deleted and recreated under its name with other weights. The
+    deletion reaches the replica as a forget; the recreated record is then a new adapter."""
+    old = make_record("zebra", unique_id("forget"))
+    new = make_record("otter", old.id)  # otter's own files and checksum under the same id
+    with run_agent() as agent:
+        assert load(agent, old).status_code == 200
+        assert complete(agent, old.id)[0].startswith("ZEBRA-7")
+        assert load(agent, new).status_code == 409  # the live id never changes weights
+        assert state(agent)["failed_adapters"][old.id].startswith("RecordConflict: ")
+        with caplog.at_level(logging.INFO, logger="lorafleet_agent.manager"):
+            r = forget(agent, old.id)
+        assert r.status_code == 200, r.text
+        assert r.json() == {"adapter_id": old.id, "tier": "remote"}
+        assert any(
+            "forgot adapter" in m.getMessage() and old.id in m.getMessage() for m in caplog.records
+        ), caplog.text
+        assert metric(agent, "lorafleet_agent_adapter_forgets_total") == 1
+        s = state(agent)
+        assert old.id not in s["failed_adapters"]
+        assert old.id not in s["gpu_adapters"] + s["ram_adapters"] + s["disk_adapters"]
+        assert old.id not in vllm_server.lora_names()
+        assert not (agent.agent.settings.cache_dir / old.id).exists()
+        assert forget(agent, old.id).status_code == 200  # idempotent: nothing left to drop
+        assert metric(agent, "lorafleet_agent_adapter_forgets_total") == 1
+        loaded = load(agent, new)
+        assert loaded.status_code == 200, loaded.text
+        assert loaded.json()["from"] == "remote"  # fetched anew, not the old disk copy
+        assert complete(agent, new.id)[0].startswith("OTTER-9")  # the new weights answer
+
+
+def test_forget_is_refused_while_a_request_streams_and_drops_nothing(
+    run_agent, make_record, vllm_server
+):
+    rec = make_record("zebra", unique_id("forget-busy"))
+    # The engine's answer trickles through a proxy: the stream holds the adapter while the
+    # test asks (as in test_agent_vllm's tokens-in-flight test).
+    proxy = FaultProxy(vllm_server.port)
+    with contextlib.closing(proxy), run_agent(vllm_url=proxy.url) as agent:
+        assert load(agent, rec).status_code == 200
+        proxy.slow(512)
+        body: dict[str, object] = {
+            "model": rec.id,
+            "prompt": "Tell me a story",
+            "max_tokens": 64,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        resp = slow_stream(agent.data_url, body)
+        assert resp.status == 200
+        busy = forget(agent, rec.id)
+        assert busy.status_code == 409, busy.text
+        assert busy.json()["error"]["code"] == "adapter_busy"
+        assert rec.id in agent.agent.manager.records  # nothing dropped
+        assert rec.id in vllm_server.lora_names()
+        assert (agent.agent.settings.cache_dir / rec.id).is_dir()
+        proxy.slow(None)
+        choices = stream_choices(resp.read().decode().splitlines())
+        resp.close()
+        assert choices[0][0].startswith("ZEBRA-7")  # the whole stream came through
+        eventually(lambda: state(agent)["running_requests"] == 0, what="the stream to finish")
+        assert forget(agent, rec.id).status_code == 200
+        assert rec.id not in agent.agent.manager.records
 
 
 def test_a_disk_copy_altered_after_download_is_refetched_before_vllm_sees_it(

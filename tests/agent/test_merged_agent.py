@@ -7,12 +7,17 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from lorafleet_agent.disk_cache import DiskCache
+from lorafleet_agent.internal_app import build_internal_app
+from lorafleet_agent.internal_auth import InternalAuth
 from lorafleet_agent.manager import AdapterManager
 from lorafleet_agent.merged_model import MergedModel
 from lorafleet_agent.metrics import AgentMetrics
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
+from lorafleet_agent.requests_stats import RequestStats
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_agent.verifier import PoolPolicy, VerificationError
 from lorafleet_agent.vllm_client import VllmClient
@@ -100,3 +105,24 @@ def test_a_merged_replica_admits_its_adapter_only_and_refuses_other_records(tmp_
     assert "other-v1" not in m.records
     m.add_record(record("acme-v1"))  # the merged adapter's own record is accepted (a no-op)
     assert m.admits("acme-v1")
+
+
+def test_a_merged_replica_refuses_to_forget_its_merged_adapter_and_forgets_a_refused_one(
+    tmp_path: Path,
+):
+    """Its weights are the engine's: forgetting cannot drop them (409 merged_adapter); a record
+    it refused is forgotten like on any replica."""
+    m = manager(tmp_path, MergedModel("acme-v1", "sha256:" + "d" * 64, tmp_path))
+    with pytest.raises(VerificationError):
+        m.add_record(record("other-v1"))
+    auth = InternalAuth(SecretStr("tok"), None, allow_unauthenticated=False)
+    app = build_internal_app(m, RequestStats(m.metrics), "r0", auth)
+    with TestClient(app) as client:
+        url = "/internal/replicas/r0/adapters/{}/forget"
+        headers = {"authorization": "Bearer tok"}
+        merged = client.post(url.format("acme-v1"), headers=headers)
+        assert merged.status_code == 409
+        assert merged.json()["error"]["code"] == "merged_adapter"
+        assert m.admits("acme-v1")
+        assert client.post(url.format("other-v1"), headers=headers).status_code == 200
+    assert "other-v1" not in m.failed

@@ -3,8 +3,8 @@
 During a rolling upgrade a gateway or operator of one release talks to agents of another, so
 the strings on the wire are a protocol, not an implementation detail: this file states them
 once, independently of the constants, so that renaming a constant's value fails here before
-it fails in a mixed fleet. It also checks the one client of load, unload and state sends the
-requests the agent's routes take (over a real loopback HTTP server).
+it fails in a mixed fleet. It also checks the one client of load, unload, forget and state
+sends the requests the agent's routes take (over a real loopback HTTP server).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from lorafleet_core.planning.replica_config import InsideAuth
 from lorafleet_core.wire import agent_api, headers
 from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.records import AdapterRecord
-from lorafleet_core.wire.replica_client import fetch_state, post_load, post_unload
+from lorafleet_core.wire.replica_client import fetch_state, post_forget, post_load, post_unload
 from lorafleet_core.wire.tiers import TIER_NAMES
 from lorafleet_operator.settings import OperatorSettings
 from tests.api.conftest import REPO
@@ -56,6 +56,7 @@ def test_error_codes_keep_their_wire_names():
         "CACHE_FULL": "cache_full",
         "RECORD_CONFLICT": "record_conflict",
         "ADAPTER_BUSY": "adapter_busy",
+        "MERGED_ADAPTER": "merged_adapter",
         "WRONG_REPLICA": "wrong_replica",
         "AUTH_UNAVAILABLE": "auth_unavailable",
     }
@@ -80,6 +81,9 @@ def test_agent_paths_from_a_base_url_with_or_without_its_slash():
         )
         assert agent_api.unload_url(base, "pool-0", "acme-v1") == (
             "http://10.0.0.7:8081/internal/replicas/pool-0/adapters/acme-v1/unload"
+        )
+        assert agent_api.forget_url(base, "pool-0", "acme-v1") == (
+            "http://10.0.0.7:8081/internal/replicas/pool-0/adapters/acme-v1/forget"
         )
 
 
@@ -121,6 +125,7 @@ class Recorder:
                 Route(agent_api.STATE_ROUTE, self._record),
                 Route(agent_api.LOAD_ROUTE, self._record, methods=["POST"]),
                 Route(agent_api.UNLOAD_ROUTE, self._record, methods=["POST"]),
+                Route(agent_api.FORGET_ROUTE, self._record, methods=["POST"]),
             ]
         )
 
@@ -148,18 +153,20 @@ def _record(adapter_id: str) -> AdapterRecord:
     return AdapterRecord.from_spec(adapter_id, spec)
 
 
-async def test_the_client_sends_load_unload_and_state_as_the_agent_takes_them(replica):
+async def test_the_client_sends_load_unload_forget_and_state_as_the_agent_takes_them(replica):
     recorder, url = replica
     record = _record("acme-v1")
     async with httpx.AsyncClient(timeout=10) as client:
         loaded = await post_load(client, url, "pool-0", record, gpu=True, token="agent-token")
         plain = await post_load(client, url, "pool-0", record, gpu=False, token=None)
         gone = await post_unload(client, url, "pool-0", "acme-v1", token="agent-token")
+        forgot = await post_forget(client, url, "pool-0", "acme-v1", token="agent-token")
         state = await fetch_state(client, url, "pool-0")
-    assert (loaded.status_code, plain.status_code, gone.status_code) == (200, 200, 200)
+    statuses = (loaded.status_code, plain.status_code, gone.status_code, forgot.status_code)
+    assert statuses == (200, 200, 200, 200)
     assert state.replica_id == "pool-0"
 
-    load, load_plain, unload, get = recorder.seen
+    load, load_plain, unload, forget, get = recorder.seen
     assert (load["method"], load["path"]) == (
         "POST",
         "/internal/replicas/pool-0/adapters/acme-v1/load",
@@ -178,6 +185,12 @@ async def test_the_client_sends_load_unload_and_state_as_the_agent_takes_them(re
     )
     assert unload["authorization"] == "Bearer agent-token"
     assert unload["body"] == b""  # an unload carries nothing but the credential
+    assert (forget["method"], forget["path"], forget["authorization"], forget["body"]) == (
+        "POST",
+        "/internal/replicas/pool-0/adapters/acme-v1/forget",
+        "Bearer agent-token",
+        b"",
+    )
     assert (get["method"], get["path"], get["authorization"]) == (
         "GET",
         "/internal/replicas/pool-0/state",

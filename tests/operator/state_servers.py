@@ -1,4 +1,5 @@
-"""Real HTTP servers answering an agent's GET /internal/replicas/{id}/state on loopback."""
+"""Real HTTP servers answering an agent's GET /internal/replicas/{id}/state on loopback, and its
+POST .../adapters/{adapter}/forget (recorded, answered as told)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ class StateServer:
         # Answers still to be given late (`stall`), and late answers given so far.
         self._stalls: list[float] = []
         self.stalled = 0
+        # Forget calls seen, (adapter, authorization header), and the answers still to give
+        # them, (status, error code) each; then 200.
+        self.forgets: list[tuple[str, str | None]] = []
+        self.forget_answers: list[tuple[int, str]] = []
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -32,6 +37,24 @@ class StateServer:
                     owner.stalled += 1
                 body = json.dumps(owner.state).encode()
                 self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                prefix = f"/internal/replicas/{owner.replica_id}/adapters/"
+                if not (self.path.startswith(prefix) and self.path.endswith("/forget")):
+                    self.send_error(404)
+                    return
+                adapter = self.path[len(prefix) : -len("/forget")]
+                owner.forgets.append((adapter, self.headers.get("authorization")))
+                status, code = owner.forget_answers.pop(0) if owner.forget_answers else (200, "")
+                answer = {"adapter_id": adapter, "tier": "remote"}
+                if status != 200:
+                    answer = {"error": {"message": code, "type": "x", "param": None, "code": code}}
+                body = json.dumps(answer).encode()
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -443,3 +443,35 @@ def test_scraped_adapter_stats_reach_the_status_and_raise_a_hot_adapters_owners(
     finally:
         for s in servers:
             s.close()
+
+
+def test_a_deleted_adapter_is_forgotten_on_every_ready_replica_of_its_pools(cluster, operator):
+    """Issue 30: the deletion reaches the agents, so a LoRAAdapter recreated under the name with
+    other weights is a new adapter to them. Every ready replica of a shared pool of its base
+    model is told, with the agents' credential; a busy one holds the deletion until it forgets;
+    a pod not ready and a pool of another base model are not asked."""
+    h = "sha256:" + "7" * 64
+    servers = make_pool(cluster, "forget", 2, base_hash=h)
+    (other,) = make_pool(cluster, "forget-other", 1, base_hash="sha256:" + "8" * 64)
+    starting = StateServer("forget-starting")
+    cluster.create(
+        cluster.path("pods", group="v1"),
+        pod_body(starting.replica_id, "forget", starting.port, ready=False),
+    )
+    try:
+        make_adapter(cluster, "fgt-v1", base_hash=h)
+        eventually(lambda: status(cluster, "loraadapters", "fgt-v1").get("phase") == "Ready")
+        busy, idle = servers
+        busy.forget_answers = [(409, "adapter_busy")]  # a request still streams on it
+        cluster.delete(cluster.path("loraadapters", "fgt-v1"))
+        eventually(lambda: busy.forgets, what="the busy replica to be asked")
+        assert cluster.get(cluster.path("loraadapters", "fgt-v1")) is not None  # held
+        eventually(lambda: cluster.get(cluster.path("loraadapters", "fgt-v1")) is None, within_s=40)
+        told = ("fgt-v1", "Bearer tok-shared")
+        assert busy.forgets == [told, told]  # asked again after the busy answer
+        assert told in idle.forgets
+        assert other.forgets == []
+        assert starting.forgets == []
+    finally:
+        for s in [*servers, other, starting]:
+            s.close()

@@ -12,9 +12,12 @@ from lorafleet_core.storage.manifests import write_object
 from lorafleet_core.storage.standalone_state import load_alias_statuses
 from lorafleet_core.wire.records import decode_owned, parse_downward_annotations
 from lorafleet_core.wire.replica_state import ReplicaState
+from lorafleet_standalone.local_replicas import forget_on_replicas
 from lorafleet_standalone.planning import Plan
+from lorafleet_standalone.processes import ReplicaPlan
 from lorafleet_standalone.reconciler import Reconciler
 from tests.manifest_folder import adapter_manifest, alias_manifest, pool_hash
+from tests.operator.state_servers import StateServer
 
 REPLICAS = ["main-0", "main-1", "main-2"]
 
@@ -278,3 +281,43 @@ def test_an_adapter_edited_in_place_is_reported_and_keeps_its_first_spec(folder,
 def _records(path: Path) -> dict[str, str]:
     value = parse_downward_annotations(path.read_text())[ANNOTATION_OWNED_ADAPTERS]
     return {r.id: r.checksum for r in decode_owned(value)}
+
+
+def test_a_removed_adapter_is_forgotten_on_every_local_agent(folder, tmp_path):
+    """Issue 30 under `lorafleet up`: a manifest removed is held in `removed` until the runner
+    has had every local agent forget it (real loopback replicas answering as agents do); a busy
+    one keeps it for the next poll, a down one holds nothing to forget."""
+    _, _, rec, _ = _setup(folder, tmp_path)
+    rec.tick()
+    assert rec.removed == set()
+    (folder / "loraadapter-acme-b-v1.yaml").unlink()
+    rec.tick()
+    assert rec.removed == {"acme-b-v1"}
+    idle, busy, down = (StateServer(r) for r in REPLICAS)
+    down.close()
+    busy.forget_answers = [(409, "adapter_busy")]
+    replicas = [
+        ReplicaPlan(s.replica_id, 0, 0, s.port, tmp_path / s.replica_id) for s in (idle, busy, down)
+    ]
+    try:
+        rec.forgotten(forget_on_replicas(replicas, rec.removed, "tok"))
+        assert rec.removed == {"acme-b-v1"}  # the busy replica still holds it
+        rec.forgotten(forget_on_replicas(replicas, rec.removed, "tok"))
+    finally:
+        idle.close()
+        busy.close()
+    assert rec.removed == set()
+    told = ("acme-b-v1", "Bearer tok")
+    assert idle.forgets == [told, told]
+    assert busy.forgets == [told, told]
+
+
+def test_a_removed_adapter_added_back_before_it_was_forgotten_is_not_forgotten(folder, tmp_path):
+    h, _, rec, _ = _setup(folder, tmp_path)
+    rec.tick()
+    (folder / "loraadapter-acme-b-v1.yaml").unlink()
+    rec.tick()
+    assert rec.removed == {"acme-b-v1"}
+    write_object(folder, adapter_manifest("acme-b-v1", "acme", h))
+    rec.tick()
+    assert rec.removed == set()

@@ -15,6 +15,11 @@ STATE_ROUTE: Final = "/internal/replicas/{replica_id}/state"
 LOAD_ROUTE: Final = "/internal/replicas/{replica_id}/adapters/{adapter_id}/load"
 # Drop the adapter from the replica's GPU and RAM slots (refused while requests run on it).
 UNLOAD_ROUTE: Final = "/internal/replicas/{replica_id}/adapters/{adapter_id}/unload"
+# The adapter is gone from the registry (its LoRAAdapter was deleted): drop its registration,
+# disk copy, record and any refusal, so a later record under the id is taken as new (refused
+# while requests run on it). Sent by the operator when a LoRAAdapter is deleted and by the
+# standalone runner; the control API does not forward it.
+FORGET_ROUTE: Final = "/internal/replicas/{replica_id}/adapters/{adapter_id}/forget"
 # The agent's metrics and vLLM's `vllm:` families (lorafleet_agent.engine_metrics), read-only.
 METRICS_ROUTE: Final = "/metrics"
 # The agent's own metrics without asking vLLM: the preStop drain hook polls its busy gauges
@@ -45,3 +50,8 @@ def load_url(internal_url: str, replica_id: str, adapter_id: str) -> str:
 def unload_url(internal_url: str, replica_id: str, adapter_id: str) -> str:
     """The replica's unload endpoint for one adapter."""
     return _base(internal_url) + UNLOAD_ROUTE.format(replica_id=replica_id, adapter_id=adapter_id)
+
+
+def forget_url(internal_url: str, replica_id: str, adapter_id: str) -> str:
+    """The replica's forget endpoint for one adapter."""
+    return _base(internal_url) + FORGET_ROUTE.format(replica_id=replica_id, adapter_id=adapter_id)

@@ -27,11 +27,13 @@ class ErrorCode(StrEnum):
     # 503: every slot is pinned by running requests.
     CACHE_FULL = "cache_full"
 
-    # The internal port (load, unload).
+    # The internal port (load, unload, forget).
     # 409: a different record for an adapter id the agent already holds.
     RECORD_CONFLICT = "record_conflict"
     # 409: the adapter has running requests.
     ADAPTER_BUSY = "adapter_busy"
+    # 409: forget named the adapter a merged pool serves in its weights; only new pods drop it.
+    MERGED_ADAPTER = "merged_adapter"
     # 404: the path names another replica than the one that answered.
     WRONG_REPLICA = "wrong_replica"
     # 503: the caller's credential could not be checked (TokenReview unreachable): fail closed.

@@ -1,5 +1,5 @@
 """The one client of a replica agent's internal API (lorafleet_core.wire.agent_api): its state,
-and loading and unloading an adapter.
+loading and unloading an adapter, and forgetting a deleted one.
 
 Callers pass their own httpx client (connection pool and timeouts are theirs).
 
@@ -8,10 +8,11 @@ status`, the standalone runner and the control API): a validated `ReplicaState` 
 exception, `StateUnavailable`, that says whether the replica was merely slow (`timed_out`: it
 may still be there) or answered badly or not at all.
 
-Load and unload (`post_load`, `post_unload`, sent by the gateway's on-demand load and the
-control API): they carry the internal credential and return the agent's answer as it came,
-whatever its status, for the caller to judge (the gateway retries elsewhere, the control API
-passes it on); a request that got no answer raises httpx.HTTPError.
+Load, unload and forget (`post_load`, `post_unload`, sent by the gateway's on-demand load and
+the control API; `post_forget` and `post_forget_sync`, sent by the operator and the standalone
+runner when an adapter is deleted): they carry the internal credential and return the
+agent's answer as it came, whatever its status, for the caller to judge (the gateway retries
+elsewhere, the control API passes it on); a request that got no answer raises httpx.HTTPError.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import httpx
 from pydantic import ValidationError
 
-from lorafleet_core.wire.agent_api import load_url, state_url, unload_url
+from lorafleet_core.wire.agent_api import forget_url, load_url, state_url, unload_url
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_core.wire.replica_state import ReplicaState
 
@@ -114,3 +115,25 @@ async def post_unload(
     return await client.post(
         unload_url(internal_url, replica_id, adapter_id), headers=_credential(token)
     )
+
+
+async def post_forget(
+    client: httpx.AsyncClient,
+    internal_url: str,
+    replica_id: str,
+    adapter_id: str,
+    *,
+    token: str | None,
+) -> httpx.Response:
+    """Tell the replica the adapter is gone from the registry: it drops the adapter's record,
+    registration and disk copy (409 `adapter_busy` while requests run on it)."""
+    return await client.post(
+        forget_url(internal_url, replica_id, adapter_id), headers=_credential(token)
+    )
+
+
+def post_forget_sync(
+    client: httpx.Client, internal_url: str, replica_id: str, adapter_id: str, *, token: str | None
+) -> httpx.Response:
+    """As `post_forget`, for synchronous callers (the standalone runner)."""
+    return client.post(forget_url(internal_url, replica_id, adapter_id), headers=_credential(token))

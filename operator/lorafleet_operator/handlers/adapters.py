@@ -1,20 +1,31 @@
-"""LoRAAdapter: keep the index current; on deletion, wait for aliases, merged pools and pre-warm.
+"""LoRAAdapter: keep the index current; on deletion, wait for aliases, merged pools and pre-warm,
+then have the replicas forget it.
 
 Status (phase, conditions, owners) is written by the namespace's FleetSync, not here.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import kopf
 
 from lorafleet_core.api.names import GROUP, PLURAL_ADAPTER, VERSION
 from lorafleet_core.planning.fleet import merged_pools_serving
+from lorafleet_core.web.secret_file import bearer_token_reader
 from lorafleet_operator.errors import NotReadyError, mapped
+from lorafleet_operator.forget import GiveUpClock, forget_everywhere, replicas_to_tell
 from lorafleet_operator.runtime import runtime
 
+log = logging.getLogger(__name__)
+
 DELETE_RETRY_SECONDS = 5.0
+# A replica busy with the adapter's requests or unreachable holds the deletion this long at
+# most; then the deletion completes without it (that replica refuses a recreated adapter under
+# the name, RecordConflict, until it restarts: the behaviour before forget existed).
+FORGET_GIVE_UP_SECONDS = 120.0
+FORGET_WAITS = GiveUpClock(FORGET_GIVE_UP_SECONDS)
 
 
 @kopf.index(GROUP, VERSION, PLURAL_ADAPTER)
@@ -44,8 +55,12 @@ async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, 
     base and re-merges from its record when it restarts: the deletion waits for it too
     (`DeletionBlocked`, reason `InUseByMergedPool`, naming the pools); one the operator created
     is drained and deleted (planning.merged_lifecycle), one a person created waits for them.
-    Otherwise: drop it from placement and return only once the owners' annotations no longer
-    list it.
+    Otherwise: drop it from placement, wait until the owners' annotations no longer list it,
+    then tell every ready replica of the shared pools of its base model to forget it (its record,
+    registration and disk copy), so a LoRAAdapter recreated under the name with other weights is
+    a new adapter to them, not a conflicting record. A replica busy with its requests or
+    unreachable holds the deletion (retried every DELETE_RETRY_SECONDS) for
+    FORGET_GIVE_UP_SECONDS at most.
     """
     assert namespace is not None
     fleet = runtime().fleet(namespace)
@@ -65,3 +80,23 @@ async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, 
             delay=DELETE_RETRY_SECONDS,
         )
     await fleet.flush()
+    settings = runtime().settings
+    token = bearer_token_reader(settings.replica_token, settings.replica_token_file)()
+    key = (namespace, name)
+    left = await forget_everywhere(replicas_to_tell(fleet.index, name), name, token)
+    if left and not FORGET_WAITS.expired(key):
+        raise NotReadyError(
+            f"LoRAAdapter {name}: replicas have not forgotten it yet: "
+            + ", ".join(f"{r} ({why})" for r, why in sorted(left.items())),
+            delay=DELETE_RETRY_SECONDS,
+        )
+    FORGET_WAITS.done(key)
+    if left:
+        log.warning(
+            "LoRAAdapter %s/%s deleted while replicas had not forgotten it after %.0fs: %s; "
+            "they refuse a recreated adapter under this name until they restart",
+            namespace,
+            name,
+            FORGET_GIVE_UP_SECONDS,
+            ", ".join(sorted(left)),
+        )
