@@ -50,7 +50,7 @@ class StateServer:
                 adapter = self.path[len(prefix) : -len("/forget")]
                 owner.forgets.append((adapter, self.headers.get("authorization")))
                 status, code = owner.forget_answers.pop(0) if owner.forget_answers else (200, "")
-                answer = {"adapter_id": adapter, "tier": "remote"}
+                answer: dict[str, Any] = {"adapter_id": adapter, "tier": "remote"}
                 if status != 200:
                     answer = {"error": {"message": code, "type": "x", "param": None, "code": code}}
                 body = json.dumps(answer).encode()
