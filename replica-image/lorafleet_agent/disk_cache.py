@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lorafleet_core.planning.cache_policy import LruBytes
 from lorafleet_core.storage.adapter_files import ADAPTER_FILES
+from lorafleet_core.wire.records import is_adapter_id
 
 
 class DiskCache:
@@ -31,6 +32,8 @@ class DiskCache:
         for folder in sorted(root.iterdir(), key=lambda p: p.stat().st_mtime):
             if folder.name.startswith(".") or not folder.is_dir():
                 continue
+            if not is_adapter_id(folder.name):
+                continue  # not a folder this cache made: neither adopted nor deleted
             if all((folder / n).is_file() for n in ADAPTER_FILES):
                 self.lru.put(folder.name, _size(folder))
             else:
@@ -59,6 +62,10 @@ class DiskCache:
         shutil.rmtree(path, ignore_errors=True)
 
     def evict(self, adapter_id: str) -> None:
+        # Ids are DNS subdomains (every record is validated); `..` or `.` would name the
+        # cache's parent or the cache itself. The one place a folder is deleted by its id.
+        if not is_adapter_id(adapter_id):
+            raise ValueError(f"not an adapter id: {adapter_id!r}")
         self.lru.remove(adapter_id)
         shutil.rmtree(self.path(adapter_id), ignore_errors=True)
 

@@ -40,7 +40,7 @@ from lorafleet_core.wire.agent_api import (
     UNLOAD_ROUTE,
 )
 from lorafleet_core.wire.error_codes import ErrorCode
-from lorafleet_core.wire.records import AdapterRecord
+from lorafleet_core.wire.records import AdapterRecord, is_adapter_id
 from lorafleet_core.wire.replica_state import MergedServing, ReplicaState
 from lorafleet_core.wire.tiers import Tier
 
@@ -186,6 +186,9 @@ def build_internal_app(
     async def forget(replica_id: str, adapter_id: str, request: Request) -> JSONResponse:
         if (err := await unauthorized(request) or wrong_replica(replica_id)) is not None:
             return err
+        if not is_adapter_id(adapter_id):
+            # Never a folder name: `..` would have the disk tier delete the cache's parent.
+            return error_response(400, "adapter_id is not an adapter id", "invalid_request")
         if manager.is_merged(adapter_id):
             # Its weights are this replica's weights: nothing can be dropped while it runs;
             # pods built without it (the pool's rollout) are how it goes.

@@ -25,7 +25,7 @@ import pytest
 from tests.agent.conftest import forget, load, metric, state, unload
 from tests.agent.vllm_requests import slow_stream, stream_choices
 from tests.agent_thread import RunningAgent
-from tests.conftest import TEST_DATA_TOKEN, restart_vllm, unique_id
+from tests.conftest import INTERNAL_HEADERS, TEST_DATA_TOKEN, restart_vllm, unique_id
 from tests.fault_proxy import FaultProxy
 from tests.waiting import eventually
 
@@ -123,6 +123,30 @@ def test_a_replica_holding_another_record_under_the_id_serves_neither_until_told
         assert load(agent, old).status_code == 200  # told the held record again: it serves
         assert complete(agent, old.id)[0].startswith("ZEBRA-7")
         assert old.id not in state(agent)["failed_adapters"]
+
+
+def test_forget_refuses_a_path_that_is_not_an_adapter_id_and_deletes_nothing(
+    run_agent, make_record, tmp_path
+):
+    """The id in forget's URL names a folder of the disk tier; `..` (sent encoded, which the
+    server decodes) would have named the cache's parent."""
+    rec = make_record("zebra", unique_id("forget-path"))
+    cache = tmp_path / "cache"
+    with run_agent(cache_dir=cache) as agent:
+        assert load(agent, rec).status_code == 200
+        rid = agent.agent.settings.replica_id
+        for name in ("%2e%2e", "%2e", ".incoming", "UPPER"):
+            r = httpx.post(
+                f"{agent.internal_url}/internal/replicas/{rid}/adapters/{name}/forget",
+                headers=INTERNAL_HEADERS,
+                timeout=30,
+            )
+            assert r.status_code == 400, (name, r.text)
+            assert r.json()["error"]["code"] == "invalid_request"
+        assert (cache / rec.id / "adapter_model.safetensors").is_file()
+        assert cache.is_dir()
+        held = state(agent)
+        assert rec.id in held["gpu_adapters"] + held["ram_adapters"] + held["disk_adapters"]
 
 
 def test_a_deleted_adapter_is_forgotten_and_its_id_then_takes_the_new_record(

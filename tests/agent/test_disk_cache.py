@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from lorafleet_agent.disk_cache import DiskCache, LruBytes
 from lorafleet_core.storage.adapter_files import ADAPTER_FILES
 
@@ -49,3 +51,23 @@ def test_commit_is_atomic_and_a_restart_adopts_only_complete_folders(tmp_path):
     assert restarted.lru.used == 2 * 10
     restarted.evict("a1")
     assert not (tmp_path / "cache" / "a1").exists()
+
+
+def test_evict_refuses_a_name_that_is_not_an_adapter_id(tmp_path):
+    """`..` and `.` would name the cache's parent and the cache itself: never deleted."""
+    root = tmp_path / "cache"
+    root.mkdir()
+    (tmp_path / "keep").write_text("beside the cache")
+    (root / "held").mkdir()
+    stranger = root / "Not-An-Id"  # complete, but no adapter is named so: left alone
+    stranger.mkdir()
+    for name in ADAPTER_FILES:
+        (stranger / name).write_bytes(b"x")
+    cache = DiskCache(root, 1 << 20)
+    assert "Not-An-Id" not in cache.lru.order()
+    for name in ("..", ".", ".incoming", "../keep", "a/b", ""):
+        with pytest.raises(ValueError, match="not an adapter id"):
+            cache.evict(name)
+    assert (tmp_path / "keep").is_file()
+    assert (root / ".incoming").is_dir()
+    assert (stranger / ADAPTER_FILES[0]).is_file()

@@ -15,6 +15,7 @@ always produces the same bytes and the operator can skip no-op patches.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -22,13 +23,22 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lorafleet_core.api.models import DNS_SUBDOMAIN, SHA256_REF, WEIGHTS_URI, LoRAAdapterSpec
 
+MAX_ADAPTER_ID = 253
+_ADAPTER_ID = re.compile(DNS_SUBDOMAIN)
+
+
+def is_adapter_id(value: str) -> bool:
+    """Whether `value` can name an adapter (a LoRAAdapter's name: a DNS subdomain). An id taken
+    from a URL is checked with this before it names anything on disk (`..` never does)."""
+    return len(value) <= MAX_ADAPTER_ID and _ADAPTER_ID.fullmatch(value) is not None
+
 
 class AdapterRecord(BaseModel):
     """One adapter version as the data plane sees it; `id` is the LoRAAdapter's name."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str = Field(pattern=DNS_SUBDOMAIN, max_length=253)
+    id: str = Field(pattern=DNS_SUBDOMAIN, max_length=MAX_ADAPTER_ID)
     tenant: str
     base_model_hash: str = Field(pattern=SHA256_REF)
     rank: int = Field(ge=1, le=256)
