@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -12,6 +13,7 @@ from lorafleet_core.kube.token_review import parse_accounts
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
 from lorafleet_core.planning.merge_advice import MERGE_THRESHOLD_SHARE
 from lorafleet_core.planning.replica_config import InsideAuth
+from lorafleet_core.web.secret_file import bearer_token_reader
 from lorafleet_core.wire.agent_api import INTERNAL_AUDIENCE
 
 
@@ -125,7 +127,8 @@ class OperatorSettings(BaseSettings):
     )
     replica_token: SecretStr | None = Field(
         default=None,
-        description="The agents' internal credential, sent on forwarded load/unload calls.",
+        description="The agents' internal credential, sent on forwarded load/unload calls "
+        "and on forget when a LoRAAdapter is deleted.",
     )
     replica_token_file: Path | None = Field(
         default=None, description="File holding the agents' internal credential."
@@ -188,6 +191,11 @@ class OperatorSettings(BaseSettings):
             callers=tuple(sorted(parse_accounts(self.replica_callers))),
             service_account=self.replica_service_account or None,
         )
+
+    def replica_token_reader(self) -> Callable[[], str | None]:
+        """The agents' internal credential (a projected ServiceAccount token or the Secret's
+        token), read again whenever its file changes, so a rotated token is picked up."""
+        return bearer_token_reader(self.replica_token, self.replica_token_file)
 
     def control_namespace_name(self) -> str:
         return self.control_namespace or next(iter(self.namespace_list()), "default")

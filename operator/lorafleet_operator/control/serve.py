@@ -21,7 +21,6 @@ import uvicorn
 from fastapi import FastAPI
 from kubernetes_asyncio import client
 
-from lorafleet_core.web.secret_file import bearer_token_reader
 from lorafleet_operator.control.app import build_control_app
 from lorafleet_operator.control.auth import ControlAuth, parse_accounts
 from lorafleet_operator.control.edge import control_protocol
@@ -32,12 +31,6 @@ log = logging.getLogger(__name__)
 
 # Forwarded calls: a load may fetch from the object store and verify before it answers.
 FORWARD_TIMEOUT = httpx.Timeout(120.0, connect=5.0)
-
-
-def replica_token_reader(settings: OperatorSettings) -> Callable[[], str | None]:
-    """The agents' internal credential (a projected ServiceAccount token or the Secret's token),
-    read again whenever its file changes, so a rotated token is picked up."""
-    return bearer_token_reader(settings.replica_token, settings.replica_token_file)
 
 
 def build_from_settings(
@@ -65,7 +58,7 @@ def build_from_settings(
     )
     if settings.control_token_sha256 is None and settings.control_token_sha256_file is None:
         log.warning("control API has no admin token configured: only ServiceAccounts can call it")
-    return build_control_app(store, auth, http=http, replica_token=replica_token_reader(settings))
+    return build_control_app(store, auth, http=http, replica_token=settings.replica_token_reader())
 
 
 def bound_socket(host: str, port: int) -> socket.socket:

@@ -13,7 +13,6 @@ import kopf
 
 from lorafleet_core.api.names import GROUP, PLURAL_ADAPTER, VERSION
 from lorafleet_core.planning.fleet import merged_pools_serving
-from lorafleet_core.web.secret_file import bearer_token_reader
 from lorafleet_operator.errors import NotReadyError, mapped
 from lorafleet_operator.forget import GiveUpClock, forget_everywhere, replicas_to_tell
 from lorafleet_operator.runtime import runtime
@@ -80,8 +79,7 @@ async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, 
             delay=DELETE_RETRY_SECONDS,
         )
     await fleet.flush()
-    settings = runtime().settings
-    token = bearer_token_reader(settings.replica_token, settings.replica_token_file)()
+    token = runtime().settings.replica_token_reader()()
     key = (namespace, name)
     left = await forget_everywhere(replicas_to_tell(fleet.index, name), name, token)
     if left and not FORGET_WAITS.expired(key):

@@ -94,7 +94,7 @@ async def ensure_internal_secret(pool: ReplicaPool, body: kopf.Body, namespace: 
     settings = runtime().settings
     if not auto_created(pool):
         return
-    token = bearer_token_reader(settings.replica_token, settings.replica_token_file)()
+    token = settings.replica_token_reader()()
     data_token = bearer_token_reader(
         settings.replica_data_token, settings.replica_data_token_file
     )()
