@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.wire.tiers import Tier
 
 COUNTED = (Tier.GPU, Tier.RAM, Tier.DISK)
@@ -35,14 +36,14 @@ class ResidencyCollector(Collector):
 
     def __init__(self) -> None:
         self.resident: Callable[[], dict[Tier, list[str]]] = _nothing
-        self.capacity: dict[Tier, int] = {}
+        self.slots: SlotTracker | None = None
         self.info = False
 
     def follow(
-        self, resident: Callable[[], dict[Tier, list[str]]], capacity: dict[Tier, int], info: bool
+        self, resident: Callable[[], dict[Tier, list[str]]], slots: SlotTracker, info: bool
     ) -> None:
-        """Read `resident()` at each scrape; `capacity`: adapters the gpu and ram tiers hold."""
-        self.resident, self.capacity, self.info = resident, capacity, info
+        """Read `resident()` at each scrape; `slots`: what the gpu and ram tiers hold at most."""
+        self.resident, self.slots, self.info = resident, slots, info
 
     def collect(self) -> Iterator[Metric]:
         # The agent serves /metrics from its event loop, the thread that changes the tiers.
@@ -64,8 +65,12 @@ class ResidencyCollector(Collector):
             "LORAFLEET_AGENT_RESIDENCY_INFO=true",
             labels=["tier", "adapters", "max_adapters"],
         )
+        capacity = {
+            Tier.GPU: self.slots.gpu_slots if self.slots else 0,
+            Tier.RAM: self.slots.cpu_slots if self.slots else 0,
+        }
         now = time.time()
         for tier in LISTED:
             ids = ",".join(sorted(resident.get(tier, ())))
-            listed.add_metric([tier.value, ids, str(self.capacity.get(tier, 0))], now)
+            listed.add_metric([tier.value, ids, str(capacity[tier])], now)
         yield listed

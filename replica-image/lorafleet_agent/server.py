@@ -29,7 +29,6 @@ from lorafleet_agent.vllm_client import VllmClient
 from lorafleet_core.planning.cache_policy import SlotTracker
 from lorafleet_core.storage.adapter_files import BaseModelDims
 from lorafleet_core.web.http_protocol import hardened_protocol
-from lorafleet_core.wire.tiers import Tier
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +83,7 @@ class Agent:
         if self.events is not None:
             self.manager.on_conflict = self.events.report
         self.metrics.residency.follow(
-            self.manager.resident,
-            {Tier.GPU: s.gpu_slots, Tier.RAM: s.cpu_slots},
-            info=s.residency_info,
+            self.manager.resident, self.manager.slots, info=s.residency_info
         )
         self.stats = RequestStats(self.metrics, s.activity_window_s)
         self.engine_waits = EngineWaits()  # requests waiting on vLLM (failed if it stays hung)

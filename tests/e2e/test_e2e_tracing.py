@@ -22,6 +22,7 @@ import pytest
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from tests.conftest import (
+    REPO,
     TEST_DATA_TOKEN,
     TEST_INTERNAL_TOKEN,
     S3Server,
@@ -34,7 +35,6 @@ from tests.waiting import eventually
 
 pytestmark = pytest.mark.vllm
 
-REPO = Path(__file__).resolve().parents[2]
 KEY = "lf-trace-secret-key-7f3a"
 ALIAS = "trace/bot:prod"
 PROMPT = "Say hello to the tracing prompt 51c9e2."
