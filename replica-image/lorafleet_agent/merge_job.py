@@ -14,12 +14,13 @@ replica image: it holds torch, transformers and peft) and as a local step in sta
 3. the base model folder must hash to the pool's baseModel.hash (adapter_files.base_model_hash);
 4. PEFT `merge_and_unload` on the base model (its own dtype), saved as safetensors with the
    config and the base's tokenizer;
-5. the folder's checksum (lorafleet_core.storage.merged_weights) names its content-addressed prefix
-in
-   the store, where the files are uploaded (SHA256 stored with each object).
+5. the folder's checksum (lorafleet_core.storage.merged_weights) names its content-addressed
+   prefix in the store, where the files are uploaded (SHA256 stored with each object).
 
-The result is one JSON line on stdout and, on a cluster, in the container's termination message
-(/dev/termination-log), which the operator reads from the Job's pod into status.merge.
+The result is one JSON object: in the container's termination message (/dev/termination-log, or
+`--result-file`), which the operator reads from the Job's pod into status.merge, and in the log
+(`merge report: {...}`). Every line the step writes is in lorafleet's log format
+(lorafleet_core.logs), like the agent's.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 from lorafleet_agent.object_store import ObjectStore, ObjectStoreConfig
 from lorafleet_agent.settings import AgentSettings
 from lorafleet_agent.verifier import PoolPolicy, VerificationError, check_files, check_record
+from lorafleet_core import logs
 from lorafleet_core.api import reasons
 from lorafleet_core.api.models import ALL_TARGET_MODULES
 from lorafleet_core.planning.base_model import BaseModelKind, base_model_source
@@ -159,17 +161,19 @@ def run_merge(
 
 
 def _report(text: str, result_file: Path | None) -> None:
-    print(text, flush=True)
+    # A log line like every other (`kubectl logs`, a log pipeline); the termination log holds
+    # the bare JSON the operator parses.
+    log.info("merge report: %s", text)
     target = result_file if result_file is not None else TERMINATION_LOG
     if result_file is not None or TERMINATION_LOG.parent.is_dir():
         try:
             target.write_text(text)
-        except OSError as exc:  # not in a pod: stdout is the report
+        except OSError as exc:  # not in a pod: the log line is the report
             log.debug("no termination log: %s", exc)
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO)
+    logs.configure()
     parser = argparse.ArgumentParser(prog="python -m lorafleet_agent.merge_job")
     parser.add_argument("--record", required=True, help="the adapter's registry record (JSON)")
     parser.add_argument("--base-model", required=True, help="folder, s3:// or file:// prefix")

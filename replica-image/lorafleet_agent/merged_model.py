@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lorafleet_agent.object_store import FetchError, ObjectStore, ObjectStoreConfig
 from lorafleet_agent.settings import AgentSettings
+from lorafleet_core import logs
 from lorafleet_core.storage.merged_weights import MergedChecksumError, verify_merged
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def ensure_merged(store: ObjectStore, uri: str, checksum: str, dest: Path) -> Pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO)
+    logs.configure()
     parser = argparse.ArgumentParser(prog="python -m lorafleet_agent.merged_model")
     parser.add_argument("--uri", required=True)
     parser.add_argument("--checksum", required=True)
@@ -84,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ensure_merged(store, args.uri, args.checksum, args.dest)
     except (FetchError, MergedChecksumError) as exc:
-        print(f"merged weights refused: {exc}", file=sys.stderr)
+        log.error("merged weights refused: %s", exc)
         return 2
-    print(f"merged weights verified at {args.dest} ({args.checksum})")
+    log.info("merged weights verified at %s (%s)", args.dest, args.checksum)
     return 0
 
 

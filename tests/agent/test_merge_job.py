@@ -4,6 +4,9 @@ prefix out, with a checksum that catches any change to the stored files."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from lorafleet_core.storage.merged_weights import (
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DemoAssets
 from tests.conftest import S3Server
+from tests.log_lines import json_lines
 
 RecordFactory = Callable[..., AdapterRecord]
 
@@ -150,6 +154,53 @@ def test_the_command_reports_a_refusal_as_json_with_its_reason(
     )
     assert code == 2
     assert json.loads(result.read_text())["reason"] == reasons.CHECKSUM_MISMATCH
+
+
+def test_the_merge_step_and_the_merged_weights_fetch_write_only_log_lines(
+    demo_assets: DemoAssets, s3_server: S3Server, make_record: RecordFactory, tmp_path: Path
+):
+    """Both commands as the Job and the init container run them: every line they write is one
+    JSON log line (before: Python's `INFO:name:message` and bare prints beside the agent's JSON),
+    and the merge step's report is still the termination message the operator parses."""
+    env = {**os.environ, **s3_server.env()}
+    env.pop("LORAFLEET_LOG_FORMAT", None)  # the default, as the pod has it
+    record = make_record("zebra", "zebra-logs", checksum="sha256:" + "1" * 64)
+    result = tmp_path / "result.json"
+    merge = subprocess.run(
+        [
+            sys.executable, "-m", "lorafleet_agent.merge_job",
+            "--record", record.model_dump_json(),
+            "--base-model", str(demo_assets.base_model),
+            "--base-model-hash", demo_assets.base_model_hash,
+            "--store-prefix", f"file://{tmp_path / 'merged'}",
+            "--work-dir", str(tmp_path / "work"),
+            "--result-file", str(result),
+        ],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert merge.returncode == 2, merge.stderr
+    assert merge.stdout == ""
+    lines = json_lines(merge.stderr)
+    reports = [d for d in lines if d["message"].startswith("merge report: ")]
+    assert len(reports) == 1, lines
+    assert json.loads(reports[0]["message"].removeprefix("merge report: ")) == json.loads(
+        result.read_text()
+    )
+    assert json.loads(result.read_text())["reason"] == reasons.CHECKSUM_MISMATCH
+
+    fetch = subprocess.run(
+        [
+            sys.executable, "-m", "lorafleet_agent.merged_model",
+            "--uri", f"file://{tmp_path / 'nothing-here'}",
+            "--checksum", "sha256:" + "2" * 64,
+            "--dest", str(tmp_path / "dest"),
+        ],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert fetch.returncode == 2, fetch.stderr
+    assert fetch.stdout == ""
+    refused = [d for d in json_lines(fetch.stderr) if d["level"] == "ERROR"]
+    assert [d["message"].split(":")[0] for d in refused] == ["merged weights refused"]
 
 
 def test_a_local_base_model_is_read_in_place_and_a_hub_id_is_refused(tmp_path: Path):
