@@ -1,5 +1,6 @@
 """One log format for every lorafleet process: the gateway, the agent, the operator (kopf's
-own loggers included), the control API and the merge jobs.
+own loggers included), the control API and the merge jobs, and for the vLLM engine beside the
+agent (`engine_logging_config`, a file vLLM reads at start).
 
 `LORAFLEET_LOG_FORMAT` chooses it (`LogSettings`):
 
@@ -26,6 +27,7 @@ import threading
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal
 
@@ -159,6 +161,48 @@ class TextFormatter(logging.Formatter):
 
 def formatter(fmt: LogFormat) -> logging.Formatter:
     return JsonFormatter() if fmt == "json" else TextFormatter()
+
+
+# vLLM applies the dictConfig file this variable names when it is imported (its engine-core
+# processes too) and hands the same file to its uvicorn, so one file puts every log line of the
+# engine in lorafleet's format: the replica image writes it at build (replica-image/Dockerfile),
+# `lorafleet up` into its log folder. Set to "" to get vLLM's own format back.
+ENGINE_LOGGING_ENV: Final = "VLLM_LOGGING_CONFIG_PATH"
+# What vLLM's process logs through: its own loggers and its HTTP server's.
+ENGINE_LOGGERS: Final = ("vllm", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def env_formatter() -> logging.Formatter:
+    """The formatter `LORAFLEET_LOG_FORMAT` names, read when a dictConfig builds it (`"()"`)."""
+    return formatter(LogSettings().format)
+
+
+def engine_logging_config() -> dict[str, Any]:
+    """The dictConfig for vLLM's process: every logger to stderr through `env_formatter`."""
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"lorafleet": {"()": f"{__name__}.{env_formatter.__name__}"}},
+        "handlers": {
+            "lorafleet": {
+                "class": "logging.StreamHandler",
+                "formatter": "lorafleet",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"level": "INFO", "handlers": ["lorafleet"]},
+        # vLLM's and uvicorn's defaults give these handlers of their own; none here, so each
+        # line goes to the root's handler once.
+        "loggers": {
+            name: {"level": "INFO", "handlers": [], "propagate": True} for name in ENGINE_LOGGERS
+        },
+    }
+
+
+def write_engine_logging_config(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(engine_logging_config(), indent=2) + "\n")
+    return path
 
 
 _format: LogFormat = DEFAULT_FORMAT  # what `configure` installed; `structured_line` follows it

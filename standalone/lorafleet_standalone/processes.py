@@ -19,10 +19,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import importlib.metadata
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lorafleet_core import logs
 from lorafleet_core.api.models import ReplicaPoolSpec
 from lorafleet_core.planning.replica_config import (
     AGENT_ENV_PREFIX,
@@ -124,6 +126,9 @@ def vllm_process(
         *engine_flags(pool),  # a merged pool (model_dir holds merged weights): no LoRA
     ]
     env = {}
+    if logs.ENGINE_LOGGING_ENV not in os.environ:  # else the user's own logging config
+        config = logs.write_engine_logging_config(log_dir / "vllm-logging.json")
+        env[logs.ENGINE_LOGGING_ENV] = str(config)
     if pool.merged is None:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     else:

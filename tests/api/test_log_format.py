@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from lorafleet_core import logs
 from lorafleet_core.web import request_ids
+from tests.log_lines import json_lines
 
 
 def _record(msg: str, **extra: object) -> logging.LogRecord:
@@ -69,3 +73,47 @@ def test_the_operator_passes_only_a_format_other_than_the_default(
 ):
     monkeypatch.setattr(logs, "_format", configured)
     assert logs.replica_log_format() == passed
+
+
+# What vLLM's API server does with its logging settings at start (arg parsing), then lines from
+# its own loggers and its HTTP server's; the uvicorn config it would give its server, too.
+ENGINE_START = """
+import argparse, logging
+from vllm.config.logging import LoggingConfig
+from vllm.entrypoints.launchers.utils.server_utils import get_uvicorn_log_config
+from vllm.logger import configure_logging, init_logger
+configure_logging(LoggingConfig())
+init_logger("vllm.engine.x").info("engine line %d", 1)
+logging.getLogger("uvicorn.access").info("POST /v1/completions 200")
+config = get_uvicorn_log_config(
+    argparse.Namespace(logging_config=LoggingConfig(), disable_access_log_for_endpoints=None)
+)
+print(sorted(config["loggers"]) if config else None)
+"""
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_vllm_logs_in_lorafleets_format_through_the_engine_logging_config(tmp_path: Path, fmt: str):
+    """The file the replica image and `lorafleet up` give vLLM (VLLM_LOGGING_CONFIG_PATH): its
+    loggers and its uvicorn's write one line each in LORAFLEET_LOG_FORMAT (before: vLLM's
+    `INFO 12-06 21:23:50 [file.py:12] ...` and uvicorn's `INFO:     ...` beside JSON)."""
+    config = logs.write_engine_logging_config(tmp_path / "vllm-logging.json")
+    env = {**os.environ, logs.ENGINE_LOGGING_ENV: str(config), logs.FORMAT_ENV: fmt}
+    run = subprocess.run(
+        [sys.executable, "-c", ENGINE_START],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert run.stdout.strip() == str(sorted(logs.ENGINE_LOGGERS))  # uvicorn gets the same file
+    ours = [line for line in run.stderr.splitlines() if "engine line" in line or "POST" in line]
+    assert len(ours) == 2, run.stderr
+    if fmt == "json":
+        docs = json_lines("\n".join(ours))
+        assert [(d["logger"], d["message"]) for d in docs] == [
+            ("vllm.engine.x", "engine line 1"),
+            ("uvicorn.access", "POST /v1/completions 200"),
+        ]
+    else:
+        assert [line.split(" ", 3)[1:3] for line in ours] == [
+            ["INFO", "vllm.engine.x"],
+            ["INFO", "uvicorn.access"],
+        ]

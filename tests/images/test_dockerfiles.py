@@ -3,7 +3,11 @@ ports. No Docker engine runs here, so nothing is built: these read the files (CI
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -196,3 +200,19 @@ def test_control_plane_image_installs_what_the_canary_imports_and_no_plotting():
     assert "openai" in out
     assert ours <= set(out)
     assert not {"matplotlib", "numpy", "lorafleet_sim", "torch"} & set(out)
+
+
+def test_the_replica_image_writes_the_engine_logging_config_vllm_reads(tmp_path: Path):
+    """The RUN that writes VLLM_LOGGING_CONFIG_PATH's file, run as the build's shell runs it (the
+    variable from the image's ENV): the file is lorafleet's engine logging config."""
+    from lorafleet_core import logs
+
+    path = REPLICA.final.env()[logs.ENGINE_LOGGING_ENV]
+    assert path.startswith("/etc/")  # written as root at build, read-only to the pod's user
+    (step,) = [run for run in REPLICA.final.all("RUN") if "write_engine_logging_config" in run]
+    target = tmp_path / "vllm-logging.json"
+    # `python3` is the image's interpreter, holding lorafleet: here, the test's.
+    path_env = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    env = {**os.environ, "PATH": path_env, logs.ENGINE_LOGGING_ENV: str(target)}
+    subprocess.run(["/bin/sh", "-c", step], env=env, check=True, timeout=60)
+    assert json.loads(target.read_text()) == logs.engine_logging_config()

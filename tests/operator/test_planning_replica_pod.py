@@ -340,16 +340,18 @@ def test_a_template_service_account_wins_over_the_agent_account():
     assert spec["spec"]["serviceAccountName"] == GPU_DOC["spec"]["template"]["serviceAccountName"]
 
 
-def test_the_operators_log_format_reaches_the_agent_only_when_it_is_not_the_default():
-    """text (set on the operator by the chart's logFormat) goes to every agent; the default
-    adds no variable, so the pod template, and every replica, stays as it was."""
+def test_the_operators_log_format_reaches_agent_and_engine_only_when_not_the_default():
+    """text (set on the operator by the chart's logFormat) goes to every agent and every vLLM
+    (the image's engine logging config reads it); the default adds no variable, so the pod
+    template, and every replica, stays as it was."""
 
-    def agent_env(log_format: str | None) -> dict[str, object]:
+    def env(log_format: str | None, container: str) -> dict[str, object]:
         sts = plan_pool_objects(GPU_POOL, "ns", 2, log_format=log_format).statefulset
-        (agent,) = [
-            c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == "agent"
+        (found,) = [
+            c for c in sts["spec"]["template"]["spec"]["containers"] if c["name"] == container
         ]
-        return {e["name"]: e.get("value") for e in agent["env"]}
+        return {e["name"]: e.get("value") for e in found["env"]}
 
-    assert agent_env("text")["LORAFLEET_LOG_FORMAT"] == "text"
-    assert "LORAFLEET_LOG_FORMAT" not in agent_env(None)
+    for container in ("agent", "vllm"):
+        assert env("text", container)["LORAFLEET_LOG_FORMAT"] == "text"
+        assert "LORAFLEET_LOG_FORMAT" not in env(None, container)

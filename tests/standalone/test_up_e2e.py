@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -348,6 +349,13 @@ def test_status_of_the_running_up(up: Up, capsys: pytest.CaptureFixture[str]) ->
     assert all(p["running"] for p in report["processes"].values()), report["processes"]
 
 
+# vLLM's own text format (`INFO 12-06 21:23:50 [api_server.py:12] ...`, with or without its
+# process prefix) and uvicorn's (`INFO:     127.0.0.1:... "POST ..." 200`).
+VLLM_TEXT_LINE = re.compile(
+    r"^(?:\(\S+ pid=\d+\) )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?: \d\d-\d\d \d\d:| *:  )", re.M
+)
+
+
 def test_ctrl_c_stops_everything_and_leaves_no_processes(up: Up) -> None:
     pids = [p["pid"] for p in up.status()["processes"].values()]
     assert pids
@@ -361,9 +369,20 @@ def test_ctrl_c_stops_everything_and_leaves_no_processes(up: Up) -> None:
     assert final["phase"] == "stopped"
     assert not any(p["running"] for p in final["processes"].values()), final["processes"]
     assert "[lorafleet up] stopped" in up.log_text()
-    # Its children wrote the JSON log format (vLLM's own log apart), stops and restarts too.
-    ours = [f for f in sorted((up.state / "logs").glob("*.log")) if not f.name.endswith("vllm.log")]
+    # Its children wrote the JSON log format, stops and restarts too.
+    logs = sorted((up.state / "logs").glob("*.log"))
+    ours = [f for f in logs if not f.name.endswith("vllm.log")]
     assert {"gateway.log", "control.log"} <= {f.name for f in ours}
     assert any(f.name.endswith("agent.log") for f in ours)
     for log in ours:
         json_lines(log.read_text())
+    # vLLM logs through lorafleet's format too (its config file): its loggers' and its HTTP
+    # server's lines are JSON; what is not JSON there is printed by libraries (torch, tqdm).
+    engines = [f for f in logs if f.name.endswith("vllm.log")]
+    assert engines
+    for log in engines:
+        text = log.read_text()
+        assert not VLLM_TEXT_LINE.search(text), VLLM_TEXT_LINE.search(text)
+        docs = json_lines("\n".join(x for x in text.splitlines() if x.startswith('{"time"')))
+        loggers = {d["logger"].split(".")[0] for d in docs}
+        assert {"vllm", "uvicorn"} <= loggers, loggers

@@ -206,8 +206,9 @@ def plan_pool_objects(
     """The pool's objects; `inside` says how its agents authenticate their callers (the
     operator's settings, from the chart's `internalAuth`); a merged pool's need its Ready
     merge (see `ready_merge`). `log_format` (the operator's own, lorafleet_core.logs) goes to
-    the agents as LORAFLEET_LOG_FORMAT; None leaves the agents' default and the pod template
-    as it was (no rollout of every replica when the operator is upgraded)."""
+    the agents and the engines (the image's vLLM logging config reads it) as
+    LORAFLEET_LOG_FORMAT; None leaves their default and the pod template as it was (no
+    rollout of every replica when the operator is upgraded)."""
     name = pool.metadata.name
     merge = ready_merge(pool, merge)
     if pool.spec.merged is not None and merge is None:
@@ -225,12 +226,15 @@ def plan_pool_objects(
     # a merged pool's vLLM reads the merged weights from its cache volume instead.
     source = base_model_source(pool.spec.base_model.uri)
     streamer_env = [] if merge else object_store_env(source, template.env)
+    format_env = [] if log_format is None else [{"name": LOG_FORMAT_ENV, "value": log_format}]
     vllm = {
         "name": "vllm",
         "image": engine.image,
         "command": [replica_pod.PYTHON, "-m", "vllm.entrypoints.openai.api_server"],
         "args": engine_args(pool, merge),
-        "env": replica_pod.merged_env([*lora_env, *vllm_secret_env(name), *streamer_env], pool),
+        "env": replica_pod.merged_env(
+            [*lora_env, *vllm_secret_env(name), *streamer_env, *format_env], pool
+        ),
         **env_from,
         "resources": replica_pod.engine_resources(pool),
         **replica_pod.engine_probes(pool),
