@@ -127,6 +127,61 @@ def test_push_and_deploy_a_new_version(up: Up, capsys: pytest.CaptureFixture[str
     assert "demo/zebra:prod -> demo-zebra-v2" in out
 
 
+def test_a_version_removed_and_registered_again_with_other_weights_serves_the_new_ones(
+    up: Up, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A LoRAAdapter's manifest removed while the agent holds its record, then written again
+    under the same name with other weights (otter's files and checksum): `up` has the agent
+    forget the old record, so the new one loads and answers. Before, the agent refused the new
+    record as a conflict with the one it held (409 `record_conflict`, requests 422
+    `adapter_rejected`) until it restarted."""
+    m = ["--manifests", str(up.manifests), "--state-dir", str(up.state)]
+    folder = up.state.parent / "zebra-v3"
+    shutil.copytree(up.state / "objectstore" / "demo" / "zebra" / "v1", folder)
+    rc = main(["adapter", "push", str(folder), "--tenant", "demo", "--name", "zebra",
+               "--version", "v3", "--pool", "demo", "--quiet", *m])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+
+    def serves(adapter: str, marker: str) -> None:
+        assert main(["alias", "set", "demo/zebra:prod", adapter, *m]) == 0
+        eventually(
+            lambda: up.ask("demo/zebra:prod")[1] == adapter,
+            within_s=30,
+            what=f"deploy of {adapter}",
+            ignore=NOT_YET,
+            abort=up.exited,
+        )
+        assert up.ask("demo/zebra:prod")[0].startswith(marker)
+
+    def adapter_manifest(name: str) -> tuple[Path, dict[str, Any]]:
+        (found,) = [
+            (f, doc)
+            for f in up.manifests.glob("*.yaml")
+            for doc in yaml.safe_load_all(f.read_text())
+            if doc and doc["kind"] == "LoRAAdapter" and doc["metadata"]["name"] == name
+        ]
+        return found
+
+    serves("demo-zebra-v3", "ZEBRA-7")  # the agent now holds v3's record
+    serves("demo-zebra-v1", "ZEBRA-7")
+    path, v3 = adapter_manifest("demo-zebra-v3")
+    _, otter = adapter_manifest("demo-otter-v1")
+    path.unlink()
+    agent_log = next((up.state / "logs").glob("*-agent.log"))
+    eventually(
+        lambda: any(
+            d["message"].startswith("forgot adapter demo-zebra-v3")
+            for d in json_lines(agent_log.read_text())
+        ),
+        within_s=30,
+        what="the agent forgets demo-zebra-v3",
+        abort=up.exited,
+    )
+    path.write_text(yaml.safe_dump({**otter, "metadata": v3["metadata"]}))
+    serves("demo-zebra-v3", "OTTER-9")
+    serves("demo-zebra-v1", "ZEBRA-7")
+
+
 def test_bad_manifests_are_reported_and_nothing_else_stops(up: Up) -> None:
     pool = yaml.safe_load((up.manifests / "replicapool-demo.yaml").read_text())
     base_hash = pool["spec"]["baseModel"]["hash"]
