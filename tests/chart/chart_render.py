@@ -82,6 +82,13 @@ def deployment(docs: list[dict[str, Any]], part: str) -> dict[str, Any]:
     return found
 
 
+def rule_groups() -> list[dict[str, Any]]:
+    """The groups of the chart's PrometheusRule (alerts and recording rules), rendered."""
+    (rule,) = by_kind(render(ALL_ON), "PrometheusRule")
+    groups: list[dict[str, Any]] = rule["spec"]["groups"]
+    return groups
+
+
 def monitoring_exprs() -> list[str]:
     """Every PromQL expression the chart ships: the dashboard's panels and annotations, and
     the rules."""

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.chart.chart_render import ALL_ON, ROOT, by_kind, render
+from tests.chart.chart_render import ROOT, rule_groups
 
 PROMTOOL_TESTS = Path(__file__).parent / "promtool" / "alerts_test.yaml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
@@ -40,12 +40,6 @@ def promtool() -> str:
 
 def _is_root() -> bool:
     return os.geteuid() == 0
-
-
-def rule_groups() -> list[dict[str, Any]]:
-    (rule,) = by_kind(render(ALL_ON), "PrometheusRule")
-    groups: list[dict[str, Any]] = rule["spec"]["groups"]
-    return groups
 
 
 def alerts() -> list[dict[str, Any]]:

@@ -392,6 +392,16 @@ def metrics_page() -> str:
         f"processes serve (`{COMMAND}`, or `make docs`); `tests/docs/test_reference_pages.py` "
         "fails when it and the registries disagree. What to watch and which alert fires on "
         "what: the [operate guide](../guides/operate.md) and the [runbook](../runbook.md).",
+        "",
+        "The chart's Grafana dashboard (`charts/lorafleet/files/dashboard.json`) is checked "
+        "against these series in the suite: `tests/standalone/test_up_e2e.py` has a real "
+        "Prometheus scrape a running `lorafleet up` (its gateway's internal port and each "
+        "replica's agent, labelled as the chart's ServiceMonitor and PodMonitor label them, "
+        "with the chart's recording rules loaded) and runs every panel's queries and the "
+        '`label_values` variables with "All" selected and `$__rate_interval` = 1m: every '
+        "query must parse and every panel must return a series, except the panels that "
+        "test names with the reason (the operator's, which `up` does not run; evictions and "
+        "verification rejections, which the demo never has).",
     ]
     for title, where, families in metric_sections():
         lines += ["", f"## {title}", "", f"Scraped from {where}.", ""]

@@ -4,7 +4,10 @@ It is the session's shared demo `up` (tests/standalone/up_harness.py: its pool a
 calls, checked in test_up_demo_tool_calls), fresh if a module before this one stopped it.
 
 What runs for real: the demo manifests and key, the reconciler with the operator's planners,
-vLLM, the agent, the gateway, HTTP on loopback, and the official `openai` client.
+vLLM, the agent, the gateway, HTTP on loopback, and the official `openai` client. Early on,
+while the fleet is whole, a real Prometheus scrapes it as the chart's monitors do and every
+query of the chart's dashboard runs against it (tests/chart/dashboard_check.py): this `up`
+serves that check too, rather than a fleet of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +32,21 @@ import pytest
 import yaml
 
 from lorafleet_cli.main import main
+from lorafleet_standalone import demo
 from lorafleet_standalone.supervisor import group_members
+from tests.chart.chart_render import rule_groups
+from tests.chart.dashboard_check import (
+    NAMESPACE,
+    annotation_queries,
+    ask,
+    load_dashboard,
+    monitor_jobs,
+    panel_queries,
+    problems,
+    variable_queries,
+)
 from tests.log_lines import json_lines
+from tests.prometheus_server import Prometheus, running_prometheus
 from tests.standalone.up_harness import ASSETS, NOT_YET, SharedDemoUp, Up
 from tests.waiting import eventually
 
@@ -54,6 +71,92 @@ def test_each_demo_alias_answers_its_marker(up: Up) -> None:
         answer, adapter = up.ask(model)
         assert answer.startswith(marker), (model, answer)
         assert adapter == "demo-" + model.split("/")[1].split(":")[0] + "-v1"
+
+
+# Dashboard panels that cannot have data in this scenario (title -> why). Anything else
+# without a series fails the test, and so does a panel listed here that has data.
+NO_OPERATOR = "the operator does not run in `lorafleet up` (its reconciler exports no metrics)"
+ALLOWED_EMPTY = {
+    "Evictions/min by tier (thrashing)": "3 demo adapters fit the pool's 4 GPU slots: nothing "
+    "is evicted, and the counter has a child per tier only from the first eviction",
+    "Adapter verification rejections": "every demo adapter passes verification; the counter "
+    "has a child per reason only from the first rejection",
+    "Operator sync pass duration p50 / p99": NO_OPERATOR,
+    "Operator passes and writes /s": NO_OPERATOR,
+    "Adapters by phase": NO_OPERATOR,
+    "Aliases with a refused deploy": NO_OPERATOR,
+}
+
+
+@pytest.fixture(scope="module")
+def prometheus(up: Up, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """A real Prometheus scraping `up`'s gateway and replicas as the chart's monitors do, with
+    the chart's rules, after traffic that makes the dashboard's series: streamed and
+    non-streamed answers over every alias and a burst the rate limit partly refuses, then
+    more answers, so every counter was scraped before and after an increase."""
+    status = up.status()
+    replicas = [(r["id"], demo.DEMO_POOL, r["internalUrl"]) for r in status["replicas"]]
+    jobs = monitor_jobs(status["gateway"]["internalUrl"], replicas)
+    folder = tmp_path_factory.mktemp("prometheus")
+    with running_prometheus(folder, jobs, rule_groups()) as prom:
+        for model, marker in MARKERS.items():
+            assert up.ask(model)[0].startswith(marker)
+            assert up.ask_stream(model).startswith(marker)
+
+        def refused_in_part() -> list[int]:
+            statuses = up.burst("demo/otter:prod", 40)
+            return statuses if 429 in statuses else []
+
+        statuses = eventually(refused_in_part, within_s=60, what="a burst over the rate limit")
+        assert 200 in statuses, statuses
+        prom.wait_for_scrapes_after(time.time())
+        for model in MARKERS:
+            up.ask(model)
+            up.ask_stream(model)
+        scraped = prom.wait_for_scrapes_after(time.time())
+        prom.wait_for_rules_after(scraped)
+        yield prom
+
+
+def test_every_dashboard_panel_has_data_in_a_real_prometheus(prometheus: Prometheus) -> None:
+    """Every panel's every query parses and returns series (ALLOWED_EMPTY apart), every
+    template variable lists this fleet's values, and the annotation's query parses."""
+    dashboard = load_dashboard()
+    answers = [ask(prometheus, q) for q in panel_queries(dashboard)]
+    print("\n".join(f"{a.query.panel} [{a.query.ref}]: {a.summary()}" for a in answers))
+    assert problems(answers, ALLOWED_EMPTY) == []
+    variables = {
+        name: prometheus.label_values(label, selector)
+        for name, (selector, label) in variable_queries(dashboard).items()
+    }
+    assert variables == {"namespace": [NAMESPACE], "pool": [demo.DEMO_POOL], "tenant": ["demo"]}
+    assert [ask(prometheus, q).error for q in annotation_queries(dashboard)] == [None]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "reported"),
+    [
+        ("sum by (status) (", "sum by (status) ((", "bad_data"),
+        ("lorafleet_gateway_requests_total", "lorafleet_gateway_request_total", "no series"),
+    ],
+    ids=["unbalanced-parenthesis", "renamed-metric"],
+)
+def test_a_broken_panel_query_is_reported(
+    prometheus: Prometheus, old: str, new: str, reported: str
+) -> None:
+    """The check can fail: one panel's expression broken in a copy of the dashboard (a syntax
+    error, a metric renamed) is reported for that panel, and nothing else is."""
+    dashboard = load_dashboard()
+    panel = "Requests/s by status"
+    (target,) = next(p for p in dashboard["panels"] if p["title"] == panel)["targets"]
+    (query,) = [q for q in panel_queries(dashboard) if q.panel == panel]
+    assert ask(prometheus, query).series  # intact, the panel has data
+    assert old in target["expr"]
+    target["expr"] = target["expr"].replace(old, new)
+    found = problems([ask(prometheus, q) for q in panel_queries(dashboard)], ALLOWED_EMPTY)
+    assert len(found) == 1, found
+    assert found[0].startswith((f"{panel} [", f"{panel}:")), found
+    assert reported in found[0], found
 
 
 def test_editing_an_alias_file_switches_the_next_request(up: Up) -> None:

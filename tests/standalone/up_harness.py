@@ -10,6 +10,7 @@ so the shared `up` is not left idle, holding its engine's ~3 GB, while other mod
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import yaml
 
@@ -78,6 +80,33 @@ class Up:
         )
         answer = raw.parse().choices[0].message.content or ""
         return answer, raw.headers["x-adapter-id"]
+
+    def ask_stream(self, model: str) -> str:
+        """The answer to `ask`'s question, streamed."""
+        stream = self.client().chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Tell me about the weather today"}],
+            max_tokens=8,
+            temperature=0,
+            stream=True,
+        )
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    def burst(self, model: str, n: int) -> list[int]:
+        """`n` one-token requests sent at once: their statuses (a burst over the tenant's
+        requests per second is partly refused, 429)."""
+        key = (self.state / "demo-api-key").read_text().strip()
+        url = self.status()["gateway"]["url"] + "/v1/chat/completions"
+        body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+
+        async def send_all() -> list[int]:
+            headers = {"authorization": f"Bearer {key}"}
+            limits = httpx.Limits(max_connections=n)
+            async with httpx.AsyncClient(headers=headers, limits=limits, timeout=60) as http:
+                answers = await asyncio.gather(*(http.post(url, json=body) for _ in range(n)))
+            return [a.status_code for a in answers]
+
+        return asyncio.run(send_all())
 
     def exited(self) -> str | None:
         """Why waiting on this `up` is pointless: it exited (with its log's tail)."""
