@@ -199,13 +199,23 @@ def vllm_command(
     ]
 
 
-# vLLM's CPU backend binds an engine's OpenMP threads to the cores it picks ("auto": all but
-# the last, which it leaves to its scheduler process): every engine started with "auto" lands
-# on the same cores, so on the 2-core CI machine two engines shared core 0 while core 1 ran
-# the rest (measured: the isolation run's two engine workers capped at one core together).
-# Under pytest-xdist (`make test` runs two workers) each worker binds the engines it starts to
-# a core of its own, so the two sessions' engines do not pile onto core 0; a test's second
-# engine (SPARE_CPU) binds to the other core. A plain `pytest` keeps "auto" for its engines.
+# How the tests run an engine: the model in vLLM's engine-core process (its UniProcExecutor,
+# `VLLM_ENABLE_V1_MULTIPROCESSING=0`) with one OpenMP thread, not in a worker process of its own.
+# With the worker process (vLLM's default on CPU) every step is two round trips between two
+# processes over shared memory, and the worker spins on sched_yield between steps: on the
+# tiny test model that hand-off, not the arithmetic, was the step. Measured on the 2-core
+# machine (docs/design/0045): the isolation test's 1,000 requests at 17-21 req/s with the
+# worker process, 41-48 req/s without, the same churn of loads and evictions; the LoRA
+# correctness tests still compare the engine's tokens and logprobs against PEFT. One thread:
+# vLLM binds no threads in this mode, and two engines with a thread per core each
+# oversubscribed the two cores (7 req/s).
+#
+# `cpus` binds a whole engine (API server, engine core) to cores with the kernel's affinity,
+# set on the server before it starts its engine core, which inherits it. Under pytest-xdist
+# (`make pytest TEST_WORKERS=2`) each worker binds the engines it starts to a core of its own
+# (WORKER_CPU), so the two sessions' engines do not pile onto one core; a test's second engine
+# (SPARE_CPU) goes to the last core. A plain `pytest` leaves the session's engine to the
+# kernel's scheduler.
 _CORES = sorted(os.sched_getaffinity(0))
 _XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... under pytest-xdist
 _WORKER_INDEX = int(_XDIST_WORKER.removeprefix("gw")) if _XDIST_WORKER else None
@@ -213,17 +223,25 @@ WORKER_CPU = None if _WORKER_INDEX is None else str(_CORES[_WORKER_INDEX % len(_
 SPARE_CPU = str(_CORES[-1] if _WORKER_INDEX is None else _CORES[(_WORKER_INDEX + 1) % len(_CORES)])
 
 
-def vllm_env(cpus: str | None = None) -> dict[str, str]:
-    """The engine's environment; `cpus` (a vLLM CPU list such as "1") binds its threads, by
-    default to this xdist worker's core."""
-    cpus = cpus or WORKER_CPU
+def vllm_env() -> dict[str, str]:
+    """The engine's environment."""
     return {
         **os.environ,
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
         "TOKENIZERS_PARALLELISM": "false",
-        **({"VLLM_CPU_OMP_THREADS_BIND": cpus} if cpus else {}),
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "OMP_NUM_THREADS": "1",
     }
+
+
+def cpu_set(cpus: str) -> set[int]:
+    """A CPU list ("1", "0,1", "0-3") as a set of core ids."""
+    cores: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        cores.update(range(int(first), int(last or first) + 1))
+    return cores
 
 
 def start_vllm(
@@ -237,7 +255,7 @@ def start_vllm(
     cpus: str | None = None,
 ) -> VllmServer:
     """Start a vLLM server (own process group) and wait until /v1/models answers; `cpus`:
-    the cores its threads bind to (SPARE_CPU for an engine next to the session's)."""
+    the cores the whole engine is bound to (SPARE_CPU for an engine next to the session's)."""
     server = spawn_vllm(base, log_path, port, served_name=served_name, lora=lora, cpus=cpus)
     await_vllm(server, timeout_s)
     return server
@@ -256,14 +274,18 @@ def spawn_vllm(
     (~30 s), then calls `await_vllm`."""
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    cpus = cpus or WORKER_CPU
+    cores = cpu_set(cpus) if cpus else None
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             vllm_command(base, port, served_name, lora=lora),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=vllm_env(cpus),
+            env=vllm_env(),
             start_new_session=True,  # its own process group: we kill the engine core too
         )
+    if cores is not None:
+        os.sched_setaffinity(proc.pid, cores)  # seconds before it forks its engine core
     return VllmServer(
         url=f"http://127.0.0.1:{port}",
         port=port,
@@ -391,7 +413,7 @@ def copy_adapter(src: Path, dest: Path) -> Path:
 # would finish alone while the other idles. Everything else keeps its order behind them; a run
 # in one process keeps the collection order.
 SLOW_FILES_FIRST = (
-    "tests/verification/test_canary_isolation.py",  # ~15 min: 10,000 requests, two engines
+    "tests/verification/test_canary_isolation.py",  # ~5 min: 10,000 requests, two engines
     "tests/standalone/test_up_auto_merge_e2e.py",
     "tests/operator/test_operator_restart.py",
     "tests/standalone/test_up_merged_e2e.py",

@@ -9,6 +9,11 @@ as their own processes (`python -m ...`, as `lorafleet up` starts them): in one 
 the client the run was GIL-bound at ~19 req/s (docs/reference/verification.md).
 Asserted: zero foreign markers, zero responses without their own marker, and the answering
 adapter id (`x-adapter-id`) is the alias's adapter every time. The run prints requests/s.
+
+Both engines run the model in vLLM's engine-core process (`vllm_env` in tests/conftest.py):
+the same scheduler, multi-LoRA batching over 2 GPU slots, host-RAM cache and runtime
+load/unload as with vLLM's default worker process, without the per-step hand-off between two
+processes that made this run ~14 minutes instead of ~4 (docs/design/0045).
 """
 
 from __future__ import annotations
@@ -261,8 +266,9 @@ def metric_total(metrics_url: str, name: str, label: str) -> dict[str, float]:
     return Scrape.of(metrics_url).by_label(f"{name}_total", label)
 
 
-# The run alone is ~8 min at ~20 req/s on the loaded 2-core machine, plus two vLLM starts when
-# this module runs by itself: over the suite's 600 s per test (setup included).
+# The run alone is ~4 min at ~40 req/s on the 2-core machine (~14 min with vLLM's worker
+# process), plus two vLLM starts when this module runs by itself: room over the suite's 600 s
+# per test (setup included) for a machine busy with other work.
 @pytest.mark.timeout(1500)
 def test_ten_thousand_mixed_requests_never_answer_with_another_canary(
     isolation_fleet: IsolationFleet,
