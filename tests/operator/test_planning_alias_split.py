@@ -6,8 +6,8 @@ from datetime import timedelta
 
 from lorafleet_core.api import reasons as R
 from lorafleet_core.api.models import AdapterAliasSpec, AdapterPhase, ConditionStatus, SplitTarget
-from lorafleet_core.planning.alias_deploy import plan_set
 from lorafleet_core.planning import aliases as L
+from lorafleet_core.planning.alias_deploy import plan_set
 from lorafleet_core.planning.conditions import find
 from lorafleet_core.planning.fleet import _alias_warnings
 from tests.operator.factories import T0, alias, pool_body
