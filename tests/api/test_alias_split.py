@@ -40,7 +40,7 @@ def model_error(split: Any) -> str | None:
     return None
 
 
-def entry(adapter: str, weight: int) -> dict[str, Any]:
+def entry(adapter: str, weight: Any) -> dict[str, Any]:
     return {"adapter": adapter, "weight": weight}
 
 

@@ -91,7 +91,9 @@ def test_rejected_failed_foreign_or_missing_versions_never_take_traffic():
         assert version in c.message
         assert c.message.endswith("their 50% stays with v1")
         # Deployed and Ready speak of spec.adapter only: it serves.
-        assert find(p.status.conditions, R.READY).status == ConditionStatus.TRUE
+        ready = find(p.status.conditions, R.READY)
+        assert ready is not None
+        assert ready.status == ConditionStatus.TRUE
 
 
 def test_a_refused_version_is_an_event_a_waiting_one_is_not():
