@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 from lorafleet_core.api import reasons as R
@@ -9,9 +10,11 @@ from lorafleet_core.api.models import AdapterAliasSpec, AdapterPhase, ConditionS
 from lorafleet_core.planning import aliases as L
 from lorafleet_core.planning.alias_deploy import plan_set
 from lorafleet_core.planning.conditions import find
-from lorafleet_core.planning.fleet import _alias_warnings
-from tests.operator.factories import T0, alias, pool_body
+from lorafleet_core.planning.fleet import _alias_warnings, plan_fleet
+from lorafleet_core.wire.replica_state import ReplicaState
+from tests.operator.factories import T0, alias, entry, pool_body
 from tests.operator.test_planning_alias_names import _adapter
+from tests.operator.test_planning_fleet import snapshot
 
 READY = L.AdapterView("acme", AdapterPhase.READY, verified=True)
 UNVERIFIED = L.AdapterView("acme", AdapterPhase.READY)
@@ -217,3 +220,23 @@ def test_alias_set_to_a_version_of_the_split_promotes_it_and_keeps_the_others():
         where="folder x",
     )
     assert "split" not in body["spec"]
+
+
+def test_plan_fleet_lets_a_split_version_in_once_a_replica_verified_it_and_holds_its_deletion():
+    """Through the whole planner (operator and `lorafleet up` alike): v2 takes its 5% once a
+    replica reports its files verified; a version of a split cannot be deleted under it."""
+    a = alias("prod", "acme/s:prod", "a1")
+    a.spec.split = split(("a2", 5))
+    adapters = [entry("a1"), entry("a2")]
+    first = plan_fleet(snapshot(adapters, [a]), T0)
+    assert first.alias_status["prod"].adapter == "a1"  # nothing to keep: no wait for files
+    assert first.alias_status["prod"].split is None
+    assert cond(first.alias_status["prod"]).reason == R.AWAITING_REPLICAS
+    verified = {"pool-0": ReplicaState(replica_id="pool-0", disk_adapters=["a1", "a2"])}
+    a.status = first.alias_status["prod"]
+    second = plan_fleet(snapshot(adapters, [a], states=verified), T0 + timedelta(seconds=5))
+    assert second.alias_status["prod"].traffic == "a1=95,a2=5"
+    a.status = second.alias_status["prod"]
+    going = [entry("a1"), dataclasses.replace(entry("a2"), deleting=True)]
+    third = plan_fleet(snapshot(going, [a], states=verified), T0 + timedelta(seconds=9))
+    assert third.blocked_deletions == {"a2": ["prod"]}

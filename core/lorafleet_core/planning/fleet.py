@@ -168,6 +168,9 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
     referenced: dict[str, list[str]] = defaultdict(list)
     for alias in snap.aliases:
         targets = {alias.spec.adapter, (alias.status.adapter if alias.status else None)}
+        # A version of a weighted split serves too (or is about to): its deletion waits as well.
+        targets.update(s.adapter for s in alias.spec.split or ())
+        targets.update(s.adapter for s in (alias.status.split if alias.status else None) or ())
         for t in targets:
             if t:
                 referenced[t].append(alias.metadata.name)
