@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from lorafleet_core.api.crd_validation import schema_of, validate
-from lorafleet_core.api.models import AdapterAlias, AdapterAliasSpec, SplitTarget, traffic_summary
+from lorafleet_core.api.models import (
+    AdapterAlias,
+    AdapterAliasSpec,
+    AdapterAliasStatus,
+    SplitTarget,
+    traffic_summary,
+)
 
 from .conftest import examples_of_kind
 from .test_models_crd_agree import AGREE
@@ -130,3 +136,12 @@ splits = st.lists(st.builds(entry, names, weights), max_size=10)
 @given(split=splits)
 def test_model_and_crd_agree_on_any_split(split):
     assert (crd_errors(split) == []) == (model_error(split) is None), split
+
+
+def test_the_longest_split_fits_status_traffic():
+    """Nine versions of the longest names (the primary and 8 entries) still fit the field."""
+    name = "a" * 252
+    split = [SplitTarget(adapter=f"{name}{i}", weight=11) for i in range(8)]
+    summary = traffic_summary(f"{name}x", split)
+    assert summary is not None
+    AdapterAliasStatus(adapter=f"{name}x", split=split, traffic=summary)

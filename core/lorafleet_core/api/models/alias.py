@@ -202,7 +202,8 @@ class AdapterAliasStatus(CamelModel):
     )
     traffic: str | None = Field(
         default=None,
-        max_length=2048,
+        # Every version's name (<= 253) and `=NN,`, the primary's included.
+        max_length=(253 + 4) * (SPLIT_MAX + 1),
         description="The split in force as one line, primary first (`v1=95,v2=5`), for "
         "`kubectl get`; absent without a split.",
     )
