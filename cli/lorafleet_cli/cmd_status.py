@@ -98,7 +98,10 @@ def standalone_text(report: Mapping[str, Any], wide: bool = False) -> list[str]:
     lines += _merged_text(report.get("mergedPools", []))
     if "aliases" in report:
         lines.append("models:")
-        lines += [f"  {a['model']} -> {a['serving']}" for a in report["aliases"]]
+        lines += [
+            f"  {a['model']} -> {a['serving']}" + (f" (split {a['split']})" if "split" in a else "")
+            for a in report["aliases"]
+        ]
         if wide:
             lines.append("adapters (owners):")
             lines += [f"  {a['name']}: {', '.join(a['owners'])}" for a in report["adapters"]]

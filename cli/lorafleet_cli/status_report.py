@@ -280,8 +280,10 @@ def standalone(state_dir: Path) -> Report | None:
     if rec_file.is_file():
         rec = read_state_json(rec_file)
         try:
+            traffic = rec.get("traffic") or {}
             report["aliases"] = [
-                {"model": m, "serving": a} for m, a in rec.get("models", {}).items()
+                {"model": m, "serving": a, **({"split": traffic[m]} if m in traffic else {})}
+                for m, a in rec.get("models", {}).items()
             ]
             report["adapters"] = [
                 {"name": a, "phase": v.get("phase"), "owners": v.get("owners", [])}

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.planning.traffic_split import Draw, choose_version
 from lorafleet_core.storage.replica_endpoints import ReplicaEndpoint
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_gateway.pool_router import AdapterPools
@@ -22,11 +23,28 @@ __all__ = ["ReplicaEndpoint"]  # re-exported: the gateway's modules import it fr
 
 @dataclass(frozen=True, slots=True)
 class AliasTarget:
-    """A servable alias: the public model name, its tenant and the immutable adapter id."""
+    """A servable alias: the public model name, its tenant and the immutable adapter id, plus
+    the weighted versions in force ((adapter id, percent); the adapter id takes the rest)."""
 
     model: str
     tenant: str
     adapter_id: str
+    split: tuple[tuple[str, int], ...] = ()
+
+    def version_for(self, user: str | None, draw: Draw | None = None) -> str:
+        """The adapter id serving one request by `user` (None: anonymous, drawn at random)."""
+        return choose_version(self.model, self.adapter_id, self.split, user, draw)
+
+    def adapter_ids(self) -> tuple[str, ...]:
+        """Every version the alias may answer with, the primary first."""
+        return (self.adapter_id, *(a for a, _ in self.split))
+
+    def traffic(self) -> str:
+        """The primary and the split as one comparable string (`v1=95,v2=5`)."""
+        if not self.split:
+            return self.adapter_id
+        rest = 100 - sum(w for _, w in self.split)
+        return ",".join([f"{self.adapter_id}={rest}", *(f"{a}={w}" for a, w in self.split)])
 
 
 @dataclass(frozen=True)
@@ -77,9 +95,11 @@ class CatalogSnapshot:
         return self.adapter_pools.get(adapter_id) or _ANY_POOL
 
     def served_pairs(self) -> Iterator[tuple[str, str]]:
-        """(tenant, adapter id) of every alias: the label pairs usage can be metered under."""
+        """(tenant, adapter id) of every version an alias may answer with: the label pairs
+        usage can be metered under."""
         for target in self.aliases.values():
-            yield target.tenant, target.adapter_id
+            for adapter_id in target.adapter_ids():
+                yield target.tenant, adapter_id
 
 
 _ANY_POOL = AdapterPools()

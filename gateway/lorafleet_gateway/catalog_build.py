@@ -52,6 +52,39 @@ def adapter_ready(obj: Obj, *, allow_missing_status: bool) -> bool:
     return bool(status.get("phase") == "Ready")
 
 
+def alias_split(
+    obj: Obj,
+    spec: AdapterAliasSpec,
+    *,
+    allow_missing_status: bool,
+    stored_status: Mapping[str, Any] | None = None,
+) -> list[tuple[str, int]]:
+    """The weighted versions an alias sends requests to besides the one `alias_target` names.
+
+    As for the adapter, the operator's view wins: status.split holds only the versions that
+    passed the deploy gate. Without a status (standalone manifests nobody reconciles)
+    spec.split is served. A status split that does not read as one (an older or hand-edited
+    status) is no split: every request goes to the primary.
+    """
+    status = _nonempty(stored_status) or _status(obj)
+    if status is None:
+        return [(s.adapter, s.weight) for s in spec.split or ()] if allow_missing_status else []
+    raw = status.get("split")
+    if not isinstance(raw, Sequence) or isinstance(raw, str):
+        return []
+    out: list[tuple[str, int]] = []
+    for item in raw:
+        if not isinstance(item, Mapping):
+            return []
+        adapter, weight = item.get("adapter"), item.get("weight")
+        if not isinstance(adapter, str) or type(weight) is not int or not 1 <= weight <= 99:
+            return []
+        out.append((adapter, weight))
+    if sum(w for _, w in out) > 99 or len({a for a, _ in out}) != len(out):
+        return []
+    return out
+
+
 def alias_target(
     obj: Obj,
     spec: AdapterAliasSpec,
@@ -143,7 +176,18 @@ def build_snapshot(
             log.warning("model %r claimed by two tenants; serving neither", spec.model)
             targets.pop(spec.model)
             continue
-        targets[spec.model] = AliasTarget(spec.model, spec.tenant, target.id)
+        # A version of the split that is not servable here (not Ready, another tenant's) takes
+        # no share: its requests go to the primary, which is.
+        split = tuple(
+            (version, weight)
+            for version, weight in alias_split(
+                obj, spec, allow_missing_status=allow_missing_status, stored_status=stored.get(name)
+            )
+            if version != target.id
+            and (other := records.get(version)) is not None
+            and other.tenant == spec.tenant
+        )
+        targets[spec.model] = AliasTarget(spec.model, spec.tenant, target.id, split)
 
     tenants: dict[str, TenantKeys] = {}
     for obj in secrets:

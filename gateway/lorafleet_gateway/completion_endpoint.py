@@ -16,6 +16,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from lorafleet_core import logs
 from lorafleet_core.api.apikeys import TenantKeys
+from lorafleet_core.planning.traffic_split import user_of
 from lorafleet_core.web import tracing
 from lorafleet_core.web.client_gone import unless_client_leaves
 from lorafleet_core.wire.headers import HEADER_ADAPTER_ID, HEADER_ADAPTER_TIER, HEADER_REPLICA_ID
@@ -157,7 +158,9 @@ class CompletionEndpoint:
         target = snap.resolve(tenant.tenant, req.model)
         if target is None:
             raise model_not_found(req.model)
-        record = snap.adapters[target.adapter_id]
+        # One version per request (a weighted alias splits by user, else at random); the
+        # answer's model, x-adapter-id, usage and the log name the version that served it.
+        record = snap.adapters[target.version_for(user_of(req.body))]
         out.log["adapter_id"] = record.id
         logs.bind(adapter_id=record.id)
         limits = gw.limits_for(tenant)

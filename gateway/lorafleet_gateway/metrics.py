@@ -105,15 +105,17 @@ class TenantSLO(Collector):
 
 
 class AliasChanges:
-    """Counts the aliases whose adapter differs between one catalog and the next (a catalog
-    listener: no I/O). Aliases added or removed are not changes; the first catalog is none."""
+    """Counts the aliases whose adapter or weighted split differs between one catalog and the
+    next (a catalog listener: no I/O). Aliases added or removed are not changes; the first
+    catalog is none."""
 
     def __init__(self, counter: PromCounter) -> None:
         self.counter = counter
         self._previous: dict[str, str] | None = None
 
     def __call__(self, aliases: Mapping[str, str]) -> None:
-        """`aliases`: public model name -> adapter id, of the catalog just installed."""
+        """`aliases`: public model name -> what it answers with (AliasTarget.traffic: the
+        adapter id, or the weighted split), of the catalog just installed."""
         previous = self._previous
         if previous is not None:
             changed = sum(1 for m, a in aliases.items() if previous.get(m, a) != a)
@@ -148,8 +150,9 @@ class GatewayMetrics:
         self.alias_changes = AliasChanges(
             PromCounter(
                 "lorafleet_gateway_alias_changes",
-                "Aliases that answer with another adapter than in the previous catalog: a deploy "
-                "or a rollback taking effect on this gateway (the dashboard's annotations)",
+                "Aliases that answer with another adapter or another weighted split than in the "
+                "previous catalog: a deploy, a rollback or a split change taking effect on this "
+                "gateway (the dashboard's annotations)",
                 registry=r,
             )
         )

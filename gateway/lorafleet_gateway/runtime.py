@@ -100,7 +100,7 @@ class Gateway:
         self.holder.subscribe(lambda snap: self.metrics.usage.prime(snap.served_pairs()))
         self.holder.subscribe(
             lambda snap: self.metrics.alias_changes(
-                {m: t.adapter_id for m, t in snap.aliases.items()}
+                {m: t.traffic() for m, t in snap.aliases.items()}
             )
         )
         self.limiter, self._close_limiter = limiter_from_settings(settings, self.metrics)

@@ -10,10 +10,12 @@ ramp         traffic ramps 25% -> 100% -> 50% with the autoscaler on (new replic
 failure      a replica dies mid-run and comes back cold
 hot-tenant   one tenant at 2,000 tokens/s: the operator grows its owners
 add-remove   a replica joins at 1/3 of the run and another leaves at 2/3
+rollout      the busiest alias rolls out a new version by weight: 5% -> 50% -> 100%
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -152,6 +154,19 @@ def add_remove(i: Inputs) -> list[Run]:
     return [Run(name, i.workload(), i.replica, i.fleet, i.router, ev, w)]
 
 
+def rollout(i: Inputs) -> list[Run]:
+    """The busiest adapter's alias rolls out a new version (its own adapter, starting cold):
+    5% from the measured period's start, 50% at 1/3, all of it at 2/3."""
+    base = i.workload()
+    primary = base.names[Counter(base.adapter).most_common(1)[0][0]]
+    version = f"{primary}-next"
+    w, d = i.warmup_s, i.duration_s
+    steps = [(w, 5), (w + d / 3, 50), (w + 2 * d / 3, 100)]
+    run = wl.rollout(base, primary, version, steps, i.seed)
+    name = f"rollout of {primary}: 5% -> 50% -> 100%"
+    return [Run(name, run, i.replica, i.fleet, i.router, [], w, hot=version)]
+
+
 SCENARIOS: dict[str, Callable[[Inputs], list[Run]]] = {
     "steady": steady,
     "routing-ab": routing_ab,
@@ -160,4 +175,5 @@ SCENARIOS: dict[str, Callable[[Inputs], list[Run]]] = {
     "failure": failure,
     "hot-tenant": hot_tenant,
     "add-remove": add_remove,
+    "rollout": rollout,
 }

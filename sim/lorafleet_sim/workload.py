@@ -19,6 +19,8 @@ from datetime import datetime
 from itertools import accumulate
 from pathlib import Path
 
+from lorafleet_core.planning.traffic_split import choose_version
+
 
 def default_trace() -> Path:
     """`$LORAFLEET_TRACE`, else ../shared/traces beside the first checkout folder above here."""
@@ -95,6 +97,29 @@ class Workload:
 
     def __len__(self) -> int:
         return len(self.at)
+
+
+def rollout(
+    w: Workload, primary: str, version: str, weights_at: list[tuple[float, int]], seed: int
+) -> Workload:
+    """`w` with a weighted rollout of `primary`'s alias to `version`: from each (time, percent)
+    of `weights_at` on, that percent of `primary`'s requests go to `version` (100: promoted,
+    spec.adapter moved to it), chosen by the gateway's own `choose_version` with a seeded draw
+    (the trace names no users)."""
+    steps = sorted(weights_at)
+    names = (*w.names, version)
+    src, dst = w.names.index(primary), len(w.names)
+    rng = random.Random(seed)
+    adapters = list(w.adapter)
+    for k, (t, a) in enumerate(zip(w.at, w.adapter, strict=True)):
+        if a != src:
+            continue
+        weight = next((p for at, p in reversed(steps) if at <= t), 0)
+        chosen = choose_version(primary, primary, [(version, weight)], None, rng.randrange)
+        adapters[k] = dst if chosen == version else src
+    plan = ", ".join(f"{p}% at {at:g} s" for at, p in steps)
+    label = f"{w.label}, {primary} -> {version}: {plan}"
+    return Workload(list(w.at), list(w.prompt), list(w.output), adapters, names, label)
 
 
 def read_trace(path: Path) -> tuple[list[float], list[int], list[int]]:

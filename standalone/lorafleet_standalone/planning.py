@@ -66,6 +66,8 @@ class Plan:
     annotations: dict[str, str] = field(default_factory=dict)  # replica -> owned-adapters value
     alias_statuses: dict[str, AdapterAliasStatus] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)  # public model -> adapter served
+    # public model -> its weighted split in force (`v1=95,v2=5`), for the aliases that have one
+    traffic: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     # autoMerge, as the operator decides it (standalone.auto_merge applies it): merged pools to
     # create, and changes to those `up` created (drain, delete; scale is written only).
@@ -272,8 +274,15 @@ def plan(
             # Deployed, but what it serves is gone or no longer Ready.
             message = f"not served ({ready.reason}): {ready.message}"
             out.problems.append(Problem(alias_files[name], names.KIND_ALIAS, name, message))
+        split = _condition(a_status, reasons.SPLIT)
+        if split is not None and split.status == ConditionStatus.FALSE:
+            # The primary serves; a version of spec.split is kept out (or still waits).
+            message = f"{split.reason}: {split.message}"
+            out.problems.append(Problem(alias_files[name], names.KIND_ALIAS, name, message))
         if a_status.adapter and serving:
             out.models[alias.spec.model] = a_status.adapter
+            if a_status.traffic:
+                out.traffic[alias.spec.model] = a_status.traffic
     return out
 
 
@@ -286,6 +295,7 @@ def status_document(p: Plan, updated_at: float) -> dict[str, Any]:
             for a, st in sorted(p.adapter_statuses.items())
         },
         "models": dict(sorted(p.models.items())),
+        "traffic": dict(sorted(p.traffic.items())),
         "aliases": {a: st.wire() for a, st in sorted(p.alias_statuses.items())},
         "problems": [
             {"file": x.file, "kind": x.kind, "name": x.name, "message": x.message, "text": str(x)}

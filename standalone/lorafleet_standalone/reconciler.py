@@ -106,8 +106,12 @@ class Reconciler:
         if self.last is None:
             return False
         return any(
-            c.type == reasons.DEPLOYED
-            and c.reason in (reasons.AWAITING_REPLICAS, reasons.PROGRESS_DEADLINE_EXCEEDED)
+            (
+                c.type == reasons.DEPLOYED
+                and c.reason in (reasons.AWAITING_REPLICAS, reasons.PROGRESS_DEADLINE_EXCEEDED)
+            )
+            # A version of spec.split waits the same way (Split names the first waiting one).
+            or (c.type == reasons.SPLIT and c.reason == reasons.AWAITING_REPLICAS)
             for st in self.last.alias_statuses.values()
             for c in st.conditions
         )
@@ -192,7 +196,8 @@ class Reconciler:
         self._reported = current
         for adapter, (reason, message) in sorted(result.merge_events.items()):
             self.say(f"MergedPoolRecommended {adapter}: {reason}: {message}")
-        if result.models and result.models != self._served:
-            self._served = dict(result.models)
-            summary = ", ".join(f"{m} -> {a}" for m, a in result.models.items())
+        served = {m: result.traffic.get(m, a) for m, a in result.models.items()}
+        if served and served != self._served:
+            self._served = served
+            summary = ", ".join(f"{m} -> {a}" for m, a in served.items())
             self.say(f"serving {summary}")

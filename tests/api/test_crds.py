@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from lorafleet_core.api import crds, names
+from lorafleet_core.api.models.alias import SPLIT_PRIMARY_RULE, SPLIT_SUM_RULE
 from lorafleet_core.api.models.engine_args import EXTRA_ARGS_RULE
 
 from .conftest import CRDS, REPO
@@ -151,7 +152,15 @@ def test_printer_columns_as_designed():
         "Owners",
         "Age",
     ]
-    assert columns["AdapterAlias"] == ["Ready", "Model", "Serving", "Previous", "Deployed", "Age"]
+    assert columns["AdapterAlias"] == [
+        "Ready",
+        "Model",
+        "Serving",
+        "Split",
+        "Previous",
+        "Deployed",
+        "Age",
+    ]
     assert columns["ReplicaPool"][0] == "Ready"
     assert columns["ReplicaPool"][-1] == "Age"
 
@@ -289,7 +298,11 @@ def test_expected_rules_are_present():
     }
     assert rules == {
         ("loraadapters", ".spec"): ["self == oldSelf"],
-        ("adapteraliases", ".spec"): ["self.model.startsWith(self.tenant + '/')"],
+        ("adapteraliases", ".spec"): [
+            "self.model.startsWith(self.tenant + '/')",
+            SPLIT_PRIMARY_RULE,
+            SPLIT_SUM_RULE,
+        ],
         ("replicapools", ".spec.replicas"): ["self.min <= self.max"],
         ("adapteraliases", ".spec.model"): ["self == oldSelf"],
         ("adapteraliases", ".spec.tenant"): ["self == oldSelf"],

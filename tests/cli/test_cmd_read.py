@@ -218,8 +218,8 @@ def test_refused_deploy_on_a_cluster_shows_the_serving_adapter(
     rc, out, _ = run(capsys, "alias", "list", "-o", "wide", *k)
     assert rc == 0
     header, row = out.splitlines()
-    assert header.split()[:7] == [
-        "NAME", "READY", "MODEL", "SERVING", "PREVIOUS", "DEPLOYED", "AGE"
+    assert header.split()[:8] == [
+        "NAME", "READY", "MODEL", "SERVING", "SPLIT", "PREVIOUS", "DEPLOYED", "AGE"
     ]  # fmt: skip
     assert row.split()[3] == "acme-web-v1"  # SERVING: not spec.adapter
     assert "acme-web-v2" in row.split()  # WANTED, in -o wide

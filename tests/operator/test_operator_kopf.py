@@ -246,6 +246,66 @@ def test_alias_deploy_refusal_rollback_and_conflict(cluster, operator):
             s.close()
 
 
+def test_a_weighted_split_passes_the_gate_per_version_and_rolls_back(cluster, operator):
+    """spec.split through the running operator: a version takes its share once a replica
+    verified it, a Rejected one never does, and removing the entry clears status.split."""
+    h = "sha256:" + "d" * 64
+    servers = make_pool(cluster, "split", 2, base_hash=h)
+    try:
+        for n in ("spl-v1", "spl-v2"):
+            make_adapter(cluster, n, base_hash=h)
+        make_adapter(cluster, "spl-v3-big", base_hash=h, rank=128)
+        eventually(lambda: status(cluster, "loraadapters", "spl-v2").get("phase") == "Ready")
+        for s in servers:
+            s.state["disk_adapters"] = ["spl-v1"]  # v2's files not verified yet
+        body = alias_body("split-prod", "acme/split:prod", "spl-v1")
+        body["spec"]["split"] = [{"adapter": "spl-v2", "weight": 5}]
+        del body["metadata"]["namespace"], body["metadata"]["creationTimestamp"]
+        cluster.create(cluster.path("adapteraliases"), body)
+        path = cluster.path("adapteraliases", "split-prod")
+
+        def st() -> dict[str, Any]:
+            return status(cluster, "adapteraliases", "split-prod")
+
+        waiting = eventually(
+            lambda: cond(st(), "Split").get("reason") == "AwaitingReplicas" and st()
+        )
+        assert waiting["adapter"] == "spl-v1"
+        assert "split" not in waiting
+
+        for s in servers:
+            s.state["disk_adapters"] = ["spl-v1", "spl-v2"]
+        admitted = eventually(lambda: st().get("traffic") == "spl-v1=95,spl-v2=5" and st())
+        assert admitted["split"] == [{"adapter": "spl-v2", "weight": 5}]
+        assert cond(admitted, "Split")["status"] == "True"
+
+        cluster.patch(
+            path,
+            {
+                "spec": {
+                    "split": [
+                        {"adapter": "spl-v2", "weight": 50},
+                        {"adapter": "spl-v3-big", "weight": 10},
+                    ]
+                }
+            },
+        )
+        half = eventually(lambda: st().get("traffic") == "spl-v1=50,spl-v2=50" and st())
+        refused = cond(half, "Split")
+        assert (refused["status"], refused["reason"]) == ("False", "AdapterNotReady")
+        assert "spl-v3-big is Rejected" in refused["message"]
+
+        cluster.patch(path, {"spec": {"split": None}})  # roll back: one edit
+        done = eventually(
+            lambda: "split" not in st() and cond(st(), "Split").get("reason") == "NoSplit" and st()
+        )
+        assert "traffic" not in done
+        assert done["adapter"] == "spl-v1"
+    finally:
+        for s in servers:
+            s.close()
+
+
 def test_a_deploy_no_replica_verifies_passes_its_deadline_and_completes_later(cluster, operator):
     """With the only replica's /state unreachable nothing verifies the new version: past
     spec.progressDeadlineSeconds Deployed says ProgressDeadlineExceeded (since when, still

@@ -112,6 +112,8 @@ RESOURCES: tuple[ResourceKind, ...] = (
             # What serves (status), not what was asked for (spec): they differ while a deploy
             # is refused, and an incident needs the one that serves.
             PrinterColumn("Serving", "string", ".status.adapter", "Adapter served now"),
+            # Empty without a split; during a weighted rollout, every version's share.
+            PrinterColumn("Split", "string", ".status.traffic", "Traffic split in force"),
             PrinterColumn("Previous", "string", ".status.previousAdapter", "Rollback target"),
             PrinterColumn(
                 "Deployed",

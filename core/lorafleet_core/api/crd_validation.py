@@ -143,8 +143,15 @@ def _substring(text: Any, start: Any, end: Any = None) -> Any:
     return celtypes.StringType(str(text)[int(start) : stop])
 
 
+def _sum(items: Any) -> Any:
+    """Kubernetes' list `sum()` (k8s.io/apiserver/pkg/cel/library/lists.go) over integers."""
+    from celpy import celtypes
+
+    return celtypes.IntType(sum(int(i) for i in items))
+
+
 # The Kubernetes CEL library functions the rules use that cel-python lacks.
-K8S_FUNCTIONS: dict[str, Any] = {"substring": _substring}
+K8S_FUNCTIONS: dict[str, Any] = {"substring": _substring, "sum": _sum}
 
 
 @functools.lru_cache(maxsize=256)

@@ -14,6 +14,8 @@ READY = "Ready"
 DELETION_BLOCKED = "DeletionBlocked"
 DEPLOYED = "Deployed"
 CONFLICT = "Conflict"
+# AdapterAlias: the versions of spec.split all take their share (planning.alias_split).
+SPLIT = "Split"
 SCALING = "Scaling"
 MERGED_POOL_RECOMMENDED = "MergedPoolRecommended"
 AGENT_PERMISSIONS = "AgentPermissions"
@@ -79,6 +81,9 @@ MODEL_CLAIMED = "ModelClaimed"
 NO_CONFLICT = "NoConflict"
 SERVING = "Serving"
 NOTHING_TO_SERVE = "NothingToServe"
+# AdapterAlias Split: every version of spec.split takes its share, or the alias has no split.
+SPLIT_IN_FORCE = "SplitInForce"
+NO_SPLIT = "NoSplit"
 
 # ReplicaPool Ready / Scaling (the autoscaler's decision reasons are in planning.autoscale).
 REPLICAS_READY = "ReplicasReady"

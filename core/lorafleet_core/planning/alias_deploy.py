@@ -154,7 +154,19 @@ def plan_set(
     previous = str((existing.get("spec") or {}).get("adapter")) if existing else None
     if existing is not None:
         body = dict(existing)
-        body["spec"] = {**existing["spec"], "adapter": adapter}
+        spec = {**existing["spec"], "adapter": adapter}
+        split = spec.get("split")
+        if isinstance(split, list):
+            # Setting the alias to a version of its split promotes it: that entry goes (the
+            # spec would be refused with it), the other versions keep their share.
+            kept = [
+                s for s in split if not (isinstance(s, Mapping) and s.get("adapter") == adapter)
+            ]
+            if kept:
+                spec["split"] = kept
+            else:
+                spec.pop("split")
+        body["spec"] = spec
         body.pop("status", None)  # status belongs to the reconciler, never to an apply
         meta = dict(body.get("metadata") or {})
         for server_field in ("resourceVersion", "uid", "generation", "managedFields"):

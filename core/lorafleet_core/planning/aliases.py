@@ -19,6 +19,8 @@ ProgressDeadlineExceeded, saying what it waits for and since when. Nothing is ro
 previous adapter keeps serving, and the deploy completes if the replicas verify the target
 later. `AliasPlan.deadline` says when a waiting deploy's deadline falls, so the caller plans
 again then even if nothing else changes.
+The versions of `spec.split` pass the same gate, each on its own (planning.alias_split):
+`status.split` holds those in force, the `Split` condition says why any other is kept out.
 Two aliases claiming one model: the older (creationTimestamp, then name) keeps it; the newer
 gets `Conflict=True` and must not be served.
 """
@@ -38,6 +40,7 @@ from lorafleet_core.api.models import (
     AliasHistoryEntry,
     Condition,
     ObjectMeta,
+    traffic_summary,
 )
 from lorafleet_core.api.reasons import (
     ADAPTER_DELETING,
@@ -53,22 +56,16 @@ from lorafleet_core.api.reasons import (
     PROGRESS_DEADLINE_EXCEEDED,
     READY,
     SERVING,
+    SPLIT,
     TENANT_MISMATCH,
 )
+
+# AdapterView is the gate's input for every version an alias serves; its callers import it here.
+from lorafleet_core.planning.alias_split import AdapterView as AdapterView
+from lorafleet_core.planning.alias_split import plan_split
 from lorafleet_core.planning.conditions import condition, merge_conditions
 
 HISTORY_MAX = 10  # deploys kept in status.history (newest first)
-
-
-@dataclass(frozen=True)
-class AdapterView:
-    """What an alias needs to know about a LoRAAdapter."""
-
-    tenant: str
-    phase: AdapterPhase | None
-    deleting: bool = False
-    # Some replica reports the adapter's files verified (in its gpu, ram or disk tier).
-    verified: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +107,8 @@ class AliasPlan:
     conflict_with: str | None
     # When this waiting deploy's progress deadline falls (plan again then), else None.
     deadline: datetime | None = None
+    # A version of spec.split is kept out for good (not waiting for replicas): worth an Event.
+    split_refused: bool = False
 
 
 def created_at(meta: ObjectMeta) -> datetime | None:
@@ -238,9 +237,16 @@ def plan_alias(
         keep = f"; still serving {adapter}" if adapter else "; nothing served yet"
         conds.append(condition(DEPLOYED, False, problem[0], problem[1] + keep, now, gen))
     conds.append(_ready(spec.model, spec.tenant, adapter, adapters, problem, now, gen))
+    had_split = any(c.type == SPLIT for c in old.conditions)
+    old_split = [s.adapter for s in old.split or ()]
+    split = plan_split(spec, adapter, old_split, adapters, claims.names, had_split=had_split)
+    if split.reason is not None:
+        conds.append(condition(SPLIT, split.ok, split.reason, split.message, now, gen))
     return AliasPlan(
         status=AdapterAliasStatus(
             adapter=adapter,
+            split=split.in_force,
+            traffic=traffic_summary(adapter, split.in_force),
             previous_adapter=previous,
             updated_at=updated_at,
             history=history,
@@ -251,6 +257,7 @@ def plan_alias(
         deployed=deployed,
         conflict_with=None,
         deadline=deadline,
+        split_refused=split.refused,
     )
 
 

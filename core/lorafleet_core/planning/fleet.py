@@ -168,6 +168,9 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
     referenced: dict[str, list[str]] = defaultdict(list)
     for alias in snap.aliases:
         targets = {alias.spec.adapter, (alias.status.adapter if alias.status else None)}
+        # A version of a weighted split serves too (or is about to): its deletion waits as well.
+        targets.update(s.adapter for s in alias.spec.split or ())
+        targets.update(s.adapter for s in (alias.status.split if alias.status else None) or ())
         for t in targets:
             if t:
                 referenced[t].append(alias.metadata.name)
@@ -317,7 +320,7 @@ def plan_fleet(snap: FleetSnapshot, now: datetime, params: FleetParams | None = 
         plan.alias_status[alias.metadata.name] = ap.status
         target = views.get(alias.spec.adapter)
         pending = target is not None and target.phase in (None, AdapterPhase.PENDING)
-        for cause in _alias_warnings(alias.status, ap.status, pending):
+        for cause in _alias_warnings(alias.status, ap.status, pending, ap.split_refused):
             plan.warnings.append((KIND_ALIAS, alias.metadata.name, *cause))
         if ap.deployed:
             plan.alias_deploys[alias.metadata.name] = ap.deployed
@@ -340,12 +343,15 @@ def _turned_false(
 
 
 def _alias_warnings(
-    old: AdapterAliasStatus | None, new: AdapterAliasStatus, target_pending: bool
+    old: AdapterAliasStatus | None,
+    new: AdapterAliasStatus,
+    target_pending: bool,
+    split_refused: bool = False,
 ) -> list[tuple[str, str]]:
     """A refused deploy (not one that waits for a Pending target: that is the normal order of
     `kubectl apply -f DIR`; nor one waiting for the replicas to verify a Ready target, until
-    it waits past its progress deadline), and what it serves turning unservable; one Event per
-    cause."""
+    it waits past its progress deadline), what it serves turning unservable, and a version of
+    spec.split refused (by the same rule); one Event per cause."""
     conds = old.conditions if old else []
     out = []
     deployed = _turned_false(conds, new, reasons.DEPLOYED)
@@ -358,6 +364,9 @@ def _alias_warnings(
     ready = _turned_false(conds, new, reasons.READY)
     if ready is not None and new.adapter and (deployed is None or deployed[0] != ready[0]):
         out.append(ready)
+    split = _turned_false(conds, new, reasons.SPLIT)
+    if split is not None and split_refused:
+        out.append(split)
     return out
 
 

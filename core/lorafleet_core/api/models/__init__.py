@@ -31,6 +31,8 @@ from lorafleet_core.api.models.alias import (
     AdapterAliasStatus,
     AliasDeploy,
     AliasHistoryEntry,
+    SplitTarget,
+    traffic_summary,
 )
 from lorafleet_core.api.models.common import (
     ADAPTER_NAME,
@@ -116,6 +118,8 @@ __all__ = [
     "ReplicaPool",
     "ReplicaPoolSpec",
     "ReplicaPoolStatus",
+    "SplitTarget",
     "first_error",
     "immutable",
+    "traffic_summary",
 ]
