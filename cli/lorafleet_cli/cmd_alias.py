@@ -47,17 +47,18 @@ def set_alias(target: Target, model: str, adapter: str) -> tuple[str, str | None
     when another writer got there first, so the previous adapter reported is the true one."""
 
     def deploy() -> tuple[str, str | None]:
-        existing = find_alias(target, model)
-        body, previous = plan_set(
-            model,
-            adapter,
-            found=target.get(names.KIND_ADAPTER, adapter),
-            pools=target.list(names.KIND_POOL),
-            existing=existing,
-            occupant=target.get(names.KIND_ALIAS, alias_object_name(model)),
-            where=target.description,
-        )
-        target.swap(body, existing)
+        with target.writing() as swap:
+            existing = find_alias(target, model)
+            body, previous = plan_set(
+                model,
+                adapter,
+                found=target.get(names.KIND_ADAPTER, adapter),
+                pools=target.list(names.KIND_POOL),
+                existing=existing,
+                occupant=target.get(names.KIND_ALIAS, alias_object_name(model)),
+                where=target.description,
+            )
+            swap(body, existing)
         return str(body["metadata"]["name"]), previous
 
     try:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import contextlib
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -42,11 +43,13 @@ from lorafleet_core.kube.client import (
     load_configuration,
     plain,
 )
-from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.storage.manifests import folder_lock, load_folder, write_object
 from lorafleet_core.storage.standalone_state import load_alias_statuses, with_adapter_verdict
-from lorafleet_core.storage.swap import WriteConflict, precondition_patch, swap_in_folder
+from lorafleet_core.storage.swap import WriteConflict, precondition_patch, swap_in_folder_locked
 
 T = TypeVar("T")
+# Writes an alias over the object as read (None: creates it); returns where it went.
+Swap = Callable[[dict[str, Any], dict[str, Any] | None], str]
 DEFAULT_STATE_DIR = ".lorafleet"
 
 # kind -> plural of lorafleet's custom resources.
@@ -72,9 +75,12 @@ class Target(Protocol):
         """Create or update an object; returns where it went (a path or a cluster ref)."""
         ...
 
-    def swap(self, body: dict[str, Any], expected: dict[str, Any] | None) -> str:
-        """Write an alias's spec over `expected` (the object as read; None: create it) only if
-        the object is still that version; raises WriteConflict otherwise (read it again)."""
+    def writing(self) -> contextlib.AbstractContextManager[Swap]:
+        """A read-decide-write of one alias: reads inside it, then the `swap(body, expected)`
+        it yields, which writes an alias's spec over `expected` (the object as read; None:
+        create it) only if the object is still that version, else raises WriteConflict (read
+        again); returns where it went. A folder's holds the folder's inter-process lock
+        throughout."""
         ...
 
     def alias_status(self, name: str) -> AdapterAliasStatus | None: ...
@@ -100,8 +106,14 @@ class FolderTarget:
         self.folder.mkdir(parents=True, exist_ok=True)
         return str(write_object(self.folder, body))
 
-    def swap(self, body: dict[str, Any], expected: dict[str, Any] | None) -> str:
-        return str(swap_in_folder(self.folder, body, expected))
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Swap]:
+        def swap(body: dict[str, Any], expected: dict[str, Any] | None) -> str:
+            return str(swap_in_folder_locked(self.folder, body, expected))
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with folder_lock(self.folder):
+            yield swap
 
     def alias_status(self, name: str) -> AdapterAliasStatus | None:
         """What the reconciler recorded; None before `lorafleet up` has seen the alias."""
@@ -270,6 +282,10 @@ class ClusterTarget:
         except ApiException as exc:
             raise TargetError(f"updating {body.get('kind')}/{req.name}: {exc}") from exc
         return where
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Swap]:
+        yield self.swap  # the resourceVersion precondition guards what was read
 
     def swap(self, body: dict[str, Any], expected: dict[str, Any] | None) -> str:
         req = apply_request(body, self.namespace)

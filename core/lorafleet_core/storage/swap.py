@@ -9,9 +9,11 @@ reads, decides and writes again, a bounded number of times (`retry_swaps`).
 - A cluster: a create is a create (409 when the name was taken meanwhile); an update is a JSON
   merge patch carrying the object's `metadata.resourceVersion` as read (`precondition_patch`),
   which the API server refuses with 409 Conflict once the object has changed.
-- A folder (standalone): `swap_in_folder` holds the folder's inter-process lock
-  (manifests.folder_lock) while it compares the object on disk with what was read and writes
-  the new one, replaced atomically (a watcher never reads half a file).
+- A folder (standalone): the writer holds the folder's inter-process lock
+  (manifests.folder_lock) around its whole read, decide and write, so it never loses (a
+  writer re-reading forty manifests is slower than one that only writes, and would starve);
+  `swap_in_folder_locked` still compares the object on disk with what was read before it
+  writes the new one, replaced atomically (a watcher never reads half a file).
 
 Every writer of an AdapterAlias spec goes through here; lorafleet_core.planning.alias_deploy
 decides the body.
@@ -84,14 +86,17 @@ def _content(obj: Obj) -> dict[str, Any]:
 def swap_in_folder(folder: Path, body: dict[str, Any], expected: Obj | None) -> Path:
     """Write `body` into the folder if its object is still `expected` as read (None: it must
     not exist yet, a create); returns the file written. Raises WriteConflict otherwise."""
-    kind, name = str(body["kind"]), str(body["metadata"]["name"])
     folder.mkdir(parents=True, exist_ok=True)
     with folder_lock(folder):
-        current = load_folder(folder).find(kind, name)
-        if expected is None and current is not None:
-            raise WriteConflict(f"{kind} {name} was created meanwhile in {folder}")
-        if expected is not None and (
-            current is None or _content(current.body) != _content(expected)
-        ):
-            raise WriteConflict(f"{kind} {name} changed meanwhile in {folder}")
-        return write_object_locked(folder, body)
+        return swap_in_folder_locked(folder, body, expected)
+
+
+def swap_in_folder_locked(folder: Path, body: dict[str, Any], expected: Obj | None) -> Path:
+    """`swap_in_folder` for a caller holding `folder_lock(folder)` (since it read `expected`)."""
+    kind, name = str(body["kind"]), str(body["metadata"]["name"])
+    current = load_folder(folder).find(kind, name)
+    if expected is None and current is not None:
+        raise WriteConflict(f"{kind} {name} was created meanwhile in {folder}")
+    if expected is not None and (current is None or _content(current.body) != _content(expected)):
+        raise WriteConflict(f"{kind} {name} changed meanwhile in {folder}")
+    return write_object_locked(folder, body)

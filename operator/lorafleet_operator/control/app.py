@@ -291,8 +291,9 @@ def build_control_app(
         async def deploy() -> tuple[dict[str, Any], str | None]:
             # Written only over the version read (a create when there was none), so
             # `previous` is what the alias named right before this write, whoever else writes.
-            body, previous, existing = await plan_alias(alias, change.adapter_id)
-            await store.swap(body, existing)
+            async with store.writing() as swap:
+                body, previous, existing = await plan_alias(alias, change.adapter_id)
+                await swap(body, existing)
             return body, previous
 
         async with alias_locks.hold(alias):

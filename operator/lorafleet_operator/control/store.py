@@ -15,7 +15,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,13 +26,19 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from lorafleet_core.api import names
 from lorafleet_core.kube.client import MERGE_PATCH, is_conflict, is_not_found, plain
 from lorafleet_core.planning.pods import pod_ip, replica_pool
-from lorafleet_core.storage.manifests import load_folder
+from lorafleet_core.storage.manifests import folder_lock, load_folder
 from lorafleet_core.storage.replica_endpoints import read_replicas, replicas_file
 from lorafleet_core.storage.standalone_state import with_adapter_verdict, with_alias_status
-from lorafleet_core.storage.swap import WriteConflict, precondition_patch, swap_in_folder
+from lorafleet_core.storage.swap import (
+    WriteConflict,
+    precondition_patch,
+    swap_in_folder,
+    swap_in_folder_locked,
+)
 from lorafleet_operator.fleet_index import internal_port
 
 Obj = dict[str, Any]
+Swap = Callable[[Obj, Obj | None], Awaitable[None]]
 
 PLURALS = {
     names.KIND_ADAPTER: names.PLURAL_ADAPTER,
@@ -59,9 +66,11 @@ class ControlStore(Protocol):
         """Create a new object; raises AlreadyExists when the name is taken."""
         ...
 
-    async def swap(self, body: Obj, expected: Obj | None) -> None:
-        """Write an alias's spec over `expected` (the object as read; None: create it) only if
-        the object is still that version; raises WriteConflict otherwise (read it again)."""
+    def writing(self) -> contextlib.AbstractAsyncContextManager[Swap]:
+        """A read-decide-write of one alias: reads inside it, then the `swap(body, expected)`
+        it yields, which writes an alias's spec over `expected` (the object as read; None:
+        create it) only if the object is still that version, else raises WriteConflict (read
+        again). A folder's holds the folder's inter-process lock throughout."""
         ...
 
     async def replica_url(self, replica_id: str) -> str | None:
@@ -74,6 +83,9 @@ class FolderStore:
         self.folder = folder
         self._replicas = replicas  # None: the replicas file in the folder
         self.description = f"folder {folder}"
+        # One task of this process waits for the folder's lock at a time: each waiter holds a
+        # worker thread, and the holder needs one for every read it still has to make.
+        self._waiting = asyncio.Lock()
 
     async def get(self, kind: str, name: str) -> Obj | None:
         found = await asyncio.to_thread(lambda: load_folder(self.folder).find(kind, name))
@@ -91,12 +103,20 @@ class FolderStore:
 
     async def create(self, body: Obj) -> None:
         try:
-            await self.swap(body, None)
+            await asyncio.to_thread(swap_in_folder, self.folder, body, None)
         except WriteConflict as exc:
             raise AlreadyExists(str(body["metadata"]["name"])) from exc
 
-    async def swap(self, body: Obj, expected: Obj | None) -> None:
-        await asyncio.to_thread(swap_in_folder, self.folder, body, expected)
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[Swap]:
+        async def swap(body: Obj, expected: Obj | None) -> None:
+            await asyncio.to_thread(swap_in_folder_locked, self.folder, body, expected)
+
+        await asyncio.to_thread(self.folder.mkdir, parents=True, exist_ok=True)
+        with contextlib.ExitStack() as held:
+            async with self._waiting:
+                await asyncio.to_thread(held.enter_context, folder_lock(self.folder))
+            yield swap
 
     async def replica_url(self, replica_id: str) -> str | None:
         path = self._replicas or replicas_file(self.folder)
@@ -158,6 +178,10 @@ class KubeStore:
             if is_conflict(exc):
                 raise AlreadyExists(str(body["metadata"]["name"])) from exc
             raise StoreError(f"creating {body['kind']}: {exc.status} {exc.reason}") from exc
+
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[Swap]:
+        yield self.swap  # the resourceVersion precondition guards what was read
 
     async def swap(self, body: Obj, expected: Obj | None) -> None:
         if expected is None:
