@@ -1,9 +1,10 @@
 """Deploys of one alias racing across processes, on a folder and on a cluster (kmock).
 
 Every writer of an AdapterAlias spec (the control API, `lorafleet alias set`) writes only over
-the version it read (lorafleet_core.storage.swap) and reads again when another got there first,
-so each deploy reports the adapter the alias named right before it: the answers form one chain
-from "no alias" to what the alias names at the end, every deploy in it once. Writers here are
+the version it read (lorafleet_core.storage.swap): on a cluster it reads again when another got
+there first, in a folder it holds the folder's lock from read to write. So each deploy reports
+the adapter the alias named right before it: the answers form one chain from "no alias" to
+what the alias names at the end, every deploy in it once. Writers here are
 two control APIs with stores of their own (their in-process locks know nothing of each other)
 and a separate process running the CLI's code, all started together.
 """
