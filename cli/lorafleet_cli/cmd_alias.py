@@ -48,14 +48,19 @@ def set_alias(target: Target, model: str, adapter: str) -> tuple[str, str | None
 
     def deploy() -> tuple[str, str | None]:
         with target.writing() as swap:
+            # The alias is read last: the shorter the time from its read to the swap, the less
+            # often a racing writer makes the swap fail.
+            found = target.get(names.KIND_ADAPTER, adapter)
+            pools = target.list(names.KIND_POOL)
+            occupant = target.get(names.KIND_ALIAS, alias_object_name(model))
             existing = find_alias(target, model)
             body, previous = plan_set(
                 model,
                 adapter,
-                found=target.get(names.KIND_ADAPTER, adapter),
-                pools=target.list(names.KIND_POOL),
+                found=found,
+                pools=pools,
                 existing=existing,
-                occupant=target.get(names.KIND_ALIAS, alias_object_name(model)),
+                occupant=occupant,
                 where=target.description,
             )
             swap(body, existing)

@@ -262,6 +262,10 @@ def build_control_app(
     async def plan_alias(
         alias: str, adapter_id: str
     ) -> tuple[dict[str, Any], str | None, dict[str, Any] | None]:
+        # The alias is read last: the shorter the time from its read to the swap, the less
+        # often a racing writer makes the swap fail.
+        found = await store.get(names.KIND_ADAPTER, adapter_id)
+        pools = await store.list(names.KIND_POOL)
         occupant = await store.get(names.KIND_ALIAS, alias_object_name(alias))
         existing = pick_alias(alias, occupant, [])
         if existing is None:
@@ -270,8 +274,8 @@ def build_control_app(
             body, previous = plan_set(
                 alias,
                 adapter_id,
-                found=await store.get(names.KIND_ADAPTER, adapter_id),
-                pools=await store.list(names.KIND_POOL),
+                found=found,
+                pools=pools,
                 existing=existing,
                 occupant=occupant,
                 where=store.description,
