@@ -11,13 +11,14 @@ and a separate process running the CLI's code, all started together.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from lorafleet_standalone import processes
 from lorafleet_standalone.local_replicas import free_port
 from lorafleet_standalone.state_files import CONTROL_TOKEN_FILE
 from lorafleet_standalone.up_status import write_control_token
+from tests.gateway.servers import ServerThread
 from tests.operator.control_support import AUTH, control_server
 from tests.operator.factories import adapter_body, pool_body
 from tests.operator.kmock_cluster import Cluster
@@ -190,16 +192,21 @@ def test_two_control_api_processes_and_the_cli_racing_on_a_folder_report_one_cha
 # --------------------------------------------------------------------------------- a cluster
 
 
-def lazy_api(url: str) -> Callable[[], Awaitable[ApiClient]]:
+class LazyApi:
     """A kubernetes_asyncio client made on first use, in the loop of the server using it."""
-    made: list[ApiClient] = []
 
-    async def api() -> ApiClient:
-        if not made:
-            made.append(ApiClient(Configuration(host=url)))
-        return made[0]
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.made: ApiClient | None = None
 
-    return api
+    async def __call__(self) -> ApiClient:
+        if self.made is None:
+            self.made = ApiClient(Configuration(host=self.url))
+        return self.made
+
+    def close_in(self, server: ServerThread) -> None:
+        if self.made is not None and server.loop is not None:
+            asyncio.run_coroutine_threadsafe(self.made.close(), server.loop).result(10)
 
 
 @pytest.fixture
@@ -218,9 +225,13 @@ def test_two_control_apis_and_the_cli_racing_on_a_cluster_report_one_chain(clust
     for writer in ("api0", "api1", "cli"):
         for name in adapter_names(writer):
             cluster.create(cluster.path("loraadapters"), _without_namespace(adapter_body(name)))
-    stores: list[ControlStore] = [KubeStore(lazy_api(cluster.url), "race") for _ in (0, 1)]
+    apis = [LazyApi(cluster.url) for _ in (0, 1)]
+    stores: list[ControlStore] = [KubeStore(api, "race") for api in apis]
     with ExitStack() as stack:
-        urls = [stack.enter_context(control_server(store)).url for store in stores]
+        servers = [stack.enter_context(control_server(store)) for store in stores]
+        for api, server in zip(apis, servers, strict=True):
+            stack.callback(api.close_in, server)  # before its server stops
+        urls = [server.url for server in servers]
         cli = stack.enter_context(
             cli_writer(adapter_names("cli"), "--cluster", cluster.url, "race")
         )
