@@ -26,6 +26,7 @@ from lorafleet_core.planning.alias_deploy import (
     plan_set,
     rollback_target,
 )
+from lorafleet_core.storage.swap import SWAP_TRIES, WriteConflict, retry_swaps
 
 __all__ = ["AliasError", "InvalidAlias", "alias_object_name", "find_alias", "rollback", "set_alias"]
 
@@ -40,18 +41,38 @@ def find_alias(target: Target, model: str) -> dict[str, Any] | None:
 
 
 def set_alias(target: Target, model: str, adapter: str) -> tuple[str, str | None]:
-    """Point `model` at `adapter`; returns (alias object name, adapter served before)."""
-    body, previous = plan_set(
-        model,
-        adapter,
-        found=target.get(names.KIND_ADAPTER, adapter),
-        pools=target.list(names.KIND_POOL),
-        existing=find_alias(target, model),
-        occupant=target.get(names.KIND_ALIAS, alias_object_name(model)),
-        where=target.description,
-    )
-    target.apply(body)
-    return str(body["metadata"]["name"]), previous
+    """Point `model` at `adapter`; returns (alias object name, adapter it named right before).
+
+    Written only over the version read (a create when there was none), read and decided again
+    when another writer got there first, so the previous adapter reported is the true one."""
+
+    def deploy() -> tuple[str, str | None]:
+        with target.writing() as swap:
+            # The alias is read last: the shorter the time from its read to the swap, the less
+            # often a racing writer makes the swap fail.
+            found = target.get(names.KIND_ADAPTER, adapter)
+            pools = target.list(names.KIND_POOL)
+            occupant = target.get(names.KIND_ALIAS, alias_object_name(model))
+            existing = find_alias(target, model)
+            body, previous = plan_set(
+                model,
+                adapter,
+                found=found,
+                pools=pools,
+                existing=existing,
+                occupant=occupant,
+                where=target.description,
+            )
+            swap(body, existing)
+        return str(body["metadata"]["name"]), previous
+
+    try:
+        return retry_swaps(deploy)
+    except WriteConflict as exc:
+        raise AliasError(
+            f"the alias for {model!r} kept changing meanwhile ({SWAP_TRIES} tries): {exc}; "
+            "try again"
+        ) from exc
 
 
 def rollback(target: Target, model: str) -> tuple[str, str]:
@@ -62,9 +83,8 @@ def rollback(target: Target, model: str) -> tuple[str, str]:
         model, existing, status.previous_adapter if status else None, target.description
     )
     assert existing is not None
-    current = str(existing["spec"]["adapter"])
-    set_alias(target, model, previous)
-    return current, previous
+    _, current = set_alias(target, model, previous)  # what it named right before the write
+    return current or previous, previous
 
 
 def _exit_code(exc: Exception) -> int:

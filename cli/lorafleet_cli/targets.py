@@ -8,6 +8,10 @@
   client every component uses, lorafleet_core.kube.client), writing with create, or a patch
   when the object exists; the operator keeps alias status there.
 
+An alias's spec is written with `swap` (compare-and-swap, lorafleet_core.storage.swap): only
+over the version read, so a deploy racing another (the control API, a second CLI) never
+overwrites it unseen.
+
 Commands take a `Target` and never care which one it is.
 """
 
@@ -16,8 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import contextlib
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -38,10 +43,13 @@ from lorafleet_core.kube.client import (
     load_configuration,
     plain,
 )
-from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.storage.manifests import folder_lock, load_folder, write_object
 from lorafleet_core.storage.standalone_state import load_alias_statuses, with_adapter_verdict
+from lorafleet_core.storage.swap import WriteConflict, precondition_patch, swap_in_folder_locked
 
 T = TypeVar("T")
+# Writes an alias over the object as read (None: creates it); returns where it went.
+Swap = Callable[[dict[str, Any], dict[str, Any] | None], str]
 DEFAULT_STATE_DIR = ".lorafleet"
 
 # kind -> plural of lorafleet's custom resources.
@@ -67,6 +75,14 @@ class Target(Protocol):
         """Create or update an object; returns where it went (a path or a cluster ref)."""
         ...
 
+    def writing(self) -> contextlib.AbstractContextManager[Swap]:
+        """A read-decide-write of one alias: reads inside it, then the `swap(body, expected)`
+        it yields, which writes an alias's spec over `expected` (the object as read; None:
+        create it) only if the object is still that version, else raises WriteConflict (read
+        again); returns where it went. A folder's holds the folder's inter-process lock
+        throughout."""
+        ...
+
     def alias_status(self, name: str) -> AdapterAliasStatus | None: ...
 
 
@@ -89,6 +105,15 @@ class FolderTarget:
     def apply(self, body: dict[str, Any]) -> str:
         self.folder.mkdir(parents=True, exist_ok=True)
         return str(write_object(self.folder, body))
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Swap]:
+        def swap(body: dict[str, Any], expected: dict[str, Any] | None) -> str:
+            return str(swap_in_folder_locked(self.folder, body, expected))
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with folder_lock(self.folder):
+            yield swap
 
     def alias_status(self, name: str) -> AdapterAliasStatus | None:
         """What the reconciler recorded; None before `lorafleet up` has seen the alias."""
@@ -256,6 +281,39 @@ class ClusterTarget:
                 )
         except ApiException as exc:
             raise TargetError(f"updating {body.get('kind')}/{req.name}: {exc}") from exc
+        return where
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Swap]:
+        yield self.swap  # the resourceVersion precondition guards what was read
+
+    def swap(self, body: dict[str, Any], expected: dict[str, Any] | None) -> str:
+        req = apply_request(body, self.namespace)
+        where = f"{req.plural}/{req.name} in namespace {req.namespace}"
+        try:
+            if expected is None:
+                self._run(
+                    self._custom.create_namespaced_custom_object(
+                        req.group, req.version, req.namespace, req.plural, req.body
+                    )
+                )
+            else:
+                self._run(
+                    self._custom.patch_namespaced_custom_object(
+                        req.group,
+                        req.version,
+                        req.namespace,
+                        req.plural,
+                        req.name,
+                        precondition_patch(req.body, expected),
+                        _content_type=MERGE_PATCH,
+                    )
+                )
+        except ApiException as exc:
+            # 409: taken, or changed since read; 404: deleted since read. Read it again.
+            if is_conflict(exc) or (expected is not None and is_not_found(exc)):
+                raise WriteConflict(f"{where}: {exc.status} {exc.reason}") from exc
+            raise TargetError(f"writing {body.get('kind')}/{req.name}: {exc}") from exc
         return where
 
     def alias_status(self, name: str) -> AdapterAliasStatus | None:

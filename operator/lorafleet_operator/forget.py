@@ -66,6 +66,17 @@ async def forget_everywhere(
     return {ep.replica_id: why for ep, why in zip(endpoints, answers, strict=True) if why}
 
 
+def forget_incomplete_message(adapter: str, left: dict[str, str], waited_s: float) -> str:
+    """What a deletion that gave up on `left` (replica id -> why it did not forget) says: who,
+    and what those replicas do until they restart."""
+    who = ", ".join(f"{r} ({why})" for r, why in sorted(left.items()))
+    return (
+        f"LoRAAdapter {adapter} deleted after waiting {waited_s:.0f}s while replicas had not "
+        f"forgotten it: {who}. Until they restart they keep its record and refuse a LoRAAdapter "
+        f"recreated under this name with other weights (RecordConflict); restart them to clear it"
+    )
+
+
 def _error_code(resp: httpx.Response) -> str | None:
     try:
         code = resp.json()["error"]["code"]

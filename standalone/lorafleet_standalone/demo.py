@@ -33,6 +33,7 @@ from lorafleet_core.api.models import (
 from lorafleet_core.storage import objectstore
 from lorafleet_core.storage.adapter_files import inspect_adapter
 from lorafleet_core.storage.manifests import atomic_write, file_name_for, write_object
+from lorafleet_core.storage.swap import WriteConflict, swap_in_folder
 
 DEMO_TENANT = "demo"
 DEMO_POOL = "demo"
@@ -83,9 +84,12 @@ def build_assets(state_dir: Path, *, progress: bool = True) -> Any:
 
 
 def _write_if_absent(folder: Path, body: dict[str, Any]) -> None:
-    # Never overwrite a demo manifest the user has edited since the first start.
+    # Never overwrite a demo manifest the user has edited since the first start, nor an object
+    # of that name another writer (`lorafleet alias set`, the control API) created in any file
+    # meanwhile: a create, checked and written under the folder's lock.
     if not (folder / file_name_for(body["kind"], body["metadata"]["name"])).exists():
-        write_object(folder, body)
+        with contextlib.suppress(WriteConflict):
+            swap_in_folder(folder, body, None)
 
 
 def demo_pool(base_model: Path, base_hash: str, replicas: int, store: str) -> ReplicaPool:

@@ -88,10 +88,10 @@ def test_cluster_flags_in_a_folder_with_manifests_go_to_the_cluster_or_are_refus
     assert "acme/a:prod" not in out
     assert "prod" in err
     # alias set with those flags does not write the folder
-    before = sorted(p.read_text() for p in folder.iterdir())
+    before = sorted(p.read_text() for p in folder.iterdir() if p.is_file())
     code = main(["alias", "set", "acme/b:prod", "b", "--context", "prod", "-n", "lorafleet"])
     assert code == 1
-    assert sorted(p.read_text() for p in folder.iterdir()) == before
+    assert sorted(p.read_text() for p in folder.iterdir() if p.is_file()) == before
     # a named folder and a cluster flag: refused, saying why
     assert main(["alias", "list", "--manifests", str(folder), "--context", "prod"]) == 2
     assert "--context names a cluster" in capsys.readouterr().err

@@ -11,23 +11,30 @@ What kmock needs to host kopf, and the gaps worked around here (see docs/referen
   with a plain list; kubernetes_asyncio sends `?watch=True`, so its watch stream ended at once
   ("Malformed JSON response") and a client re-listed in a loop instead of following events.
   `_guess_k8s` below reads `watch` as the API server does (`watching`);
+- no resourceVersion and so no optimistic concurrency: kmock never sets one and applies a
+  merge patch carrying a stale one (and a JSON patch whose `test` of it fails answers 500,
+  not the API server's 422). The Emulator below does what the API server does: every
+  create and every PATCH gives the object a new resourceVersion, a PATCH whose body names
+  another resourceVersion than the object's is refused with 409 Conflict, and a JSON patch
+  whose `test` of it fails with 422 (kopf guards its finalizer patches that way, and retries
+  on a 422). kmock serves no PUT (replace) at all;
 - no label selectors on list/watch (kopf filters by labels itself), no StatefulSet
   controller (tests create the replica pods), no garbage collection by ownerReferences,
-  no schema/CEL validation, no resourceVersion at all (kopf 1.45 guards JSON patches with a
-  `test` op on metadata.resourceVersion, so `Cluster.create` sets a constant one), no
-  conflicts, no generation bumps, no `generateName` (the Emulator below names such objects,
-  else every kopf event after the first is refused with 409), and a request log that makes
-  each request cost O(all requests so far) (the Emulator below trims it).
+  no schema/CEL validation, no generation bumps, no `generateName` (the Emulator below
+  names such objects, else every kopf event after the first is refused with 409), and a
+  request log that makes each request cost O(all requests so far) (the Emulator below
+  trims it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import itertools
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -97,6 +104,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     # Seconds a plain list (not a watch) of a plural takes: one watch's initial list arriving
     # well after the others', as on a busy API server (pacing, not synchronisation).
     list_delay_s: dict[str, float] = attrs.field(factory=dict)
+    _versions: Iterator[int] = attrs.field(factory=lambda: itertools.count(1), init=False)
+    _versions_lock: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
 
     async def _handle(self, request: rendering.Request) -> Any:
         # Keep the newest few: a request is matched right after it is logged, so only
@@ -121,9 +130,6 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             # kmock ignores generateName (kopf's events use it): name them like the server.
             meta["name"] = f"{meta.get('generateName', 'obj-')}{next(_suffixes):06d}"
         if method == "POST" and isinstance(meta, dict):
-            # As `Cluster.create` does for the tests' own objects: a create by a component
-            # (the control API) gets the constant resourceVersion kopf's patches test for.
-            meta.setdefault("resourceVersion", "1")
             # A real API server gives every object a uid (owner references name it).
             meta.setdefault("uid", f"uid-{meta.get('name', '')}-{time.time_ns()}")
         if method in {"POST", "PATCH", "PUT", "DELETE"} and request.resource is not None:
@@ -132,8 +138,65 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             headers = {k.lower(): v for k, v in request.headers.items()}
             ctype = headers.get("content-type", "").split(";")[0]
             self.patch_log.append((request.url.path, ctype, request.params.get("fieldManager")))
-            self.patch_bodies.append(request.data)
-        return await super()._handle(request)
+            self.patch_bodies.append(copy.deepcopy(request.data))  # as sent, not as stamped
+        if method not in {"POST", "PATCH"} or request.resource is None:
+            return await super()._handle(request)
+        # The check, the new resourceVersion and kmock's write happen as one step: no other
+        # write of the namespace may land between a precondition's check and the write.
+        async with self._versions_lock:
+            if method == "PATCH":
+                self._check_precondition(request)
+            self._stamp_version(request)
+            return await super()._handle(request)
+
+    def _check_precondition(self, request: rendering.Request) -> None:
+        """Refuse a PATCH whose body names a resourceVersion the object no longer has, as the
+        API server does: 409 for one in the body's metadata (a merge or strategic patch),
+        422 for a JSON patch's failed `test` of /metadata/resourceVersion."""
+        key = (request.resource, request.namespace, request.name)
+        if key not in self._objects:  # kmock's array of objects has no .get()
+            return  # kmock answers 404
+        stored = self._objects[key]
+        if stored.deleted:
+            return  # kmock answers 404
+        current = (stored.get("metadata") or {}).get("resourceVersion")
+        if isinstance(request.data, dict):
+            wanted = (request.data.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and str(wanted) != current:
+                raise kmock.KubernetesError(
+                    status=409,
+                    reason="Conflict",
+                    message=f"Operation cannot be fulfilled on {request.resource.plural} "
+                    f'"{request.name}": the object has been modified; please apply your '
+                    "changes to the latest version and try again",
+                )
+        elif isinstance(request.data, list):
+            for op in request.data:
+                if (
+                    isinstance(op, dict)
+                    and op.get("op") == "test"
+                    and op.get("path") == "/metadata/resourceVersion"
+                    and op.get("value") != current
+                ):
+                    raise kmock.KubernetesError(
+                        status=422,
+                        reason="Invalid",
+                        message=f"the server rejected our request: test failed: "
+                        f"/metadata/resourceVersion is {current!r}, not {op.get('value')!r}",
+                    )
+
+    def _stamp_version(self, request: rendering.Request) -> None:
+        """Give the object written a new resourceVersion, as the API server does for every
+        change (kmock applies a PATCH's body to the object, so it goes into the body)."""
+        version = str(next(self._versions))
+        if isinstance(request.data, dict):
+            request.data.setdefault("metadata", {})
+            if isinstance(request.data["metadata"], dict):
+                request.data["metadata"]["resourceVersion"] = version
+        elif isinstance(request.data, list):
+            request.data.append(
+                {"op": "add", "path": "/metadata/resourceVersion", "value": version}
+            )
 
 
 _suffixes = itertools.count(1)
@@ -211,9 +274,6 @@ class Cluster:
             "creationTimestamp", time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         )
         body["metadata"].setdefault("uid", f"uid-{body['metadata']['name']}-{time.time_ns()}")
-        # kopf guards its JSON patches with a `test` of metadata.resourceVersion; kmock never
-        # sets one, so objects get a constant (kmock has no optimistic concurrency anyway).
-        body["metadata"].setdefault("resourceVersion", "1")
         r = self.http.post(collection, json=body)
         r.raise_for_status()
         out: dict[str, Any] = r.json()
@@ -227,11 +287,13 @@ class Cluster:
         out: dict[str, Any] = r.json()
         return out
 
-    def patch(self, path: str, body: dict[str, Any]) -> None:
+    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         r = self.http.patch(
             path, json=body, headers={"Content-Type": "application/merge-patch+json"}
         )
         r.raise_for_status()
+        out: dict[str, Any] = r.json()
+        return out
 
     def delete(self, path: str) -> None:
         self.http.delete(path).raise_for_status()

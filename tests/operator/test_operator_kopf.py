@@ -16,6 +16,7 @@ import pytest
 from lorafleet_core.api.names import LABEL_POOL
 from lorafleet_core.kube.client import FIELD_MANAGER, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from lorafleet_core.planning.adapters import REPLICA_TOKENS_PER_SECOND
+from lorafleet_operator.handlers import adapters
 from tests.operator.factories import alias_body
 from tests.operator.kmock_cluster import eventually
 from tests.operator.kopf_fleet import (
@@ -535,3 +536,39 @@ def test_a_deleted_adapter_is_forgotten_on_every_ready_replica_of_its_pools(clus
     finally:
         for s in [*servers, other, starting]:
             s.close()
+
+
+def test_a_deletion_that_gives_up_on_a_replica_says_so_in_a_warning_event(
+    cluster, operator, monkeypatch
+):
+    """A replica that never forgets (busy, unreachable) holds the deletion for a bounded time;
+    then the deletion completes, and a Warning Event on the adapter and on the replica's pool
+    names the replica and what it does until it restarts (a log line alone went unseen)."""
+    monkeypatch.setattr(adapters.FORGET_WAITS, "limit_s", 0.0)  # give up at the first refusal
+    h = "sha256:" + "6" * 64
+    (busy,) = make_pool(cluster, "giveup", 1, base_hash=h)
+    try:
+        make_adapter(cluster, "gvp-v1", base_hash=h)
+        eventually(lambda: status(cluster, "loraadapters", "gvp-v1").get("phase") == "Ready")
+        busy.forget_answers = [(409, "adapter_busy")] * 100  # a request that never ends
+        cluster.delete(cluster.path("loraadapters", "gvp-v1"))
+        eventually(lambda: cluster.get(cluster.path("loraadapters", "gvp-v1")) is None)
+
+        def warnings(kind: str, name: str) -> list[dict[str, Any]]:
+            return [
+                e
+                for e in cluster.items(cluster.path("events", group="v1"))
+                if (e.get("involvedObject") or {}).get("name") == name
+                and (e.get("involvedObject") or {}).get("kind") == kind
+                and e.get("type") == "Warning"
+                and e.get("reason") == "ForgetIncomplete"
+            ]
+
+        (on_adapter,) = eventually(lambda: warnings("LoRAAdapter", "gvp-v1"), what="the Event")
+        assert "giveup-0 (requests are running on it)" in on_adapter["message"]
+        assert "RecordConflict" in on_adapter["message"]
+        assert "until they restart" in on_adapter["message"].lower()
+        (on_pool,) = eventually(lambda: warnings("ReplicaPool", "giveup"), what="the pool's")
+        assert on_pool["message"] == on_adapter["message"]
+    finally:
+        busy.close()

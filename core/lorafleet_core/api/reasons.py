@@ -63,6 +63,9 @@ MERGED_POOL_DRAIN_CANCELLED = "MergedPoolDrainCancelled"
 MERGED_POOL_DELETED = "MergedPoolDeleted"
 INTERNAL_SECRET_CREATED = "InternalSecretCreated"  # noqa: S105 (a reason, not a secret)
 INTERNAL_SECRET_MISSING = "InternalSecretMissing"  # noqa: S105 (a reason, not a secret)
+# Warning Event on a deleted LoRAAdapter (and the pools of the replicas concerned): the deletion
+# completed while replicas still held its record (lorafleet_operator.forget).
+FORGET_INCOMPLETE = "ForgetIncomplete"
 # Event about an installed CRD older than the operator's models (lorafleet_operator.crd_check).
 CRD_OUTDATED = "CRDOutdated"
 

@@ -3,7 +3,9 @@
 The CLI (`lorafleet alias set|rollback`) and the control API (`PUT /internal/aliases/{alias}`)
 both point a public model name at an adapter version. They read the objects their own way (a
 folder, the cluster through a sync or an async client) and hand them here; these pure
-functions refuse what the operator would refuse and return the body to apply. The reconciler
+functions refuse what the operator would refuse and return the body to write, which they write
+only over the version they read (lorafleet_core.storage.swap), deciding again if it changed
+meanwhile. The reconciler
 (operator, or `lorafleet up`) stays the one writer of alias status: it moves `status.adapter`
 only once the target is Ready.
 """

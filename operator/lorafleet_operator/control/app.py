@@ -5,9 +5,10 @@
   201 created, 200 when the identical version exists (idempotent), 409 when that id exists with
   another spec (versions are immutable), 422 with every reason it would be refused.
 - `PUT /internal/aliases/{alias}` `{"adapter_id"}`: deploy, or roll back by naming the previous
-  adapter (lorafleet_core.planning.alias_deploy, the CLI's rules). `{alias}` is the public model
-  name
-  `tenant/name:tag`, URL-encoded (`acme%2Fsupport:prod`).
+  adapter (lorafleet_core.planning.alias_deploy, the CLI's rules), written by compare-and-swap
+  (lorafleet_core.storage.swap) so racing writers in other processes never overwrite it
+  unseen. `{alias}` is the public model name `tenant/name:tag`, URL-encoded
+  (`acme%2Fsupport:prod`).
 - `GET /internal/aliases/{alias}`: where the alias's deploy stands (the version asked for, the one
   served, the Deployed reason: AwaitingReplicas, ProgressDeadlineExceeded, ...), from its status.
 - `POST /internal/replicas/{id}/adapters/{aid}/load|unload`, `GET /internal/replicas/{id}/state`:
@@ -57,6 +58,7 @@ from lorafleet_core.planning.alias_deploy import (
     pick_alias,
     plan_set,
 )
+from lorafleet_core.storage.swap import SWAP_TRIES, WriteConflict, retry_swaps_async
 from lorafleet_core.wire.agent_api import LOAD_ROUTE, STATE_ROUTE, UNLOAD_ROUTE
 from lorafleet_core.wire.error_codes import ErrorCode
 from lorafleet_core.wire.openai_errors import error_body
@@ -252,11 +254,18 @@ def build_control_app(
             return AdapterResult(adapter_id=reg.adapter_id, created=True, manifest=body)
         raise ControlError(409, f"LoRAAdapter {reg.adapter_id} changed meanwhile", "conflict")
 
-    # One deploy of an alias at a time in this process, so concurrent PUTs of one alias are
-    # ordered: each reads what the previous one wrote (exactly one sees no previous adapter).
+    # One deploy of an alias at a time in this process, so its own concurrent PUTs of one alias
+    # queue instead of refusing each other's swaps. Other processes (another operator replica,
+    # `lorafleet alias set`) are kept out by the store's compare-and-swap.
     alias_locks = KeyedLocks()
 
-    async def plan_alias(alias: str, adapter_id: str) -> tuple[dict[str, Any], str | None, bool]:
+    async def plan_alias(
+        alias: str, adapter_id: str
+    ) -> tuple[dict[str, Any], str | None, dict[str, Any] | None]:
+        # The alias is read last: the shorter the time from its read to the swap, the less
+        # often a racing writer makes the swap fail.
+        found = await store.get(names.KIND_ADAPTER, adapter_id)
+        pools = await store.list(names.KIND_POOL)
         occupant = await store.get(names.KIND_ALIAS, alias_object_name(alias))
         existing = pick_alias(alias, occupant, [])
         if existing is None:
@@ -265,8 +274,8 @@ def build_control_app(
             body, previous = plan_set(
                 alias,
                 adapter_id,
-                found=await store.get(names.KIND_ADAPTER, adapter_id),
-                pools=await store.list(names.KIND_POOL),
+                found=found,
+                pools=pools,
                 existing=existing,
                 occupant=occupant,
                 where=store.description,
@@ -279,23 +288,28 @@ def build_control_app(
             raise ControlError(409, str(exc), "alias_name_taken") from exc
         except AliasError as exc:
             raise ControlError(409, str(exc), "alias_refused") from exc
-        return body, previous, existing is None
+        return body, previous, dict(existing) if existing is not None else None
 
     @app.put("/internal/aliases/{alias:path}", dependencies=guarded, response_model=AliasResult)
     async def set_alias(alias: str, change: AliasChange) -> AliasResult:
+        async def deploy() -> tuple[dict[str, Any], str | None]:
+            # Written only over the version read (a create when there was none), so
+            # `previous` is what the alias named right before this write, whoever else writes.
+            async with store.writing() as swap:
+                body, previous, existing = await plan_alias(alias, change.adapter_id)
+                await swap(body, existing)
+            return body, previous
+
         async with alias_locks.hold(alias):
-            for _ in range(2):  # a create that loses a race re-reads and plans again
-                body, previous, new = await plan_alias(alias, change.adapter_id)
-                if not new:
-                    await store.apply(body)
-                    break
-                try:
-                    await store.create(body)  # never a merge into an object that appeared
-                    break
-                except AlreadyExists:
-                    continue
-            else:
-                raise ControlError(409, f"AdapterAlias for {alias} changed meanwhile", "conflict")
+            try:
+                body, previous = await retry_swaps_async(deploy)
+            except WriteConflict as exc:
+                raise ControlError(
+                    409,
+                    f"AdapterAlias for {alias} kept changing meanwhile ({SWAP_TRIES} tries); "
+                    "try again",
+                    "conflict",
+                ) from exc
         return AliasResult(
             alias=alias,
             object_name=str(body["metadata"]["name"]),

@@ -3,17 +3,20 @@
 - `KubeStore`: the cluster, through the operator's one kubernetes_asyncio client (the same
   login as kopf's; lorafleet_core.kube.client), in one namespace. Creates are creates (the API
   server refuses a second object of the same name: 409, which is how a racing registration
-  loses); an alias change is a JSON merge patch of its spec, as `lorafleet alias set` does.
+  loses); an alias change is a JSON merge patch of its spec preconditioned on the
+  resourceVersion read (lorafleet_core.storage.swap), as `lorafleet alias set` does.
   Replicas are the pool's replica pods: the pod named by the replica id, its IP and its
   `internal` container port.
-- `FolderStore`: a standalone manifests folder (lorafleet_core.storage.manifests, the one reader and
-  writer), which a running `lorafleet up` watches; replicas come from its replicas file.
+- `FolderStore`: a standalone manifests folder (lorafleet_core.storage.manifests, the one reader
+  and writer, under its inter-process lock), which a running `lorafleet up` watches; replicas
+  come from its replicas file.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,12 +26,19 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from lorafleet_core.api import names
 from lorafleet_core.kube.client import MERGE_PATCH, is_conflict, is_not_found, plain
 from lorafleet_core.planning.pods import pod_ip, replica_pool
-from lorafleet_core.storage.manifests import load_folder, write_object
+from lorafleet_core.storage.manifests import folder_lock, load_folder
 from lorafleet_core.storage.replica_endpoints import read_replicas, replicas_file
 from lorafleet_core.storage.standalone_state import with_adapter_verdict, with_alias_status
+from lorafleet_core.storage.swap import (
+    WriteConflict,
+    precondition_patch,
+    swap_in_folder,
+    swap_in_folder_locked,
+)
 from lorafleet_operator.fleet_index import internal_port
 
 Obj = dict[str, Any]
+Swap = Callable[[Obj, Obj | None], Awaitable[None]]
 
 PLURALS = {
     names.KIND_ADAPTER: names.PLURAL_ADAPTER,
@@ -56,8 +66,11 @@ class ControlStore(Protocol):
         """Create a new object; raises AlreadyExists when the name is taken."""
         ...
 
-    async def apply(self, body: Obj) -> None:
-        """Create or update an object (an alias's spec)."""
+    def writing(self) -> contextlib.AbstractAsyncContextManager[Swap]:
+        """A read-decide-write of one alias: reads inside it, then the `swap(body, expected)`
+        it yields, which writes an alias's spec over `expected` (the object as read; None:
+        create it) only if the object is still that version, else raises WriteConflict (read
+        again). A folder's holds the folder's inter-process lock throughout."""
         ...
 
     async def replica_url(self, replica_id: str) -> str | None:
@@ -70,7 +83,9 @@ class FolderStore:
         self.folder = folder
         self._replicas = replicas  # None: the replicas file in the folder
         self.description = f"folder {folder}"
-        self._lock = asyncio.Lock()  # one writer at a time: a create checks, then writes
+        # One task of this process waits for the folder's lock at a time: each waiter holds a
+        # worker thread, and the holder needs one for every read it still has to make.
+        self._waiting = asyncio.Lock()
 
     async def get(self, kind: str, name: str) -> Obj | None:
         found = await asyncio.to_thread(lambda: load_folder(self.folder).find(kind, name))
@@ -87,14 +102,21 @@ class FolderStore:
         return [o.body for o in found]
 
     async def create(self, body: Obj) -> None:
-        async with self._lock:
-            if await self.get(str(body["kind"]), str(body["metadata"]["name"])) is not None:
-                raise AlreadyExists(str(body["metadata"]["name"]))
-            await asyncio.to_thread(write_object, self.folder, body)
+        try:
+            await asyncio.to_thread(swap_in_folder, self.folder, body, None)
+        except WriteConflict as exc:
+            raise AlreadyExists(str(body["metadata"]["name"])) from exc
 
-    async def apply(self, body: Obj) -> None:
-        async with self._lock:
-            await asyncio.to_thread(write_object, self.folder, body)
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[Swap]:
+        async def swap(body: Obj, expected: Obj | None) -> None:
+            await asyncio.to_thread(swap_in_folder_locked, self.folder, body, expected)
+
+        await asyncio.to_thread(self.folder.mkdir, parents=True, exist_ok=True)
+        with contextlib.ExitStack() as held:
+            async with self._waiting:
+                await asyncio.to_thread(held.enter_context, folder_lock(self.folder))
+            yield swap
 
     async def replica_url(self, replica_id: str) -> str | None:
         path = self._replicas or replicas_file(self.folder)
@@ -157,12 +179,17 @@ class KubeStore:
                 raise AlreadyExists(str(body["metadata"]["name"])) from exc
             raise StoreError(f"creating {body['kind']}: {exc.status} {exc.reason}") from exc
 
-    async def apply(self, body: Obj) -> None:
-        try:
-            await self.create(body)
+    @contextlib.asynccontextmanager
+    async def writing(self) -> AsyncIterator[Swap]:
+        yield self.swap  # the resourceVersion precondition guards what was read
+
+    async def swap(self, body: Obj, expected: Obj | None) -> None:
+        if expected is None:
+            try:
+                await self.create(body)
+            except AlreadyExists as exc:
+                raise WriteConflict(str(exc)) from exc
             return
-        except AlreadyExists:
-            pass
         custom = await self._custom()
         name = str(body["metadata"]["name"])
         try:
@@ -172,10 +199,12 @@ class KubeStore:
                 self.namespace,
                 PLURALS[str(body["kind"])],
                 name,
-                {"spec": body["spec"]},
+                precondition_patch(body, expected),
                 _content_type=MERGE_PATCH,
             )
         except ApiException as exc:
+            if is_conflict(exc) or is_not_found(exc):  # changed, or deleted, since it was read
+                raise WriteConflict(f"{body['kind']}/{name}: {exc.status} {exc.reason}") from exc
             raise StoreError(f"updating {body['kind']}/{name}: {exc.status} {exc.reason}") from exc
 
     async def replica_url(self, replica_id: str) -> str | None:

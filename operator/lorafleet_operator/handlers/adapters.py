@@ -11,10 +11,16 @@ from typing import Any
 
 import kopf
 
-from lorafleet_core.api.names import GROUP, PLURAL_ADAPTER, VERSION
+from lorafleet_core.api import reasons
+from lorafleet_core.api.names import GROUP, KIND_POOL, PLURAL_ADAPTER, VERSION
 from lorafleet_core.planning.fleet import merged_pools_serving
 from lorafleet_operator.errors import NotReadyError, mapped
-from lorafleet_operator.forget import GiveUpClock, forget_everywhere, replicas_to_tell
+from lorafleet_operator.forget import (
+    GiveUpClock,
+    forget_everywhere,
+    forget_incomplete_message,
+    replicas_to_tell,
+)
 from lorafleet_operator.runtime import runtime
 
 log = logging.getLogger(__name__)
@@ -59,7 +65,8 @@ async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, 
     registration and disk copy), so a LoRAAdapter recreated under the name with other weights is
     a new adapter to them, not a conflicting record. A replica busy with its requests or
     unreachable holds the deletion (retried every DELETE_RETRY_SECONDS) for
-    FORGET_GIVE_UP_SECONDS at most.
+    FORGET_GIVE_UP_SECONDS at most; then the deletion completes with a `ForgetIncomplete`
+    Warning Event on the adapter and on those replicas' pools, naming them.
     """
     assert namespace is not None
     fleet = runtime().fleet(namespace)
@@ -81,7 +88,8 @@ async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, 
     await fleet.flush()
     token = runtime().settings.replica_token_reader()()
     key = (namespace, name)
-    left = await forget_everywhere(replicas_to_tell(fleet.index, name), name, token)
+    told = replicas_to_tell(fleet.index, name)
+    left = await forget_everywhere(told, name, token)
     if left and not FORGET_WAITS.expired(key):
         raise NotReadyError(
             f"LoRAAdapter {name}: replicas have not forgotten it yet: "
@@ -90,11 +98,15 @@ async def adapter_deleted(*, body: kopf.Body, name: str, namespace: str | None, 
         )
     FORGET_WAITS.done(key)
     if left:
-        log.warning(
-            "LoRAAdapter %s/%s deleted while replicas had not forgotten it after %.0fs: %s; "
-            "they refuse a recreated adapter under this name until they restart",
-            namespace,
-            name,
-            FORGET_GIVE_UP_SECONDS,
-            ", ".join(sorted(left)),
-        )
+        message = forget_incomplete_message(name, left, FORGET_WAITS.limit_s)
+        log.warning("LoRAAdapter %s/%s: %s", namespace, name, message)
+        # On the adapter (the object being deleted: `kubectl describe` of it, or an events
+        # query by its name, still shows it for the events' lifetime) and on each pool of the
+        # replicas concerned, which outlive it.
+        kopf.event(body, type="Warning", reason=reasons.FORGET_INCOMPLETE, message=message)
+        for pool in sorted({e.pool for e in told if e.replica_id in left}):
+            found = fleet.index.pools.get(pool)
+            uid = (found.metadata.model_extra or {}).get("uid") if found else None
+            await fleet.writer.event(
+                namespace, KIND_POOL, pool, uid, reasons.FORGET_INCOMPLETE, message, "Warning"
+            )
