@@ -3,7 +3,7 @@
 An agent holds the registry record of every adapter it loaded and refuses a second, different
 record under that id (ids are immutable; vLLM cannot swap weights under a live name). Without
 this, a LoRAAdapter deleted and recreated under its name with other weights would be refused
-by every replica that still held the old record until it restarted (issue 30). The deletion
+by every replica that still held the old record until it restarted. The deletion
 handler (handlers.adapters) calls `forget_everywhere` after the adapter left the placement;
 what did not forget yet keeps the finalizer, for a bounded time (`GiveUpClock`).
 """

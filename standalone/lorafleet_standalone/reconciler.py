@@ -16,7 +16,7 @@ operator's planners (see planning) and applies the plan locally:
   a clear message; everything else keeps serving;
 - a LoRAAdapter whose manifest was removed is kept in `removed` until the runner has told
   every local agent to forget it (`forgotten`), so an adapter added again under the name with
-  other weights is a new adapter to them, not a conflicting record (issue 30);
+  other weights is a new adapter to them, not a conflicting record;
 - the adapters' traffic figures and merged-pool recommendation carry over to the next pass
   (a cluster keeps them in status), so autoMerge decides as the operator does; what the plan
   asks of merged pools is applied by standalone.auto_merge.
