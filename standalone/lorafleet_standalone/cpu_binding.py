@@ -52,6 +52,15 @@ def cpu_list(cores: list[int]) -> str:
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
+def parse_cpu_list(cpus: str) -> frozenset[int]:
+    """A CPU list (`0`, `0-3`, `0,2`) as core ids."""
+    cores: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        cores.update(range(int(first), int(last or first) + 1))
+    return frozenset(cores)
+
+
 @dataclass
 class EngineCores:
     """Hands out each engine's cores as `up` starts them; None when the user chose
