@@ -1,22 +1,21 @@
 """One `lorafleet up` (demo, 1 replica) of a given checkout: time to ready, then chat requests.
 
-    .venv/bin/python -m benchmarks.up_engine_mode LABEL SRC_ROOT OUT_JSON   (AB_N=600)
+    AB_N=600 .venv/bin/python -m benchmarks.up_engine_mode LABEL SRC_ROOT OUT_JSON
 
 `SRC_ROOT` is the checkout whose code `up` runs (its source roots go first on `up`'s
 PYTHONPATH), so two checkouts can be compared back to back on the same machine: e.g. the CPU
 engine in a worker process of its own (before 2026-12-06) against the model in vLLM's
 engine-core process (docs/design/0024, addendum). The gateway's rate limit is lifted so it
 refuses nothing. After six warm-up requests (every demo adapter loaded, both paths), AB_N
-requests (half streamed) at 4 in flight, 16 output tokens at most; printed and written as
-JSON: seconds to ready, requests/s, TTFT p50 of the streamed ones, latency p50 of the others,
-and vLLM's process tree (each process's cores, OMP_NUM_THREADS,
-VLLM_ENABLE_V1_MULTIPROCESSING, VLLM_CPU_OMP_THREADS_BIND).
+requests (half streamed) at 4 in flight, 16 output tokens at most. Reported (a
+benchmarks.results document at OUT_JSON): seconds to ready, requests/s, TTFT p50 of the
+streamed ones, latency p50 of the others, and in its details vLLM's process tree (each
+process's cores, OMP_NUM_THREADS, VLLM_ENABLE_V1_MULTIPROCESSING, VLLM_CPU_OMP_THREADS_BIND).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -28,8 +27,10 @@ from typing import Any
 import httpx
 import psutil
 
+from benchmarks.results import Result
 from tests.standalone.up_harness import prepare_demo_folder, running_up
 
+COLUMNS = ("label", "n", "ok", "ready_s", "req_per_s", "ttft_p50_ms", "nonstream_p50_ms")
 ROOTS = [
     "core",
     "operator",
@@ -46,10 +47,10 @@ IN_FLIGHT = 4
 MAX_TOKENS = 16
 
 # (status, streamed, TTFT s or None, latency s)
-Result = tuple[int, bool, float | None, float]
+Answer = tuple[int, bool, float | None, float]
 
 
-async def one(http: httpx.AsyncClient, url: str, i: int) -> Result:
+async def one(http: httpx.AsyncClient, url: str, i: int) -> Answer:
     body: dict[str, Any] = {
         "model": MODELS[i % len(MODELS)],
         "messages": [{"role": "user", "content": f"Tell me about the weather today {i}"}],
@@ -69,14 +70,14 @@ async def one(http: httpx.AsyncClient, url: str, i: int) -> Result:
     return answer.status_code, False, None, time.monotonic() - t0
 
 
-async def load(url: str, key: str, n: int) -> tuple[list[Result], float]:
+async def load(url: str, key: str, n: int) -> tuple[list[Answer], float]:
     slots = asyncio.Semaphore(IN_FLIGHT)
     headers = {"authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(headers=headers, timeout=120) as http:
         for i in range(6):
             await one(http, url, i)
 
-        async def guarded(i: int) -> Result:
+        async def guarded(i: int) -> Answer:
             async with slots:
                 return await one(http, url, i)
 
@@ -129,19 +130,19 @@ def main() -> None:
     ok = [r for r in results if r[0] == 200]
     ttfts = [r[2] for r in ok if r[1] and r[2] is not None]
     plain = [r[3] for r in ok if not r[1]]
-    summary = {
-        "label": label,
-        "ready_s": round(ready_s, 1),
-        "n": n,
-        "ok": len(ok),
-        "req_per_s": round(len(ok) / wall, 2),
-        "ttft_p50_ms": round(1000 * statistics.median(ttfts)),
-        "nonstream_p50_ms": round(1000 * statistics.median(plain)),
-        "vllm_tree": tree,
-    }
-    print(json.dumps(summary))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(summary, indent=2))
+    result = Result("up_engine_mode", list(COLUMNS))
+    result.add(
+        label=label,
+        n=n,
+        ok=len(ok),
+        ready_s=round(ready_s, 1),
+        req_per_s=round(len(ok) / wall, 2),
+        ttft_p50_ms=round(1000 * statistics.median(ttfts)),
+        nonstream_p50_ms=round(1000 * statistics.median(plain)),
+    )
+    result.notes.append(f"checkout {root}; {IN_FLIGHT} in flight, max_tokens {MAX_TOKENS}")
+    result.details["vllm_tree"] = tree
+    result.emit(out)
 
 
 if __name__ == "__main__":
