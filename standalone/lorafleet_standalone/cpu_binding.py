@@ -1,4 +1,4 @@
-"""Which cores each CPU vLLM engine of `lorafleet up` binds its worker's threads to.
+"""Which cores each CPU vLLM engine of `lorafleet up` runs on.
 
 vLLM's CPU build binds its worker's OpenMP threads itself (`VLLM_CPU_OMP_THREADS_BIND=auto`):
 all of the cores it may use but the last, which it leaves to its scheduler process. Every
@@ -15,9 +15,11 @@ docs/guides/standalone.md, "CPU cores"). `up` therefore hands each engine its ow
 - more engines than cores: one core each, round robin.
 
 An engine started later (autoMerge creates a merged pool while `up` runs) takes the next share
-round robin. `VLLM_CPU_OMP_THREADS_BIND` set in `up`'s environment overrides all of this:
-every engine gets that value (`auto`: vLLM's own choice; `nobind`: no
-binding; a list such as `0-3`).
+round robin. Since 2026-12-06 the model runs in vLLM's engine-core process, not in a worker of
+its own (processes.vllm_process): the whole engine is bound to its share by CPU affinity, with
+one OpenMP thread per core of it. `VLLM_CPU_OMP_THREADS_BIND` set in `up`'s environment
+overrides all of this: every engine runs vLLM's worker process with that value (`auto`: vLLM's
+own choice; `nobind`: no binding; a list such as `0-3`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,15 @@ def cpu_list(cores: list[int]) -> str:
         else:
             runs.append([c])
     return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def parse_cpu_list(cpus: str) -> frozenset[int]:
+    """A CPU list (`0`, `0-3`, `0,2`) as core ids."""
+    cores: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        cores.update(range(int(first), int(last or first) + 1))
+    return frozenset(cores)
 
 
 @dataclass
@@ -85,4 +96,4 @@ class EngineCores:
         engines = ", ".join(cpu_list(s) for s in sets)
         free = sorted(set(self.cpus) - {c for s in sets for c in s})
         rest = f"; core(s) {cpu_list(free)} for the rest" if free else ""
-        return f"engine workers on core(s) {engines}{rest} (override: {BIND_ENV})"
+        return f"engines on core(s) {engines}{rest} (override: {BIND_ENV})"

@@ -32,7 +32,7 @@ from lorafleet_core.planning.replica_config import (
     engine_flags,
     merged_model_env,
 )
-from lorafleet_standalone.cpu_binding import BIND_ENV
+from lorafleet_standalone.cpu_binding import BIND_ENV, parse_cpu_list
 from lorafleet_standalone.supervisor import ProcessSpec
 
 LOOPBACK = "127.0.0.1"
@@ -95,6 +95,26 @@ def is_cpu_build() -> bool:
     return True
 
 
+# Runs the model in vLLM's engine-core process (its UniProcExecutor) when "0", instead of a
+# worker process of its own.
+INPROC_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+# extraArgs that choose vLLM's executor or spread the model over several workers: theirs.
+EXECUTOR_FLAGS = (
+    "--distributed-executor-backend",
+    "--tensor-parallel-size",
+    "-tp",
+    "--pipeline-parallel-size",
+    "-pp",
+    "--data-parallel-size",
+    "-dp",
+)
+
+
+def chooses_executor(extra_args: list[str]) -> bool:
+    """True when `extra_args` names vLLM's executor or a parallel size itself."""
+    return any(a.split("=", 1)[0] in EXECUTOR_FLAGS for a in extra_args)
+
+
 def chooses_compilation(extra_args: list[str]) -> bool:
     """True when `extra_args` names eager mode or a compilation setting itself."""
     return any(a.split("=", 1)[0] in COMPILE_FLAGS or a.startswith("-O") for a in extra_args)
@@ -110,8 +130,15 @@ def vllm_process(
     python: str = sys.executable,
     log_dir: Path,
 ) -> ProcessSpec:
-    """`omp_cpus`: the cores the CPU build binds the engine's worker to (cpu_binding);
-    None leaves vLLM's own choice or the user's `VLLM_CPU_OMP_THREADS_BIND`."""
+    """`omp_cpus`: the cores `up` gives the CPU build's engine (cpu_binding); None leaves vLLM's
+    own choice or the user's `VLLM_CPU_OMP_THREADS_BIND`.
+
+    With cores given, the model runs in vLLM's engine-core process, not in a worker process of
+    its own, with one OpenMP thread per core, the whole engine bound to those cores by CPU
+    affinity (that mode ignores `VLLM_CPU_OMP_THREADS_BIND`): on the 2-core machine it served
+    the demo's requests faster (docs/design/0024, addendum). `VLLM_ENABLE_V1_MULTIPROCESSING=1`
+    in the environment or an executor flag in engine.extraArgs keeps vLLM's worker process,
+    bound with `VLLM_CPU_OMP_THREADS_BIND`; `OMP_NUM_THREADS` in the environment is kept."""
     engine = pool.engine
     argv = [
         python,
@@ -126,6 +153,7 @@ def vllm_process(
         *engine_flags(pool),  # a merged pool (model_dir holds merged weights): no LoRA
     ]
     env = {}
+    cores: frozenset[int] | None = None  # the whole engine's, by CPU affinity
     if logs.ENGINE_LOGGING_ENV not in os.environ:  # else the user's own logging config
         config = logs.write_engine_logging_config(log_dir / "vllm-logging.json")
         env[logs.ENGINE_LOGGING_ENV] = str(config)
@@ -141,8 +169,19 @@ def vllm_process(
         if engine.max_model_len is None:
             argv += ["--max-model-len", "256"]
         env["VLLM_CPU_KVCACHE_SPACE"] = "1"
-        if omp_cpus is not None:
-            env[BIND_ENV] = omp_cpus
+        users_mode = os.environ.get(INPROC_ENV)
+        in_process = (
+            users_mode.strip() == "0"
+            if users_mode is not None
+            else not chooses_executor(engine.extra_args)
+        )
+        if omp_cpus is not None and in_process:
+            cores = parse_cpu_list(omp_cpus)
+            env[INPROC_ENV] = "0"
+            if "OMP_NUM_THREADS" not in os.environ:  # else the user's thread count
+                env["OMP_NUM_THREADS"] = str(len(cores))
+        elif omp_cpus is not None:
+            env[BIND_ENV] = omp_cpus  # vLLM's worker process binds its threads itself
         if pool.merged is not None and not chooses_compilation(engine.extra_args):
             # vLLM's CPU backend torch.compiles an engine without LoRA at start (a LoRA engine
             # skips it): 4.4 min cold, 2.1 min with a warm cache, against 1.2 min eager, on
@@ -156,6 +195,7 @@ def vllm_process(
         log_file=log_dir / f"{replica.id}-vllm.log",
         health_url=f"{replica.vllm_url}/health",
         start_timeout_s=300.0,
+        cpus=cores,
     )
 
 

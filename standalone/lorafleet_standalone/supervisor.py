@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -43,6 +44,8 @@ class ProcessSpec:
     cwd: Path | None = None
     # Nothing is served without it (the gateway): once it failed for good, `up` stops.
     essential: bool = False
+    # The cores the child (and every process it starts) may run on; None: this process's.
+    cpus: frozenset[int] | None = None
 
 
 @dataclass
@@ -59,11 +62,13 @@ class StartError(RuntimeError):
     pass
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _prepare_child(cpus: frozenset[int] | None) -> None:  # in the child between fork and exec
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if cpus:
+            os.sched_setaffinity(0, cpus)  # before exec: every process it starts inherits it
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -135,7 +140,7 @@ class Supervisor:
                 stdout=out,  # type: ignore[arg-type]
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=functools.partial(_prepare_child, spec.cpus),
             )
         finally:
             if log is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -188,3 +189,21 @@ def test_an_essential_child_that_gave_up_is_reported_as_such(tmp_path):
     eventually(lambda: (sup.check(), gateway.failed)[1], within_s=30)
     assert sup.essential_failure() is gateway
     sup.stop_all()
+
+
+def test_a_child_and_the_processes_it_starts_run_on_the_cores_it_was_given(tmp_path):
+    core = min(os.sched_getaffinity(0))
+    pid_file = tmp_path / "g"
+    sup = Supervisor(stop_timeout_s=5, say=lambda _m: None)
+    try:
+        child = sup.start(
+            ProcessSpec(name="c", argv=_family_script(pid_file), cpus=frozenset({core}))
+        )
+        other = sup.start(ProcessSpec(name="o", argv=_family_script(tmp_path / "o")))
+        eventually(lambda: pid_file.exists() and pid_file.read_text(), within_s=15)
+        grandchild = int(pid_file.read_text())
+        assert os.sched_getaffinity(child.proc.pid) == {core}
+        assert os.sched_getaffinity(grandchild) == {core}
+        assert os.sched_getaffinity(other.proc.pid) == os.sched_getaffinity(0)
+    finally:
+        sup.stop_all()
