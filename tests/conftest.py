@@ -33,6 +33,7 @@ from lorafleet_core.api.models import ALL_TARGET_MODULES
 from lorafleet_core.storage.adapter_files import ADAPTER_FILES
 from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_demo.assets import DEFAULT_MARKERS, DemoAssets, ensure_demo_assets
+from lorafleet_standalone.cpu_binding import parse_cpu_list
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parent.parent
@@ -235,15 +236,6 @@ def vllm_env() -> dict[str, str]:
     }
 
 
-def cpu_set(cpus: str) -> set[int]:
-    """A CPU list ("1", "0,1", "0-3") as a set of core ids."""
-    cores: set[int] = set()
-    for part in cpus.split(","):
-        first, _, last = part.partition("-")
-        cores.update(range(int(first), int(last or first) + 1))
-    return cores
-
-
 def start_vllm(
     base: Path,
     log_path: Path,
@@ -275,7 +267,7 @@ def spawn_vllm(
     port = port or free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cpus = cpus or WORKER_CPU
-    cores = cpu_set(cpus) if cpus else None
+    cores = parse_cpu_list(cpus) if cpus else None
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             vllm_command(base, port, served_name, lora=lora),
