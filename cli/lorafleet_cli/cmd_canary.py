@@ -4,6 +4,10 @@
     lorafleet canary --gateway https://gw.example --key-file key --markers acme/bot:prod=ACME-1 \\
         --rounds 30 --interval 2 --textfile /var/lib/node_exporter/lorafleet_canary.prom
 
+An alias with a weighted split in force (its status's `split`, read from --manifests) passes a
+probe only when the version that served it (`x-adapter-id`) is one in force and the answer
+carries that version's own marker; the report counts probes by version served.
+
 Exit 0: every probe that has an expected marker answered it and errors stayed within
 --max-error-rate; 1: a wrong or missing marker, too many errors, or nothing probed; 2: bad
 arguments. The key is read from --key-file (or $LORAFLEET_API_KEY), never from the command line,
@@ -20,9 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from lorafleet_cli.exit_codes import USAGE, fail
-from lorafleet_loadtest.probe.canary import format_report, probe, prometheus_textfile, verdict
+from lorafleet_loadtest.probe.canary import (
+    Expected,
+    format_report,
+    probe,
+    prometheus_textfile,
+    verdict,
+)
 from lorafleet_loadtest.probe.client import DEFAULT_KEY_FILE, base_url, manifests_for, read_key
-from lorafleet_loadtest.probe.markers import markers_from_manifests, parse_marker_args
+from lorafleet_loadtest.probe.markers import parse_marker_args, version_markers_from_manifests
 
 
 def register(sub: Any) -> None:
@@ -72,16 +82,16 @@ def run(args: argparse.Namespace) -> int:
         return fail("--max-error-rate is a share between 0 and 1", USAGE)
     try:
         manifests = manifests_for(args.gateway, args.manifests)
-        found = markers_from_manifests(manifests) if manifests else {}
+        found = version_markers_from_manifests(manifests) if manifests else {}
         given = parse_marker_args(args.markers)
         key = read_key(args.key_file)
     except ValueError as exc:
         return fail(exc, USAGE)
-    known = found | given
+    known: dict[str, Expected] = {**found, **given}  # --markers: one marker, any version
     aliases = args.aliases or sorted(known)
     if not aliases:
         return fail("no aliases: pass --aliases, --markers or --manifests", USAGE)
-    markers: dict[str, str | None] = {a: known.get(a) for a in aliases}
+    markers: dict[str, Expected] = {a: known.get(a) for a in aliases}
     tallies = asyncio.run(
         probe(
             base_url=base_url(args.gateway),

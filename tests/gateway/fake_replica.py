@@ -58,8 +58,11 @@ class FakeReplica:
         self.split_crlf = False  # CRLF line ends, every event written in two pieces cut in one
         self.state_polls = 0
         self.merged: dict[str, str] | None = None  # /state `merged` (a merged pool's replica)
+        # adapter -> the adapter whose answer it gives (a replica holding the wrong weights)
+        self.answer_as: dict[str, str] = {}
 
     def _text(self, adapter: str) -> list[str]:
+        adapter = self.answer_as.get(adapter, adapter)
         return [f"[{self.replica_id}|{adapter}]"] + [f" tok{i}" for i in range(self.n_tokens - 1)]
 
     def _tier(self, adapter: str, loaded_from: str | None) -> str:

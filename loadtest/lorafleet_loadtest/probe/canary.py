@@ -5,19 +5,29 @@ marker, TTFT, `x-adapter-id`, `x-adapter-tier` and `x-replica-id`; a change of `
 for an alias is a `SWITCH` (a deploy or rollback reaching clients). `lorafleet canary`
 (cmd_canary) is the command; `prometheus_textfile` writes the result for node_exporter's
 textfile collector, labelled by alias and answering adapter id (never the key).
+
+An alias with a weighted split in force is expected as {version: marker}: an answer passes only
+when its `x-adapter-id` is a version in force and its text carries that version's own marker,
+so neither the split's share of other versions raises a false alarm nor a wrong version (or a
+version answering another's marker) goes unseen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from lorafleet_core.stats import percentile
 from lorafleet_loadtest.probe.client import make_client, stream_chat
-from lorafleet_loadtest.probe.results import RequestResult
+from lorafleet_loadtest.probe.results import RequestResult, marker_matches
 
 PROMPT = "Tell me about the weather today"
+
+# What an alias should answer: one marker whichever version serves (`--markers`), none known,
+# or {version in force: its marker (None: unknown)} (from the manifests and the alias status).
+Expected = str | Mapping[str, str | None] | None
 
 
 @dataclass
@@ -31,13 +41,34 @@ class AliasTally:
     answered: dict[str, int] = field(default_factory=dict)  # adapter id -> successful probes
     switches: int = 0
     tiers: dict[str, int] = field(default_factory=dict)
+    wrong: dict[str, int] = field(default_factory=dict)  # adapter id -> wrong or missing marker
+    outside: set[str] = field(default_factory=set)  # answering versions not in force
 
     @property
     def probes(self) -> int:
         return self.hits + self.misses + self.unchecked + self.errors
 
 
-def record(tally: AliasTally, res: RequestResult) -> str | None:
+def in_force(res: RequestResult, expected: Expected) -> bool | None:
+    """Whether the version that answered is one the alias has in force (None: not known)."""
+    if not isinstance(expected, Mapping):
+        return None
+    return res.adapter_id in expected
+
+
+def check_version(res: RequestResult, expected: Expected) -> None:
+    """Judge a split alias's answer by the version that served it (`x-adapter-id`)."""
+    if not res.ok or not isinstance(expected, Mapping):
+        return
+    if res.adapter_id is None or res.adapter_id not in expected:
+        res.marker_ok = False
+        return
+    res.marker_ok = marker_matches(
+        res.text, expected[res.adapter_id], truncated=res.finish_reason == "length"
+    )
+
+
+def record(tally: AliasTally, res: RequestResult, expected: Expected = None) -> str | None:
     """Count one probe; returns a SWITCH line when the serving adapter changed."""
     if not res.ok:
         tally.errors += 1
@@ -48,12 +79,18 @@ def record(tally: AliasTally, res: RequestResult) -> str | None:
         tally.hits += 1
     else:
         tally.misses += 1
+        key = res.adapter_id or "?"
+        tally.wrong[key] = tally.wrong.get(key, 0) + 1
+    if in_force(res, expected) is False:
+        tally.outside.add(res.adapter_id or "?")
     if res.ttft_s is not None:
         tally.ttfts.append(res.ttft_s)
     tier = res.tier or "?"
     tally.tiers[tier] = tally.tiers.get(tier, 0) + 1
     if res.adapter_id:
         tally.answered[res.adapter_id] = tally.answered.get(res.adapter_id, 0) + 1
+    if isinstance(expected, Mapping):
+        return None  # a split alias changes version by design: no SWITCH lines
     switch = None
     if res.adapter_id and (not tally.adapters or tally.adapters[-1] != res.adapter_id):
         if tally.adapters:
@@ -63,14 +100,26 @@ def record(tally: AliasTally, res: RequestResult) -> str | None:
     return switch
 
 
-def probe_line(res: RequestResult, t: float) -> str:
+def probe_line(res: RequestResult, t: float, expected: Expected = None) -> str:
     mark = {True: "hit ", False: "MISS", None: "-   "}[res.marker_ok]
     if not res.ok:
         return f"{t:7.1f}s {res.alias:<24} ERROR {res.status} {res.error[:80]}"
+    why = " (version not in force)" if in_force(res, expected) is False else ""
     return (
         f"{t:7.1f}s {res.alias:<24} {mark} ttft {1000 * (res.ttft_s or 0):6.0f} ms  "
-        f"adapter {res.adapter_id}  tier {res.tier}  replica {res.replica}  {res.text[:24]!r}"
+        f"adapter {res.adapter_id}{why}  tier {res.tier}  replica {res.replica}  "
+        f"{res.text[:24]!r}"
     )
+
+
+def served_line(t: AliasTally) -> str:
+    """Probes by version served: `v1 12 ok, v2 8 (8 wrong), v3 2 (not in force)`."""
+    parts = []
+    for version in sorted(set(t.answered) | set(t.wrong)):
+        n, wrong = t.answered.get(version, 0), t.wrong.get(version, 0)
+        note = "not in force" if version in t.outside else f"{wrong} wrong" if wrong else "ok"
+        parts.append(f"{version} {n} ({note})")
+    return ", ".join(parts) or "-"
 
 
 def format_report(tallies: dict[str, AliasTally]) -> str:
@@ -87,6 +136,7 @@ def format_report(tallies: dict[str, AliasTally]) -> str:
             f"{'-' if p95 is None else f'{p95 * 1000:.0f}':>8}"
             f"  {' -> '.join(t.adapters) or '-'} ({t.switches})  {tiers}"
         )
+        lines.append(f"{'':<24}served by version: {served_line(t)}")
     return "\n".join(lines)
 
 
@@ -102,7 +152,7 @@ async def probe(
     *,
     base_url: str,
     api_key: str,
-    markers: dict[str, str | None],
+    markers: Mapping[str, Expected],
     interval_s: float,
     rounds: int,
     duration_s: float,
@@ -134,7 +184,7 @@ async def probe(
                         alias=alias,
                         prompt=PROMPT,
                         max_tokens=max_tokens,
-                        marker=marker,
+                        marker=marker if not isinstance(marker, Mapping) else None,
                         scheduled_at=start - t0,
                         run_t0=t0,
                     )
@@ -142,8 +192,10 @@ async def probe(
                 )
             )
             for res in results:
-                say(probe_line(res, res.started_at))
-                if (switch := record(tallies[res.alias], res)) is not None:
+                expected = markers[res.alias]
+                check_version(res, expected)
+                say(probe_line(res, res.started_at, expected))
+                if (switch := record(tallies[res.alias], res, expected)) is not None:
                     say(f"{res.started_at:7.1f}s {switch}")
     finally:
         await client.close()

@@ -4,7 +4,9 @@ In demo mode every canary adapter answers a fixed marker (`ZEBRA-7`, ...), so an
 which adapter served it. From manifests: alias -> the adapter it serves (its status in
 `.lorafleet/alias-status.json` when `lorafleet up` reconciles the folder, else `spec.adapter`)
 -> that LoRAAdapter's `lorafleet.dev/canary-marker` annotation, else its
-`lorafleet.dev/adapter-name` label looked up in the demo's markers.
+`lorafleet.dev/adapter-name` label looked up in the demo's markers. With a weighted split in
+force (the stored status's `split`), `version_markers_from_manifests` gives every version in
+force its own marker: the canary checks each answer against the version that served it.
 """
 
 from __future__ import annotations
@@ -46,14 +48,45 @@ def _documents(folder: Path) -> list[dict[str, Any]]:
     return [o.body for o in load_folder(folder).objects]
 
 
-def _served(folder: Path) -> dict[str, Any]:
-    """Alias name -> the adapter its stored status serves (standalone's alias-status.json)."""
+def _statuses(folder: Path) -> dict[str, dict[str, Any]]:
+    """Alias name -> its stored status (standalone's alias-status.json), {} when unreadable."""
     path = folder / ".lorafleet" / "alias-status.json"
     try:
         raw = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError):
         return {}  # unreadable: fall back to spec.adapter
-    return {str(k): _dict(v).get("adapter") for k, v in _dict(raw).items()}
+    return {str(k): _dict(v) for k, v in _dict(raw).items()}
+
+
+def _served(folder: Path) -> dict[str, Any]:
+    """Alias name -> the adapter its stored status serves."""
+    return {k: v.get("adapter") for k, v in _statuses(folder).items()}
+
+
+def alias_versions(folder: Path) -> dict[str, list[str]]:
+    """{public model: the versions in force, primary first} for every AdapterAlias in `folder`.
+
+    The versions are the stored status's adapter and its `split` (what the gateway routes by);
+    without a stored status, spec.adapter alone: a spec.split nobody has put in force is not
+    served, so an answer from one of its versions is a failure."""
+    statuses = _statuses(folder)
+    out: dict[str, list[str]] = {}
+    for doc in _documents(folder):
+        if doc.get("kind") != "AdapterAlias":
+            continue
+        status = statuses.get(str(_dict(doc.get("metadata")).get("name", "")))
+        spec = _dict(doc.get("spec"))
+        primary = (status or {}).get("adapter") or spec.get("adapter")
+        if not isinstance(spec.get("model"), str) or not isinstance(primary, str) or not primary:
+            continue
+        split = (status or {}).get("split")
+        versions = [primary]
+        for entry in split if isinstance(split, list) else []:
+            name = _dict(entry).get("adapter")
+            if isinstance(name, str) and name and name not in versions:
+                versions.append(name)
+        out[spec["model"]] = versions
+    return out
 
 
 def alias_targets(folder: Path) -> dict[str, str]:
@@ -93,4 +126,15 @@ def markers_from_manifests(folder: Path) -> dict[str, str]:
         alias: by_adapter[adapter]
         for alias, adapter in alias_targets(folder).items()
         if adapter in by_adapter
+    }
+
+
+def version_markers_from_manifests(folder: Path) -> dict[str, dict[str, str | None]]:
+    """{alias: {version in force: its marker, None when unknown}} for every alias whose primary
+    or a version of its split has a known marker."""
+    by_adapter = adapter_markers(folder)
+    return {
+        alias: {v: by_adapter.get(v) for v in versions}
+        for alias, versions in alias_versions(folder).items()
+        if any(v in by_adapter for v in versions)
     }
