@@ -6,7 +6,10 @@
 
 An alias with a weighted split in force (its status's `split`, read from --manifests) passes a
 probe only when the version that served it (`x-adapter-id`) is one in force and the answer
-carries that version's own marker; the report counts probes by version served.
+carries that version's own marker; the report counts probes by version served. Without
+--manifests (a cluster's canary), `--markers ALIAS@VERSION=MARKER`, once per version, says the
+same: an answer passes only from a listed version and with that version's marker. A plain
+`ALIAS=MARKER` is one marker for whichever version answers: for aliases without a split.
 
 Exit 0: every probe that has an expected marker answered it and errors stayed within
 --max-error-rate; 1: a wrong or missing marker, too many errors, or nothing probed; 2: bad
@@ -32,7 +35,7 @@ from lorafleet_loadtest.probe.canary import (
     verdict,
 )
 from lorafleet_loadtest.probe.client import DEFAULT_KEY_FILE, base_url, manifests_for, read_key
-from lorafleet_loadtest.probe.markers import parse_marker_args, version_markers_from_manifests
+from lorafleet_loadtest.probe.markers import parse_canary_markers, version_markers_from_manifests
 
 
 def register(sub: Any) -> None:
@@ -56,7 +59,14 @@ def register(sub: Any) -> None:
         "for lorafleet up's gateway)",
     )
     p.add_argument("--aliases", nargs="+", default=None, help="default: every alias with a marker")
-    p.add_argument("--markers", nargs="*", default=[], metavar="ALIAS=MARKER")
+    p.add_argument(
+        "--markers",
+        nargs="*",
+        default=[],
+        metavar="ALIAS[@VERSION]=MARKER",
+        help="ALIAS=MARKER: one marker, any version; ALIAS@VERSION=MARKER (once per version): "
+        "only the listed versions may answer, each with its own marker",
+    )
     p.add_argument("--rounds", type=int, default=1, help="rounds of one probe per alias (1)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between rounds (5)")
     p.add_argument("--max-tokens", type=int, default=8)
@@ -83,11 +93,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         manifests = manifests_for(args.gateway, args.manifests)
         found = version_markers_from_manifests(manifests) if manifests else {}
-        given = parse_marker_args(args.markers)
+        given = parse_canary_markers(args.markers)
         key = read_key(args.key_file)
     except ValueError as exc:
         return fail(exc, USAGE)
-    known: dict[str, Expected] = {**found, **given}  # --markers: one marker, any version
+    known: dict[str, Expected] = {**found, **given}  # --markers wins over --manifests
     aliases = args.aliases or sorted(known)
     if not aliases:
         return fail("no aliases: pass --aliases, --markers or --manifests", USAGE)

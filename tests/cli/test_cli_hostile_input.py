@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from lorafleet_cli.main import main
-from lorafleet_loadtest.probe.markers import markers_from_manifests
+from lorafleet_loadtest.probe.markers import markers_from_manifests, parse_canary_markers
 
 
 class _Html(BaseHTTPRequestHandler):
@@ -101,3 +101,32 @@ def test_markers_survive_manifests_of_any_shape(tmp_path: Path) -> None:
     (tmp_path / ".lorafleet").mkdir()
     (tmp_path / ".lorafleet" / "alias-status.json").write_text('{"g": "not a status"}')
     assert markers_from_manifests(tmp_path) == {"a/g:p": "G-1"}
+
+
+@pytest.mark.parametrize(
+    ("markers", "error"),
+    [
+        (["a/b:c"], "wants ALIAS=MARKER or ALIAS@VERSION=MARKER, got 'a/b:c'"),
+        (["a/b:c@v1="], "wants ALIAS=MARKER or ALIAS@VERSION=MARKER, got 'a/b:c@v1='"),
+        (["a/b:c@=M"], "wants an alias and an adapter name"),
+        (["@v1=M"], "wants an alias and an adapter name"),
+        (["a/b:c@V1_x=M"], "wants an alias and an adapter name"),
+        (["a/b:c=M", "a/b:c@v1=M"], "a/b:c already has one marker for any version"),
+        (["a/b:c@v1=M", "a/b:c=M"], "a/b:c already has per-version markers"),
+        (["a/b:c@v1=M", "a/b:c@v1=N"], "a/b:c@v1 has two markers"),
+    ],
+)
+def test_canary_refuses_malformed_per_version_markers(tmp_path: Path, markers, error, capsys):
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    assert main(["canary", "--key-file", str(key), "--markers", *markers]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --markers "), err
+    assert error in err, err
+
+
+def test_canary_reads_per_version_markers_beside_plain_ones() -> None:
+    assert parse_canary_markers(["a/b:c=M=1", "x/y:z@v1=A", "x/y:z@v2.0=B", "x/y:z@v1=A"]) == {
+        "a/b:c": "M=1",
+        "x/y:z": {"v1": "A", "v2.0": "B"},
+    }

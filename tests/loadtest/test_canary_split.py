@@ -105,3 +105,41 @@ def test_a_version_outside_the_split_in_force_fails(env, tmp_path, capsys):
     served = out.split("served by version: ")[1].splitlines()[0]
     assert re.search(rf"{V1} \d+ \(ok\)", served), served
     assert re.search(rf"{V2} \d+ \(not in force\)", served), served
+
+
+def canary_with_markers(env: GatewayEnv, tmp_path: Path, markers: list[str]) -> int:
+    """As a cluster's canary runs: no manifests, the versions and markers from `--markers`."""
+    key = tmp_path / "key"
+    key.write_text(KEYS["acme"])
+    argv = ["canary", "--gateway", env.server.url, "--key-file", str(key), "--markers", *markers]
+    return main([*argv, "--rounds", str(ROUNDS), "--interval", "0", "--max-tokens", "8"])
+
+
+def test_per_version_markers_pass_when_each_version_answers_its_own(env, tmp_path, capsys):
+    markers = [f"{ALIAS}@{v}={marker(v)}" for v in (V1, V2)]
+    assert canary_with_markers(env, tmp_path, markers) == 0
+    out = capsys.readouterr().out
+    assert f"OK: {ROUNDS} probes over 1 aliases" in out
+    served = out.split("served by version: ")[1].splitlines()[0]
+    assert re.fullmatch(rf"{V1} \d+ \(ok\), {V2} \d+ \(ok\)", served), served
+
+
+def test_per_version_markers_swapped_fail_for_every_answer(env, tmp_path, capsys):
+    markers = [f"{ALIAS}@{V1}={marker(V2)}", f"{ALIAS}@{V2}={marker(V1)}"]
+    assert canary_with_markers(env, tmp_path, markers) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL: {ROUNDS} probes over 1 aliases, {ROUNDS} wrong or missing markers" in out
+    served = out.split("served by version: ")[1].splitlines()[0]
+    found = re.fullmatch(rf"{V1} (\d+) \((\d+) wrong\), {V2} (\d+) \((\d+) wrong\)", served)
+    assert found, served
+    assert found[1] == found[2], served
+    assert found[3] == found[4], served
+
+
+def test_a_version_without_a_per_version_marker_fails(env, tmp_path, capsys):
+    # v2 answers its own marker, but the canary was told only of v1: v2 must not be accepted.
+    assert canary_with_markers(env, tmp_path, [f"{ALIAS}@{V1}={marker(V1)}"]) == 1
+    out = capsys.readouterr().out
+    assert "(version not in force)" in out
+    served = out.split("served by version: ")[1].splitlines()[0]
+    assert re.fullmatch(rf"{V1} \d+ \(ok\), {V2} \d+ \(not in force\)", served), served

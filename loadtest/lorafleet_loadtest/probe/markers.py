@@ -1,4 +1,4 @@
-"""Expected canary markers per alias: from `--markers alias=MARKER` or from a manifests folder.
+"""Expected canary markers per alias: from `--markers` or from a manifests folder.
 
 In demo mode every canary adapter answers a fixed marker (`ZEBRA-7`, ...), so an answer proves
 which adapter served it. From manifests: alias -> the adapter it serves (its status in
@@ -12,10 +12,12 @@ force its own marker: the canary checks each answer against the version that ser
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from lorafleet_core.api import names
+from lorafleet_core.api.models.common import DNS_SUBDOMAIN
 from lorafleet_core.storage.manifests import load_folder
 from lorafleet_demo.assets import DEFAULT_MARKERS
 
@@ -31,6 +33,36 @@ def parse_marker_args(items: list[str]) -> dict[str, str]:
         if not sep or not alias or not marker:
             raise ValueError(f"--markers wants alias=MARKER, got {item!r}")
         out[alias] = marker
+    return out
+
+
+def parse_canary_markers(items: list[str]) -> dict[str, str | dict[str, str]]:
+    """`["demo/zebra:prod=ZEBRA-7", "acme/bot:prod@acme-bot-v2=ACME-2", ...]` -> {alias: marker}
+    for `ALIAS=MARKER` (one marker, whichever version answers), {alias: {version: marker}} for
+    `ALIAS@VERSION=MARKER` (the alias's answers must come from a listed version, each with its
+    own marker). An alias (tenant/name:tag) holds no '@' or '=', so the split is unambiguous."""
+    out: dict[str, str | dict[str, str]] = {}
+    for item in items:
+        target, sep, marker = item.partition("=")
+        if not sep or not target or not marker:
+            raise ValueError(f"--markers wants ALIAS=MARKER or ALIAS@VERSION=MARKER, got {item!r}")
+        alias, at, version = target.partition("@")
+        if not at:
+            if isinstance(out.get(alias), dict):
+                raise ValueError(f"--markers {item!r}: {alias} already has per-version markers")
+            out[alias] = marker
+            continue
+        if not alias or not re.fullmatch(DNS_SUBDOMAIN, version) or len(version) > 253:
+            raise ValueError(
+                f"--markers {item!r}: ALIAS@VERSION=MARKER wants an alias and an adapter name "
+                "(lower-case letters, digits, '-' and '.') as the version"
+            )
+        per_version = out.setdefault(alias, {})
+        if not isinstance(per_version, dict):
+            raise ValueError(f"--markers {item!r}: {alias} already has one marker for any version")
+        if per_version.get(version, marker) != marker:
+            raise ValueError(f"--markers {item!r}: {alias}@{version} has two markers")
+        per_version[version] = marker
     return out
 
 
