@@ -3,9 +3,10 @@ required values, and the network policy letting it in."""
 
 from __future__ import annotations
 
+import helm_python
 import pytest
 
-from tests.chart.chart_render import ALL_ON, by_kind, render
+from tests.chart.chart_render import ALL_ON, CHART, by_kind, render
 
 
 def test_canary_cronjob_probes_every_marker_through_the_public_service_with_the_key_secret():
@@ -46,3 +47,36 @@ def test_restricted_gateway_peers_still_admit_the_canary():
     assert {"namespaceSelector": {}} in peers
     canary = [p for p in peers if "podSelector" in p]
     assert canary[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "canary"
+
+
+def test_an_alias_with_a_split_renders_one_marker_per_version():
+    markers = {
+        "canary/zebra:prod": "ZEBRA-7",
+        "canary/owl:prod": {"canary-owl-v2": "OWL-4", "canary-owl-v1": "OWL-3"},
+    }
+    values = {**ALL_ON, "canary": {**ALL_ON["canary"], "markers": markers}}
+    (cron,) = by_kind(render(values), "CronJob")
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    command = container["command"]
+    # the form `lorafleet canary --markers` reads as "only these versions, each its own marker"
+    assert command[command.index("--markers") + 1 :] == [
+        "canary/owl:prod@canary-owl-v1=OWL-3",
+        "canary/owl:prod@canary-owl-v2=OWL-4",
+        "canary/zebra:prod=ZEBRA-7",
+    ]
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        {},  # an alias with no version at all would accept nothing: every run would page
+        {"Canary-Owl-V1": "OWL-3"},  # not a LoRAAdapter name: no answer could ever match
+        {"canary-owl-v1": ""},
+        {"canary-owl-v1": {"nested": "OWL-3"}},
+        "",
+    ],
+)
+def test_per_version_markers_that_cannot_be_right_are_refused(marker):
+    values = {"canary": {**ALL_ON["canary"], "markers": {"canary/owl:prod": marker}}}
+    with pytest.raises(helm_python.HelmError):
+        helm_python.Chart.load(CHART).validate_schema(values)
