@@ -22,10 +22,11 @@ What kmock needs to host kopf, and the gaps worked around here (see docs/referen
   `labelSelector`, so a product query with a wrong selector passed every test. The Emulator
   below filters lists and watch events by it as the API server does (`LabelSelector`), and
   answers a malformed one with 400. `fieldSelector` is still ignored (no product code sends
-  one); no StatefulSet
-  controller (tests create the replica pods), no garbage collection by ownerReferences,
-  no schema/CEL validation, no generation bumps, no `generateName` (the Emulator below
-  names such objects, else every kopf event after the first is refused with 409), and a
+  one);
+- no StatefulSet controller (tests create the replica pods), no garbage collection by
+  ownerReferences, no schema/CEL validation, no generation bumps, no `generateName` (the
+  Emulator below names such objects, else every kopf event after the first is refused with
+  409), and a
   request log that makes each request cost O(all requests so far) (the Emulator below
   trims it).
 """
