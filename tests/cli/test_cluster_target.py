@@ -21,6 +21,7 @@ from lorafleet_cli.cmd_keys import create_key
 from lorafleet_cli.main import build_parser
 from lorafleet_cli.targets import ClusterTarget
 from lorafleet_core.api.apikeys import KeyIndex, TenantKeys
+from lorafleet_core.api.names import API_KEYS_SECRET_LABEL
 from tests.manifest_folder import make_adapter, pool_manifest
 from tests.operator import kmock_cluster
 from tests.operator.kmock_cluster import Cluster
@@ -141,3 +142,20 @@ def test_kubeconfig_context_gives_server_token_and_namespace(
         target.close()
     seen = [r for r in cluster.emulator._requests if "replicapools" in str(r.url)]
     assert seen[-1].headers.get("Authorization") == "Bearer dev-token"
+
+
+def test_only_key_secrets_are_read_from_a_cluster(cluster: Cluster, target: ClusterTarget) -> None:
+    """The CLI's Secret list is the API server's answer to its label selector, taken as is: a
+    Secret of the namespace without the key label (image pull credentials, TLS) is no tenant's
+    key Secret and must not be read as one (a wrong selector passed here before the harness
+    filtered by it)."""
+    secrets = cluster.path("secrets", group="v1")
+    cluster.create(secrets, {"metadata": {"name": "registry-creds"}, "type": "Opaque"})
+    cluster.create(
+        secrets,
+        {"metadata": {"name": "keys-labelled-false", "labels": {API_KEYS_SECRET_LABEL: "false"}}},
+    )
+    create_key(target, "globex")
+    names = {s["metadata"]["name"] for s in target.list("Secret")}
+    assert "lorafleet-keys-globex" in names
+    assert not names & {"registry-creds", "keys-labelled-false"}

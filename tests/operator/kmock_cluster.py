@@ -18,10 +18,15 @@ What kmock needs to host kopf, and the gaps worked around here (see docs/referen
   another resourceVersion than the object's is refused with 409 Conflict, and a JSON patch
   whose `test` of it fails with 422 (kopf guards its finalizer patches that way, and retries
   on a 422). kmock serves no PUT (replace) at all;
-- no label selectors on list/watch (kopf filters by labels itself), no StatefulSet
-  controller (tests create the replica pods), no garbage collection by ownerReferences,
-  no schema/CEL validation, no generation bumps, no `generateName` (the Emulator below
-  names such objects, else every kopf event after the first is refused with 409), and a
+- no label selectors: kmock answers a list or watch with every object whatever its
+  `labelSelector`, so a product query with a wrong selector passed every test. The Emulator
+  below filters lists and watch events by it as the API server does (`LabelSelector`), and
+  answers a malformed one with 400. `fieldSelector` is still ignored (no product code sends
+  one);
+- no StatefulSet controller (tests create the replica pods), no garbage collection by
+  ownerReferences, no schema/CEL validation, no generation bumps, no `generateName` (the
+  Emulator below names such objects, else every kopf event after the first is refused with
+  409), and a
   request log that makes each request cost O(all requests so far) (the Emulator below
   trims it).
 """
@@ -32,9 +37,10 @@ import asyncio
 import copy
 import functools
 import itertools
+import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -82,6 +88,164 @@ def _guess_k8s(
 parsing.guess_k8s = _guess_k8s
 
 
+_SELECTOR_TOKEN = re.compile(r"\s*(==|!=|=|!|<|>|\(|\)|,|[^\s=!<>(),]+)")
+# A label key: an optional DNS-subdomain prefix and a name of up to 63 characters; a label
+# value: up to 63 such characters, or empty (apimachinery's validation of both).
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+@attrs.frozen
+class Requirement:
+    """One requirement of a label selector: `key <op> values`."""
+
+    key: str
+    op: str  # exists, !, =, !=, in, notin, >, <
+    values: frozenset[str] = frozenset()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        has = self.key in labels
+        value = labels.get(self.key)
+        if self.op == "exists":
+            return has
+        if self.op == "!":
+            return not has
+        if self.op in {"=", "in"}:
+            return has and value in self.values
+        if self.op in {"!=", "notin"}:
+            return not has or value not in self.values
+        # > and <: the label's value read as an integer; one that is not never matches.
+        try:
+            number = int(str(value))
+        except ValueError:
+            return False
+        (bound,) = self.values
+        return number > int(bound) if self.op == ">" else number < int(bound)
+
+
+class SelectorError(ValueError):
+    pass
+
+
+def _valid_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        return False
+    return bool(_LABEL_NAME.match(name))
+
+
+def _valid_value(value: str) -> bool:
+    return value == "" or bool(_LABEL_NAME.match(value))
+
+
+_OPERATORS = {"==", "!=", "=", "!", "<", ">", "(", ")", ","}
+
+
+@attrs.frozen
+class LabelSelector:
+    """A `labelSelector` as the API server parses it (apimachinery's `labels.Parse`):
+    comma-separated requirements, all of which must hold; the empty selector matches all."""
+
+    requirements: tuple[Requirement, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> LabelSelector:
+        tokens: list[str] = _SELECTOR_TOKEN.findall(text)
+        return cls(tuple(_Parser(tokens).requirements())) if tokens else cls(())
+
+    def matches(self, obj: Any) -> bool:
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        labels = (meta.get("labels") if isinstance(meta, Mapping) else None) or {}
+        return all(r.matches(labels) for r in self.requirements)
+
+
+class _Parser:
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+        self.i = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self) -> str | None:
+        tok = self.peek()
+        self.i += 1
+        return tok
+
+    @staticmethod
+    def fail(found: str | None, expected: str) -> SelectorError:
+        return SelectorError(f"unable to parse requirement: found {found or ''!r}, {expected}")
+
+    def key(self) -> str:
+        tok = self.take()
+        if tok is None or tok in _OPERATORS:
+            raise self.fail(tok, "expected: identifier")
+        if not _valid_key(tok):
+            raise SelectorError(f"unable to parse requirement: invalid label key {tok!r}")
+        return tok
+
+    def value(self) -> str:
+        """A value, empty where the next token ends it (`k=` selects the empty value)."""
+        tok = self.peek()
+        if tok is None or tok in {",", ")"}:
+            return ""
+        self.i += 1
+        if tok in _OPERATORS or not _valid_value(tok):
+            raise SelectorError(f"unable to parse requirement: invalid label value {tok!r}")
+        return tok
+
+    def requirement(self) -> Requirement:
+        if self.peek() == "!":
+            self.i += 1
+            return Requirement(self.key(), "!")
+        key = self.key()
+        op = self.peek()
+        if op is None or op == ",":
+            return Requirement(key, "exists")
+        self.i += 1
+        if op in {"=", "=="}:
+            return Requirement(key, "=", frozenset({self.value()}))
+        if op == "!=":
+            return Requirement(key, "!=", frozenset({self.value()}))
+        if op in {"in", "notin"}:
+            opening = self.take()
+            if opening != "(":
+                raise self.fail(opening, "expected: '('")
+            if self.peek() == ")":
+                raise SelectorError("for 'in', 'notin' operators, values set can't be empty")
+            values = {self.value()}
+            while (tok := self.take()) == ",":
+                values.add(self.value())
+            if tok != ")":
+                raise self.fail(tok, "expected: ')'")
+            return Requirement(key, op, frozenset(values))
+        if op in {"<", ">"}:
+            bound = self.take()
+            if bound is None or not re.fullmatch(r"-?[0-9]+", bound):
+                raise SelectorError(
+                    f"for 'Gt', 'Lt' operators, the value must be an integer, not {bound!r}"
+                )
+            return Requirement(key, op, frozenset({bound}))
+        raise self.fail(op, "expected: in, notin, =, ==, !=, gt, lt")
+
+    def requirements(self) -> list[Requirement]:
+        out = [self.requirement()]
+        while (tok := self.take()) is not None:
+            if tok != ",":
+                raise self.fail(tok, "expected: ','")
+            out.append(self.requirement())
+        return out
+
+
+def label_selector(params: Mapping[str, str]) -> LabelSelector:
+    """The request's `labelSelector`; a malformed one is refused with 400, as the API server
+    refuses it."""
+    try:
+        return LabelSelector.parse(params.get("labelSelector") or "")
+    except SelectorError as exc:
+        raise kmock.KubernetesError(status=400, reason="BadRequest", message=str(exc)) from None
+
+
 @attrs.define(kw_only=True)
 class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     """kmock's emulator with a bounded request log and a count of writes.
@@ -114,6 +278,8 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
             del self._requests[:-32]
         method = request.method.value
         plural = request.resource.plural if request.resource is not None else None
+        if request.action in {kmock.action.LIST, kmock.action.WATCH}:
+            label_selector(request.params)  # a malformed one: 400 before anything streams
         # A list, not a watch (`_guess_k8s` above decided which, as the API server does).
         if request.action == kmock.action.LIST and plural in self.list_delay_s:
             await asyncio.sleep(self.list_delay_s[plural])
@@ -148,6 +314,38 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
                 self._check_precondition(request)
             self._stamp_version(request)
             return await super()._handle(request)
+
+    async def _serve_list(self, request: rendering.Request) -> Any:
+        selector = label_selector(request.params)
+        payload = await super()._serve_list(request)
+        payload["items"] = [obj for obj in payload["items"] if selector.matches(obj)]
+        return payload
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
+        """Only the events of objects the selector selects, as the API server's watch cache
+        sends them: an object that comes to match arrives as ADDED, and one that stops matching
+        as DELETED (its new state), so a client's view stays the selected set."""
+        selector = label_selector(request.params)
+        shown: set[tuple[str | None, str | None]] = set()
+        async for event in super()._serve_watch(request):
+            obj = event.get("object") if isinstance(event, dict) else None
+            if not isinstance(obj, Mapping):
+                yield event  # the stream's opening bytes, an error, a bookmark
+                continue
+            meta = obj.get("metadata") or {}
+            key = (meta.get("namespace"), meta.get("name"))
+            was, now = key in shown, selector.matches(obj)
+            kind = event.get("type")
+            if kind == "DELETED":
+                shown.discard(key)
+                if was:
+                    yield event
+            elif now:
+                shown.add(key)
+                yield event if was else {**event, "type": "ADDED"}
+            elif was:
+                shown.discard(key)
+                yield {**event, "type": "DELETED"}
 
     def _check_precondition(self, request: rendering.Request) -> None:
         """Refuse a PATCH whose body names a resourceVersion the object no longer has, as the
