@@ -42,7 +42,9 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from lorafleet_core.planning.traffic_split import user_of
 from lorafleet_core.wire.headers import HEADER_LOADED_FROM, HEADER_TOKENS_ESTIMATE
 from lorafleet_core.wire.openai_errors import error_body
+from lorafleet_core.wire.records import AdapterRecord
 from lorafleet_gateway.auth import authenticate, single_authorization
+from lorafleet_gateway.catalog import CatalogSnapshot
 from lorafleet_gateway.errors import APIError, model_not_found
 from lorafleet_gateway.pool_router import plan_pool_route
 from lorafleet_gateway.reservation import RateLimited
@@ -193,6 +195,26 @@ class Picker:
         )
         if not decision.allowed:
             raise RateLimited(decision)
+        try:
+            endpoints = await self._endpoints(snap, record)
+        except BaseException:  # refused after the charge: nothing will be served
+            await gw.limiter.settle(tenant.tenant, req.tokens_estimate, 0)
+            raise
+        set_headers = {
+            DESTINATION_HEADER: endpoints[0],
+            HEADER_TOKENS_ESTIMATE: str(req.tokens_estimate),
+        }
+        remove = [HEADER_LOADED_FROM]  # the agent believes it from the gateway only
+        if (token := gw.upstream.data_token()) is not None:
+            set_headers["authorization"] = f"Bearer {token}"
+        else:
+            remove.append("authorization")
+        return Decision(endpoints, set_headers, remove, picker_body(req, record.id))
+
+    async def _endpoints(self, snap: CatalogSnapshot, record: AdapterRecord) -> list[str]:
+        """The router's candidates for `record` as `ip:port`, primary first; the primary holds
+        the adapter or has just loaded it. Raises APIError 503 when none can take it."""
+        gw = self.gw
         views = gw.tracker.views()
         plan = plan_pool_route(
             record.id,
@@ -204,7 +226,6 @@ class Picker:
         )
         gw.metrics.child(gw.metrics.routing, plan.outcome).inc()
         endpoints: list[str] = []
-        primary_ready = False
         for replica_id in plan.candidates[: gw.upstream.max_attempts]:
             ep = gw.tracker.endpoint(replica_id)
             if ep is None:
@@ -218,25 +239,14 @@ class Picker:
                 # adapter it has no record of: hand it the record first, as the gateway does.
                 try:
                     await gw.upstream.load(ep, record)
-                    gw.metrics.child(gw.metrics.routing, "load_on_demand").inc()
                 except TryNext as exc:
                     log.warning("picker: load on %s failed: %s", replica_id, exc)
                     continue
-            primary_ready = True
+                gw.metrics.child(gw.metrics.routing, "load_on_demand").inc()
             endpoints.append(endpoint_of(ep.data_url))
-        if not primary_ready or not endpoints:
-            await gw.limiter.settle(tenant.tenant, req.tokens_estimate, 0)  # nothing served
+        if not endpoints:
             raise APIError(503, "No replica can serve this model now.", code="no_healthy_replica")
-        set_headers = {
-            DESTINATION_HEADER: endpoints[0],
-            HEADER_TOKENS_ESTIMATE: str(req.tokens_estimate),
-        }
-        remove = [HEADER_LOADED_FROM]  # the agent believes it from the gateway only
-        if (token := gw.upstream.data_token()) is not None:
-            set_headers["authorization"] = f"Bearer {token}"
-        else:
-            remove.append("authorization")
-        return Decision(endpoints, set_headers, remove, picker_body(req, record.id))
+        return endpoints
 
 
 def _responses(decision: Decision, mode: int, *, with_body: bool) -> list[ext.ProcessingResponse]:

@@ -340,3 +340,28 @@ def test_gateway_process_serves_the_picker_when_its_port_is_set(tmp_path: Path):
         finally:
             proc.terminate()
             assert proc.wait(timeout=30) == 0
+
+
+def test_no_healthy_replica_is_an_immediate_503_and_refunds_the_tokens(tmp_path: Path):
+    port = free_port()
+    # Room for one request's estimate (1,000 output tokens and the prompt), not two.
+    env = start_env(tmp_path, picker_port=port, host="127.0.0.1", tokens_per_minute=1500)
+    big = {**_chat(), "max_tokens": 1000}
+    try:
+        for replica in env.replicas.values():
+            replica.state_mode = "error"
+        eventually(lambda: not env.gw.tracker.healthy_ids(), what="every replica seen failed")
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            refused = pick(channel, big)
+            assert refused.immediate is not None
+            assert refused.immediate.status.code == 503
+            for replica in env.replicas.values():
+                replica.state_mode = "ok"
+            eventually(lambda: env.gw.tracker.healthy_ids(), what="a replica back")
+            # The refused request's tokens were given back, so this one fits; the next does not.
+            assert pick(channel, big).immediate is None
+            over = pick(channel, big).immediate
+            assert over is not None
+            assert over.status.code == 429
+    finally:
+        stop_env(env)
