@@ -22,7 +22,7 @@ COPY loadtest loadtest
 COPY demo demo
 # A plain (non-editable) install; the extras pull only what the control plane needs (no torch,
 # no vLLM, no plotting libraries: the simulator and the load tester are not run there).
-RUN /opt/lorafleet/bin/pip install --no-cache-dir '.[operator,gateway,picker,cli,canary]'
+RUN /opt/lorafleet/bin/pip install --no-cache-dir '.[operator,gateway,cli,canary]'
 
 # --- runtime: the same base, the environment, a non-root user; no compiler, no sources
 FROM ${PYTHON_IMAGE}

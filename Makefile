@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SRC := core operator gateway replica-image cli standalone sim loadtest demo
 # Extras for a full developer/CI environment: every component, the CPU engine, the test tools.
-EXTRAS := operator,gateway,picker,agent,cli,canary,sim,loadtest,demo,cpu,dev
+EXTRAS := operator,gateway,agent,cli,canary,sim,loadtest,demo,cpu,dev
 
 .PHONY: install tools test lint typecheck pytest demo crds docs clean
 

@@ -30,17 +30,9 @@ def create_public_app(gw: Gateway, *, manage_lifecycle: bool = True) -> Starlett
     async def lifespan(_app: Starlette) -> AsyncGenerator[None]:
         if manage_lifecycle:
             await gw.start()
-        picker = None
-        if gw.settings.picker_port is not None:
-            # Imported here: the picker's gRPC packages are an optional extra.
-            from lorafleet_gateway.picker import start_picker
-
-            picker = await start_picker(gw, gw.settings.host, gw.settings.picker_port)
         try:
             yield
         finally:
-            if picker is not None:
-                await picker.stop(grace=gw.settings.drain_timeout_s)
             if manage_lifecycle:
                 await gw.stop()
 

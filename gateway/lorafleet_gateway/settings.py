@@ -29,14 +29,6 @@ class GatewaySettings(BaseSettings):
         default=9090, ge=0, le=65535, description="metrics and probes (never public)"
     )
 
-    picker_port: int | None = Field(
-        default=None,
-        ge=0,
-        le=65535,
-        description="endpoint-picker mode: the port of the ext_proc gRPC server a Gateway API "
-        "gateway (Envoy) calls as an InferencePool's endpoint picker (unset: off)",
-    )
-
     # Catalog source: a folder of manifests (standalone) or Kubernetes watches.
     catalog: Literal["files", "kubernetes"] = Field(
         default="files",

@@ -225,16 +225,6 @@ class Upstream:
         opened.loaded_on_demand = True
         return opened
 
-    def data_token(self) -> str | None:
-        """The agents' data credential now (re-read: a mounted Secret rotates)."""
-        return self._data_token()
-
-    async def load(self, ep: ReplicaEndpoint, record: AdapterRecord) -> str:
-        """Have `ep` load `record` (the endpoint picker's load before it answers); the tier
-        it was found in. Raises TryNext when the replica could not, APIError 502 when it
-        refused the files."""
-        return await self._load(ep, record)
-
     async def _load(self, ep: ReplicaEndpoint, record: AdapterRecord) -> str:
         """Post the record to the replica's load endpoint; returns the tier it was found in."""
         try:

@@ -82,7 +82,7 @@ SECRETS: dict[str, dict[str, Any]] = {
 def test_the_install_line_is_read_from_the_dockerfile():
     line = install_line(CONTROL)
     assert line.pip == "/opt/lorafleet/bin/pip"
-    assert line.requirement() == ".[operator,gateway,picker,cli,canary]"
+    assert line.requirement() == ".[operator,gateway,cli,canary]"
     assert line.stage is CONTROL.stages[0]
 
 

@@ -148,7 +148,7 @@ def test_control_plane_deployments_run_the_images_interpreter_modules_and_user()
     env = CONTROL.final.env()
     assert env["PATH"].startswith("/opt/lorafleet/bin:")
     assert "python3 -m venv /opt/lorafleet" in " ".join(CONTROL.stages[0].all("RUN"))
-    assert "'.[operator,gateway,picker,cli,canary]'" in " ".join(CONTROL.stages[0].all("RUN"))
+    assert "'.[operator,gateway,cli,canary]'" in " ".join(CONTROL.stages[0].all("RUN"))
     for name, deployment in chart_deployments().items():
         pod = deployment["spec"]["template"]["spec"]
         assert pod["securityContext"]["runAsUser"] == REPLICA_UID, name
