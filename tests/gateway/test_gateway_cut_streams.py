@@ -93,13 +93,16 @@ def _normalised(body: bytes) -> tuple[bytes, bytes]:
     """A stream's bytes less what differs between two runs of one request: the id, the time,
     and where the engine's steps cut the text (it may hand two tokens to one chunk; the
     issue counted ~87 content chunks per 100 tokens). The text comes back whole, and every
-    content chunk's bytes with its text taken out, runs of them as one."""
+    content chunk's bytes with its text and its running token counts (continuous usage: they
+    follow where the steps cut) taken out, runs of them as one."""
     body = re.sub(rb'"id":"[^"]*"', b'"id":""', body)
     body = re.sub(rb'"created":\d+', b'"created":0', body)
     text = b"".join(re.findall(rb'"content":"((?:[^"\\]|\\.)+)"', body))
     shapes: list[bytes] = []
     for event in body.split(b"\n\n"):
         shape = re.sub(rb'"content":"(?:[^"\\]|\\.)+"', b'"content":"*"', event)
+        if b'"content":"*"' in shape:
+            shape = re.sub(rb'"(completion|total)_tokens":\d+', rb'"\1_tokens":*', shape)
         if not (shapes and shape == shapes[-1] and b'"content":"*"' in shape):
             shapes.append(shape)
     return text, b"\n\n".join(shapes)

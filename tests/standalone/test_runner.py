@@ -121,7 +121,7 @@ def test_a_second_up_on_the_same_manifests_folder_is_refused(
     folder = tmp_path / "m"
     folder.mkdir()
     write_object(folder, pool_manifest("p", base_model))
-    (folder / ".lorafleet").mkdir()
+    (folder / ".lorafleet").mkdir(exist_ok=True)  # the writes' lock file may have made it
     with (folder / ".lorafleet" / "up.lock").open("a+") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert run_up(_opts(tmp_path / "other-state", folder)) == 1
