@@ -468,8 +468,10 @@ def test_a_large_answer_is_metered_by_its_usage_without_being_parsed_whole(fleet
     assert usage["completion_tokens"] == 800
     # Metered once the relay has read the answer's end, which may follow the client's last byte.
     eventually(
-        lambda: registry.get_sample_value(GATEWAY_USAGE_PROMPT_TOKENS + "_total", labels)
-        == usage["prompt_tokens"],
+        lambda: (
+            registry.get_sample_value(GATEWAY_USAGE_PROMPT_TOKENS + "_total", labels)
+            == usage["prompt_tokens"]
+        ),
         what="the prompt tokens metered",
     )
     completion = registry.get_sample_value(GATEWAY_USAGE_COMPLETION_TOKENS + "_total", labels)
