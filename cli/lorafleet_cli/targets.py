@@ -251,11 +251,7 @@ class ClusterTarget:
             if req.plural == "secrets":
                 self._run(self._core.create_namespaced_secret(req.namespace, req.body))
             else:
-                self._run(
-                    self._custom.create_namespaced_custom_object(
-                        req.group, req.version, req.namespace, req.plural, req.body
-                    )
-                )
+                self._create_custom(req)
             return where
         except ApiException as exc:
             if not is_conflict(exc):
@@ -268,17 +264,7 @@ class ClusterTarget:
                     )
                 )
             else:
-                self._run(
-                    self._custom.patch_namespaced_custom_object(
-                        req.group,
-                        req.version,
-                        req.namespace,
-                        req.plural,
-                        req.name,
-                        req.body,
-                        _content_type=MERGE_PATCH,
-                    )
-                )
+                self._merge_patch_custom(req, req.body)
         except ApiException as exc:
             raise TargetError(f"updating {body.get('kind')}/{req.name}: {exc}") from exc
         return where
@@ -292,29 +278,35 @@ class ClusterTarget:
         where = f"{req.plural}/{req.name} in namespace {req.namespace}"
         try:
             if expected is None:
-                self._run(
-                    self._custom.create_namespaced_custom_object(
-                        req.group, req.version, req.namespace, req.plural, req.body
-                    )
-                )
+                self._create_custom(req)
             else:
-                self._run(
-                    self._custom.patch_namespaced_custom_object(
-                        req.group,
-                        req.version,
-                        req.namespace,
-                        req.plural,
-                        req.name,
-                        precondition_patch(req.body, expected),
-                        _content_type=MERGE_PATCH,
-                    )
-                )
+                self._merge_patch_custom(req, precondition_patch(req.body, expected))
         except ApiException as exc:
             # 409: taken, or changed since read; 404: deleted since read. Read it again.
             if is_conflict(exc) or (expected is not None and is_not_found(exc)):
                 raise WriteConflict(f"{where}: {exc.status} {exc.reason}") from exc
             raise TargetError(f"writing {body.get('kind')}/{req.name}: {exc}") from exc
         return where
+
+    def _create_custom(self, req: ApplyRequest) -> None:
+        self._run(
+            self._custom.create_namespaced_custom_object(
+                req.group, req.version, req.namespace, req.plural, req.body
+            )
+        )
+
+    def _merge_patch_custom(self, req: ApplyRequest, patch: dict[str, Any]) -> None:
+        self._run(
+            self._custom.patch_namespaced_custom_object(
+                req.group,
+                req.version,
+                req.namespace,
+                req.plural,
+                req.name,
+                patch,
+                _content_type=MERGE_PATCH,
+            )
+        )
 
     def alias_status(self, name: str) -> AdapterAliasStatus | None:
         obj = self.get(names.KIND_ALIAS, name)
