@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +32,15 @@ from benchmarks.results import Result
 from tests.standalone.up_harness import prepare_demo_folder, running_up
 
 COLUMNS = ("label", "n", "ok", "ready_s", "req_per_s", "ttft_p50_ms", "nonstream_p50_ms")
-ROOTS = [
-    "core",
-    "operator",
-    "gateway",
-    "replica-image",
-    "cli",
-    "standalone",
-    "sim",
-    "loadtest",
-    "demo",
-]
+
+
+def source_roots(checkout: Path) -> list[str]:
+    """The checkout's own source roots, as its pyproject.toml lists them for setuptools."""
+    pyproject = tomllib.loads((checkout / "pyproject.toml").read_text())
+    roots: list[str] = pyproject["tool"]["setuptools"]["packages"]["find"]["where"]
+    return roots
+
+
 MODELS = ["demo/otter:prod", "demo/falcon:prod", "demo/zebra:prod"]
 IN_FLIGHT = 4
 MAX_TOKENS = 16
@@ -113,7 +112,7 @@ def main() -> None:
     label, root, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     n = int(os.environ.get("AB_N", "600"))
     env = {
-        "PYTHONPATH": ":".join([*(str(root / r) for r in ROOTS), str(root)]),
+        "PYTHONPATH": ":".join([*(str(root / r) for r in source_roots(root)), str(root)]),
         "LORAFLEET_GATEWAY_REQUESTS_PER_SECOND": "1000",
     }
     with tempfile.TemporaryDirectory(prefix="up-engine-mode-") as tmp:
